@@ -1,0 +1,50 @@
+"""Built-in example generators.
+
+A generator is `fn(spec, index, rng, **spec.source.args) -> Example`, registered with
+`@register_generator("name")` in any module of this package (every module here is imported
+on first lookup). `rng` is a `random.Random` seeded from (task, version, seed, index), so an
+example is a pure function of those four values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import Any
+
+from locos_bench.errors import unknown
+
+Generator = Callable[..., Any]
+_GENERATORS: dict[str, Generator] = {}
+_loaded = False
+
+
+def register_generator(name: str) -> Callable[[Generator], Generator]:
+    def decorate(fn: Generator) -> Generator:
+        if name in _GENERATORS and _GENERATORS[name] is not fn:
+            raise ValueError(f"generator {name!r} is registered twice")
+        _GENERATORS[name] = fn
+        return fn
+
+    return decorate
+
+
+def _load_all() -> None:
+    global _loaded
+    if not _loaded:
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
+        _loaded = True
+
+
+def get_generator(name: str) -> Generator:
+    _load_all()
+    if name not in _GENERATORS:
+        raise unknown("generator", name, _GENERATORS)
+    return _GENERATORS[name]
+
+
+def generator_names() -> list[str]:
+    _load_all()
+    return sorted(_GENERATORS)
