@@ -365,6 +365,7 @@ def load_model(
     """
     start = time.perf_counter()
     spec = resolve_spec(name)
+    _quiet_transformers()
     dtype_name, torch_dtype = _check_device_dtype(device, dtype)
     info: dict[str, Any] = {}
     cached = False
@@ -394,6 +395,14 @@ def load_model(
     )
 
 
+def _quiet_transformers() -> None:
+    """Silence per-tensor progress bars; the CLI shows its own progress."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -407,6 +416,12 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
     else:
         cached = spec.source == "local"
         location, kwargs = spec.resolves_to, {}
+        if spec.source == "hub" and not _hub_reachable():
+            raise LocosError(
+                f"model {spec.alias!r} ({spec.resolves_to}) loads from the Hugging Face hub, "
+                f"which cannot be reached from here; models available offline: "
+                f"{', '.join(offline_models())}"
+            )
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
@@ -421,6 +436,23 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
             ) from None
         raise LocosError(f"cannot load model from {location}: {exc}") from None
     return model, tokenizer, cached
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Fail fast instead of letting huggingface_hub retry for a minute with no network.
+
+    Files already in the local HF cache still load when `HF_HUB_OFFLINE=1` is set."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+        return True  # transformers then reads the local HF cache only, and says so if empty
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def _boot(spec: ModelSpec, hf_model: Any, tokenizer: Any, device: str, torch_dtype: Any) -> Any:

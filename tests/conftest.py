@@ -1,0 +1,32 @@
+"""Shared fixtures: each real model is loaded once per test session."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def gemma3():
+    from locos_bench.models import load_model
+
+    return load_model("gemma3")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from locos_bench.models import load_model
+
+    return load_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def planted():
+    from locos_bench.models import load_model
+
+    return load_model("planted")
+
+
+@pytest.fixture(params=["gemma3", "smollm2"])
+def real_model(request):
+    """Both embedded real models (Gemma 3 has a post-attention norm and MQA; SmolLM2 has GQA)."""
+    return request.getfixturevalue(request.param)

