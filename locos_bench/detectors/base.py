@@ -1,0 +1,147 @@
+"""The detector interface: a small object whose only output is a head-score tensor.
+
+Detectors never ablate or evaluate (the harness does), so every detector gets identical
+budgets by construction. `__init__` only stores JSON-serialisable parameters
+(scikit-learn's rule), so a detector can be rebuilt from its record.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from locos_bench.errors import LocosError
+from locos_bench.models import LoadedModel
+from locos_bench.tasks.spec import Example
+from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+
+Head = tuple[int, int]
+
+
+def head_name(head: Head) -> str:
+    """`L{layer}H{head}`, the way heads print everywhere."""
+    return f"L{head[0]}H{head[1]}"
+
+
+@dataclass
+class HeadScores:
+    """Scores for every query head, `[n_layers, n_heads]`; higher means more important.
+
+    Attributes:
+        scores: `[n_layers, n_heads]` float tensor.
+        detector: Registered name of the detector that produced it.
+        params: The detector's parameters (JSON-serialisable).
+        forward_passes: Model forward passes spent (backward passes count as one each).
+        seconds: Wall time of `score`.
+    """
+
+    scores: Tensor
+    detector: str
+    params: dict[str, Any] = field(default_factory=dict)
+    forward_passes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.scores.shape)  # type: ignore[return-value]
+
+    def ranking(self) -> list[Head]:
+        """All heads, best first; ties broken by (layer, head) so rankings are deterministic."""
+        flat = self.scores.detach().double().cpu().flatten().numpy()
+        n_heads = self.scores.shape[1]
+        order = np.lexsort((np.arange(flat.size), -flat))  # primary: score desc; then index asc
+        return [(int(i // n_heads), int(i % n_heads)) for i in order]
+
+    def top_k(self, k: int) -> list[Head]:
+        """The k best heads. k above the head count is an error (the harness caps budgets)."""
+        total = self.scores.numel()
+        if not 0 < k <= total:
+            raise LocosError(f"{self.detector}: top_k({k}) needs 1 <= k <= {total} heads")
+        return self.ranking()[:k]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detector": self.detector,
+            "params": self.params,
+            "scores": self.scores.detach().double().cpu().tolist(),
+            "top": [list(h) for h in self.ranking()[:10]],
+            "forward_passes": self.forward_passes,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+class Detector:
+    """Base class: subclass, store parameters in `__init__`, implement `score`.
+
+    Class attributes:
+        name: Registry name (set by `@register_detector`).
+        cost: Forward passes per calibration example, as a human-readable formula
+            (`"1"`, `"1 + n_heads/batch"`); shown by `locos-bench detectors`.
+        stochastic: Whether the result depends on `rng` (only `random` by default).
+    """
+
+    name: ClassVar[str] = ""
+    cost: ClassVar[str] = "?"
+    stochastic: ClassVar[bool] = False
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor parameters and their current values (scikit-learn's rule)."""
+        sig = inspect.signature(type(self).__init__)
+        return {p: getattr(self, p) for p in sig.parameters if p != "self" and hasattr(self, p)}
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+
+def check_params_serialisable(detector: Detector) -> dict[str, Any]:
+    params = detector.get_params()
+    try:
+        json.dumps(params)
+    except TypeError as exc:
+        raise LocosError(f"detector {detector.name!r}: parameters are not JSON-serialisable: {exc}") from None
+    return params
+
+
+def tokenize_for(model: LoadedModel, examples: Sequence[Example], detector: str) -> list[TokenizedExample]:
+    """Tokenise calibration examples, naming the detector in any error."""
+    out = []
+    for example in examples:
+        try:
+            out.append(tokenize_example(example, model.tokenizer))
+        except LocosError as exc:
+            raise LocosError(f"detector {detector!r}: {exc}") from None
+    return out
+
+
+def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> HeadScores:
+    """Reject wrong shapes and non-finite values with an error naming the detector."""
+    geo = model.geometry
+    expected = (geo.n_layers, geo.n_heads)
+    if not isinstance(result, HeadScores):
+        raise LocosError(f"detector {detector!r} returned {type(result).__name__}, not HeadScores")
+    if tuple(result.scores.shape) != expected:
+        raise LocosError(
+            f"detector {detector!r} returned scores of shape {tuple(result.scores.shape)}; "
+            f"expected [n_layers, n_heads] = {list(expected)}"
+        )
+    bad = (~torch.isfinite(result.scores)).nonzero().tolist()
+    if bad:
+        where = ", ".join(head_name(tuple(h)) for h in bad[:5])
+        raise LocosError(f"detector {detector!r} returned non-finite scores at {where}")
+    return result
+
+
+def finite_mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
