@@ -1,0 +1,274 @@
+"""Result records: pydantic models with an exported JSON schema, and atomic run-directory I/O.
+
+A run directory holds:
+
+* `manifest.json` — the configuration and provenance (`Manifest`), written atomically;
+* `results.jsonl` — one line per finished unit (`ScoresUnit`, `EvalUnit`, `RankUnit`),
+  appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
+  on reading, and duplicate keys keep the first, so a rerun resumes without recomputing,
+  losing or duplicating a finished unit.
+
+Nothing is pickled and no metadata lives in file names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+BASELINE = "baseline"
+"""Detector name of the unablated evaluation unit."""
+
+
+class Provenance(BaseModel):
+    """Where and with what a run was made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    packages: dict[str, str]
+    """Versions of locos-bench, torch, transformers, transformer-lens, ..."""
+    git_commit: str | None
+    """Commit of the locos-bench checkout (None outside a git checkout); `+dirty` if modified."""
+    device: str
+    """`cpu`, or the CUDA device name."""
+    python: str
+    platform: str
+    started_at: str
+    """ISO-8601 UTC time the run directory was created."""
+
+
+class TaskEntry(BaseModel):
+    """One task of a run, with the exact examples used per split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    version: int
+    kind: Literal["retrieval", "control"]
+    metrics: list[str]
+    """Task metrics; the first is the headline metric."""
+    splits: dict[str, list[int]]
+    """Example indices of the `calibration`, `reference` and `evaluation` splits (disjoint)."""
+    data_hash: str
+    """sha256 over every used example's prompt and answers: detects changed generators."""
+    chance: float | None = None
+
+
+class DetectorEntry(BaseModel):
+    """A detector as configured for the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    params: dict[str, Any]
+    source: str
+    """`built-in` or `dist==version` of the plugin that provided it."""
+    cost: str
+    """Forward passes per calibration example, as the detector declares it."""
+    stochastic: bool = False
+
+
+class Manifest(BaseModel):
+    """Configuration and provenance of a run directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    """Model alias or id."""
+    model_info: dict[str, Any]
+    """Head geometry and load facts (`LoadedModel.describe()`)."""
+    tasks: list[TaskEntry]
+    detectors: list[DetectorEntry]
+    budgets: list[int]
+    """Numbers of ablated heads k, identical for every detector."""
+    ablation: str
+    """`mean`, `zero` or `scale:ALPHA`."""
+    positionwise: bool = False
+    """Mean ablation per position (True) or position-agnostic (False, default)."""
+    random_draws: int
+    seed: int
+    rank_diagnostic: int
+    """How many of each detector's top heads are also ablated one at a time."""
+    batch_size: int
+    provenance: Provenance
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Wall seconds per phase, filled as the run goes (`detect`, `evaluate`, ...)."""
+
+    def config_key(self) -> dict[str, Any]:
+        """The part that must match for a rerun to resume into the same directory."""
+        return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
+                                        "positionwise", "random_draws", "seed", "rank_diagnostic"})
+
+
+class _Unit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    detector: str
+    """Detector name, or `baseline` for the unablated evaluation."""
+    draw: int = 0
+    """Random draw index (0 for deterministic detectors)."""
+    seconds: float = 0.0
+    error: str | None = None
+    """Set when the unit failed; the run records it and goes on."""
+
+
+class ScoresUnit(_Unit):
+    """A detector's head scores on a task's calibration split."""
+
+    kind: Literal["scores"] = "scores"
+    params: dict[str, Any] = Field(default_factory=dict)
+    scores: list[list[float]] | None = None
+    """`[n_layers][n_heads]`, higher = more important; None when `error` is set."""
+    forward_passes: int = 0
+
+    @property
+    def key(self) -> tuple:
+        return ("scores", self.task, self.detector, self.draw)
+
+
+class EvalUnit(_Unit):
+    """The evaluation split with the top-k heads of a detector ablated (k = 0: unablated)."""
+
+    kind: Literal["eval"] = "eval"
+    k: int
+    heads: list[list[int]] = Field(default_factory=list)
+    """The ablated heads as `[layer, head]`, best first."""
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    """Per-example values of every metric (+ `gold_logprob`), aligned with the evaluation split."""
+    generations: list[str] = Field(default_factory=list)
+
+    @property
+    def key(self) -> tuple:
+        return ("eval", self.task, self.detector, self.draw, self.k)
+
+
+class RankUnit(_Unit):
+    """Diagnostic: a detector's rank-r head ablated alone."""
+
+    kind: Literal["rank"] = "rank"
+    rank: int
+    """1-based rank in the detector's ranking."""
+    head: list[int]
+    values: dict[str, list[float]] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple:
+        return ("rank", self.task, self.detector, self.draw, self.rank)
+
+
+Unit = Annotated[Union[ScoresUnit, EvalUnit, RankUnit], Field(discriminator="kind")]
+_UNIT = TypeAdapter(Unit)
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON schema of the manifest and of one results line."""
+    return {"manifest": Manifest.model_json_schema(), "unit": _UNIT.json_schema()}
+
+
+# ---------------------------------------------------------------------------------------
+# Atomic I/O
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON via a temporary file in the same directory and `os.replace`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(obj, handle, indent=2, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDir:
+    """A run directory: its manifest and its append-only results."""
+
+    MANIFEST = "manifest.json"
+    RESULTS = "results.jsonl"
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / self.MANIFEST
+
+    @property
+    def results_path(self) -> Path:
+        return self.path / self.RESULTS
+
+    def exists(self) -> bool:
+        return self.manifest_path.exists()
+
+    def read_manifest(self) -> Manifest:
+        return Manifest.model_validate_json(self.manifest_path.read_text())
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        write_json_atomic(self.manifest_path, manifest.model_dump(mode="json"))
+
+    def read_units(self) -> list[ScoresUnit | EvalUnit | RankUnit]:
+        """Every complete unit, first occurrence of each key; a torn last line is skipped."""
+        if not self.results_path.exists():
+            return []
+        units, seen = [], set()
+        with self.results_path.open() as handle:
+            for line in handle:
+                if not line.endswith("\n"):
+                    break  # torn write from a kill: the unit will be recomputed
+                unit = _UNIT.validate_json(line)
+                if unit.key not in seen:
+                    seen.add(unit.key)
+                    units.append(unit)
+        return units
+
+    def append(self, unit: ScoresUnit | EvalUnit | RankUnit) -> None:
+        """Append one unit as a single write, then fsync."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        line = (unit.model_dump_json() + "\n").encode()
+        fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self._repair_torn_tail(fd)
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _repair_torn_tail(self, fd: int) -> None:
+        """Drop a partial last line left by a kill so new lines start clean."""
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
+        with self.results_path.open("rb") as handle:
+            handle.seek(max(0, size - 1))
+            if handle.read(1) == b"\n":
+                return
+            handle.seek(0)
+            data = handle.read()
+        os.ftruncate(fd, data.rfind(b"\n") + 1)
