@@ -144,6 +144,11 @@ class EvalUnit(_Unit):
     values: dict[str, list[float]] = Field(default_factory=dict)
     """Per-example values of every metric (+ `gold_logprob`), aligned with the evaluation split."""
     generations: list[str] = Field(default_factory=list)
+    heads_from: str | None = None
+    """Task whose calibration split chose the heads (a control task borrows a retrieval task's)."""
+    reused: bool = False
+    """True when another unit of this task ablated the identical head set and its per-example
+    values were copied (evaluation is deterministic, so they are the same)."""
 
     @property
     def key(self) -> tuple:

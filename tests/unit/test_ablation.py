@@ -1,0 +1,102 @@
+"""Mean, zero and scale ablation are one mechanism and act only on the chosen heads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from locos_bench import heads as H
+from locos_bench.ablation import AblationSpec, HeadAblation, reference_means
+from locos_bench.errors import LocosError
+
+
+def _ids(model, text):
+    return model.tokenizer(text)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def prompts(planted):
+    from locos_bench.tasks import load_task, make_examples
+    from locos_bench.tasks.tokenize import tokenize_example
+
+    spec = load_task("planted-kv")
+    return [tokenize_example(e, planted.tokenizer).input_ids for e in make_examples(spec, 6)]
+
+
+def _z(model, ids, layer, hooks=()):
+    store = {}
+
+    def keep(z, hook):
+        store["z"] = z.detach().clone()
+
+    with torch.no_grad():
+        model.bridge.run_with_hooks(torch.tensor([ids]), fwd_hooks=[*hooks, (f"blocks.{layer}.attn.hook_z", keep)])
+    return store["z"][0]
+
+
+def test_parse():
+    assert str(AblationSpec.parse("mean")) == "mean"
+    assert AblationSpec.parse("scale:2.0").alpha == 2.0
+    assert str(AblationSpec.parse("scale:0.5")) == "scale:0.5"
+    for bad in ("median", "scale:x", "scale"):
+        with pytest.raises(LocosError):
+            AblationSpec.parse(bad)
+
+
+def test_mean_ablation_replaces_only_chosen_heads(planted, prompts):
+    means = reference_means(planted, prompts[:3])
+    ablation = HeadAblation([(1, 0)], AblationSpec.parse("mean"), means)
+    clean = _z(planted, prompts[4], 1)
+    hooked = _z(planted, prompts[4], 1, ablation.hooks())
+    assert torch.allclose(hooked[:, 0], means.mean[1, 0].expand_as(hooked[:, 0]))
+    assert torch.equal(hooked[:, 1:], clean[:, 1:])
+    assert not torch.allclose(clean[:, 0], hooked[:, 0])
+
+
+def test_mean_excludes_bos_and_is_the_average(planted, prompts):
+    means = reference_means(planted, prompts[:2])
+    zs = [_z(planted, p, 0)[1:] for p in prompts[:2]]
+    expected = torch.cat(zs).mean(0)
+    assert torch.allclose(means.mean[0], expected, atol=1e-5)
+
+
+def test_zero_and_scale(planted, prompts):
+    ids = prompts[5]
+    zero = HeadAblation([(0, 1)], AblationSpec.parse("zero")).hooks()
+    assert _z(planted, ids, 0, zero)[:, 1].abs().max() == 0
+    clean = _z(planted, ids, 0)
+    doubled = _z(planted, ids, 0, HeadAblation([(0, 1)], AblationSpec.parse("scale:2")).hooks())
+    assert torch.allclose(doubled[:, 1], 2 * clean[:, 1])
+    same = _z(planted, ids, 0, HeadAblation([(0, 1)], AblationSpec.parse("scale:1")).hooks())
+    assert torch.equal(same, clean)
+
+
+def test_ablation_reaches_the_block_output(planted, prompts):
+    """Zeroing every head of a layer zeroes what the attention block adds to the residual."""
+    geo = planted.geometry
+    hooks = HeadAblation([(0, h) for h in range(geo.n_heads)], AblationSpec.parse("zero")).hooks()
+    with torch.no_grad():
+        _, cache = H.run_and_capture(planted, prompts[0], ["blocks.0.hook_attn_out"])
+        store = {}
+        planted.bridge.run_with_hooks(
+            torch.tensor([prompts[0]]),
+            fwd_hooks=[*hooks, ("blocks.0.hook_attn_out", lambda t, hook: store.setdefault("out", t.clone()))],
+        )
+    assert cache["blocks.0.hook_attn_out"].abs().max() > 0
+    assert store["out"].abs().max() < 1e-6
+
+
+def test_positionwise_means_follow_positions_during_generation(planted, prompts):
+    means = reference_means(planted, prompts[:3], positionwise=True)
+    ablation = HeadAblation([(1, 0)], AblationSpec.parse("mean", positionwise=True), means)
+    (name, fn), = ablation.hooks()
+    z = torch.zeros(1, 5, planted.geometry.n_heads, planted.geometry.d_head)
+    out = fn(z, None)
+    assert torch.allclose(out[0, 2, 0], means.by_position[1, 2, 0])
+    step = fn(torch.zeros(1, 1, planted.geometry.n_heads, planted.geometry.d_head), None)
+    assert torch.allclose(step[0, 0, 0], means.by_position[1, 5, 0])
+
+
+def test_mean_ablation_needs_means():
+    with pytest.raises(LocosError):
+        HeadAblation([(0, 0)], AblationSpec.parse("mean"))
