@@ -1,0 +1,193 @@
+"""LOCOS (Logit-Contribution Scoring): a write-side head detector, and its literal variant.
+
+For an example with answer tokens `a_1..a_m`, teacher-forced (prompt plus gold answer in one
+forward pass), and `q_j` the position that predicts `a_j`::
+
+    c_h(j, s) = A_h[q_j, s] * (v_{kv(h)}(s) @ W_O^h) . u_j
+    LOCOS(h)  = mean_{s in needle} c_h(j, s) - mean_{s in off-needle} c_h(j, s)
+
+averaged over answer tokens (`answer_tokens="mean"`, or only the first) and examples.
+`u_j = g * W_U[:, a_j] / ||g * W_U[:, a_j]||` with the final-norm weight `g` applied when
+`final_norm=True` (`heads.answer_directions`). Where the attention output passes through a
+norm before the residual (Gemma 3's `ln1_post`), that norm is linearised at `q_j`
+(`heads.attn_out_gain`: its weight over the cached scale of the whole attention output) and
+folded into `u_j`, so `sum_s c_h(j, s)` is exactly head h's write at `q_j` projected on
+`u_j`.
+
+Cost: one forward pass per example caching only `hook_v`, the rotated queries and keys and
+(Gemma) `ln1_post.hook_scale`; the attention rows are recomputed only at the answer positions
+(`heads.attention_rows`), never the full `[H, T, T]` pattern; logits at one position only.
+
+`locos-argmax` is the seed paper's pseudo-code taken literally; see `LocosArgmax`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from locos_bench import heads
+from locos_bench.detectors import _common
+from locos_bench.detectors.base import Detector, HeadScores, validate_scores
+from locos_bench.detectors.registry import register_detector
+from locos_bench.models import LoadedModel
+from locos_bench.tasks.spec import Example
+
+
+def capture_names(model: LoadedModel) -> list[str]:
+    """Hook names LOCOS caches: values, rotated q/k and (Gemma) the post-attention norm scale."""
+    names = []
+    for layer in range(model.geometry.n_layers):
+        names += [f"blocks.{layer}.attn.hook_v", *heads.hooks_for_rows([layer])]
+        if model.geometry.attn_out_norm:
+            names.append(f"blocks.{layer}.ln1_post.hook_scale")
+    return names
+
+
+def value_writes_on(
+    model: LoadedModel,
+    cache: dict[str, Tensor],
+    layer: int,
+    directions: Tensor,
+    positions: Sequence[int],
+) -> Tensor:
+    """`[H, P, T]` `(v_{kv(h)}(s) @ W_O^h) . (gain(q_p) * u_p)` for every source s.
+
+    Args:
+        directions: `[P, D]` unit answer directions `u_p`.
+        positions: `[P]` positions whose post-attention norm linearises the write
+            (`q_j` for LOCOS); ignored for models without that norm.
+    """
+    gain = heads.attn_out_gain(model, cache, layer, positions)  # [P, D]
+    readout = (directions * gain).float()  # [P, D]
+    per_head = torch.einsum("hdD,pD->hpd", heads.w_o(model, layer).float(), readout)  # [H, P, d]
+    v = cache[f"blocks.{layer}.attn.hook_v"][0].float()[:, heads.kv_head_map(model)]  # [T, H, d]
+    return torch.einsum("thd,hpd->hpt", v, per_head)
+
+
+def contributions(
+    model: LoadedModel,
+    cache: dict[str, Tensor],
+    layer: int,
+    answer_positions: Sequence[int],
+    answer_ids: Sequence[int],
+    *,
+    final_norm: bool = True,
+) -> Tensor:
+    """`[H, P, T]` LOCOS contributions `c_h(j, s)` of every source position s.
+
+    Args:
+        cache: From `heads.run_and_capture` with `capture_names(model)`.
+        answer_positions: `[P]` predicting positions `q_j`.
+        answer_ids: `[P]` answer tokens `a_j`.
+        final_norm: Apply the final norm's weight to `W_U` before normalising `u_j`.
+    """
+    u = heads.answer_directions(model, list(answer_ids), final_norm=final_norm)  # [P, D]
+    rows = heads.attention_rows(model, cache, layer, answer_positions)  # [H, P, T]
+    return rows * value_writes_on(model, cache, layer, u, answer_positions)
+
+
+@register_detector("locos")
+class Locos(Detector):
+    """Write-side: what each head writes from the needle toward the answer's unembedding.
+
+    Args:
+        answer_tokens: `"mean"` averages over all answer tokens (multi-token answers, the
+            default); `"first"` uses only the first.
+        final_norm: Apply the final RMSNorm's weight to `W_U` before normalising `u`.
+    """
+
+    cost = "1"
+
+    def __init__(self, answer_tokens: str = "mean", final_norm: bool = True) -> None:
+        self.answer_tokens = answer_tokens
+        self.final_norm = final_norm
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        start = time.perf_counter()
+        name = self.name or "locos"
+        _common.check_answer_tokens(self.answer_tokens, name)
+        tokenized = _common.prepare(model, examples, name)
+        geo = model.geometry
+        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+        names = capture_names(model)
+        for t in tokenized:
+            positions, ids = _common.answer_slice(t, self.answer_tokens)
+            _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=positions[-1:])
+            for layer in range(geo.n_layers):
+                c = contributions(model, cache, layer, positions, ids, final_norm=self.final_norm)
+                total[layer] += _common.contrast(c, t.needle_positions, t.off_needle).mean(-1).double().cpu()
+            del cache
+        result = HeadScores(
+            scores=total / len(tokenized),
+            detector=name,
+            params=self.get_params(),
+            forward_passes=len(tokenized),
+            seconds=time.perf_counter() - start,
+        )
+        return validate_scores(result, model, name)
+
+
+@register_detector("locos-argmax")
+class LocosArgmax(Detector):
+    """The seed paper's pseudo-code taken literally (kept as a registered variant).
+
+    For each needle position s *as a query row*: `a = argmax_t A_h[s, t]` and the
+    contribution `A_h[s, a] * (v_{kv(h)}(a) @ W_O^h) . u`; the same over off-needle
+    positions; needle mean minus off-needle mean. `u` is averaged over the answer tokens
+    (`answer_tokens`), and a post-attention norm is linearised at s, where the write lands.
+
+    How it differs from `locos`: it scores what a head writes *at the needle positions*
+    (attending from the needle to wherever the needle looks, usually itself, its
+    neighbours or an attention sink), not what it moves from the needle *to the position
+    that predicts the answer*. It keeps only the argmax source, so it ignores diffuse
+    attention. A head that copies the needle to the answer position gets no credit unless
+    it happens to write the answer direction at the needle too; read it as the literal
+    reading, not as LOCOS.
+    """
+
+    cost = "1"
+
+    def __init__(self, answer_tokens: str = "mean", final_norm: bool = True) -> None:
+        self.answer_tokens = answer_tokens
+        self.final_norm = final_norm
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        start = time.perf_counter()
+        name = self.name or "locos-argmax"
+        _common.check_answer_tokens(self.answer_tokens, name)
+        tokenized = _common.prepare(model, examples, name)
+        geo = model.geometry
+        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+        names = capture_names(model)
+        kv = heads.kv_head_map(model)
+        for t in tokenized:
+            positions, ids = _common.answer_slice(t, self.answer_tokens)
+            u = heads.answer_directions(model, ids, final_norm=self.final_norm)  # [P, D]
+            needle, off = t.needle_positions, t.off_needle
+            rows_at = needle + off  # R query rows
+            _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=positions[-1:])
+            for layer in range(geo.n_layers):
+                rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
+                weight, src = rows.max(dim=-1)  # [H, R]
+                v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
+                v_src = v[src, kv[:, None]]  # [H, R, d]
+                write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
+                write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
+                proj = (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
+                c = weight * proj
+                n = len(needle)
+                total[layer] += (c[:, :n].mean(-1) - c[:, n:].mean(-1)).double().cpu()
+            del cache
+        result = HeadScores(
+            scores=total / len(tokenized),
+            detector=name,
+            params=self.get_params(),
+            forward_passes=len(tokenized),
+            seconds=time.perf_counter() - start,
+        )
+        return validate_scores(result, model, name)
