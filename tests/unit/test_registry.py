@@ -1,0 +1,118 @@
+"""The detector registry: lazy built-ins, the decorator, collisions and entry-point plugins."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from importlib import metadata
+
+import pytest
+
+from locos_bench.detectors import Detector, registry
+from locos_bench.detectors.registry import (
+    DETECTORS,
+    detector_names,
+    detector_source,
+    get_detector_class,
+    make_detector,
+    register_detector,
+)
+from locos_bench.errors import LocosError
+
+NINE = {
+    "locos", "locos-argmax", "attention", "retrieval-head", "attention-knockout",
+    "activation-patching", "path-patching", "attribution-patching", "random",
+}
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """Undo runtime registrations and plugin loading after each test."""
+    saved = dict(DETECTORS._entries)
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    yield
+    DETECTORS._entries.clear()
+    DETECTORS._entries.update(saved)
+
+
+def test_all_nine_builtins_are_registered():
+    assert NINE <= set(detector_names())
+    assert all(detector_source(n) == "built-in" for n in NINE)
+
+
+def test_listing_names_imports_no_detector_module():
+    code = (
+        "import sys; from locos_bench.detectors.registry import detector_names; "
+        "names = detector_names(); "
+        "print([m for m in sys.modules if m.startswith('locos_bench.detectors.') "
+        "and m.rsplit('.', 1)[1] not in ('base', 'registry', '_common')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_builtin_classes_resolve_and_know_their_names():
+    for name in ["locos", "locos-argmax", "attention", "retrieval-head", "random"]:
+        cls = get_detector_class(name)
+        assert issubclass(cls, Detector) and cls.name == name and cls.cost != "?"
+
+
+def test_unknown_detector_suggests_the_closest_name():
+    with pytest.raises(LocosError, match=r"unknown detector 'locso' \(did you mean 'locos'\?\)"):
+        get_detector_class("locso")
+
+
+def test_bad_parameters_name_the_detector():
+    with pytest.raises(LocosError, match=r"detector 'locos': bad parameters \{'alpha': 1\}"):
+        make_detector("locos", alpha=1)
+
+
+def test_decorator_registers_at_runtime(scratch_registry):
+    @register_detector("toy-detector")
+    class Toy(Detector):
+        cost = "0"
+
+    assert get_detector_class("toy-detector") is Toy and Toy.name == "toy-detector"
+    assert detector_source("toy-detector") == "runtime"
+    assert isinstance(make_detector("toy-detector"), Toy)
+
+
+def test_decorator_refuses_a_builtin_name(scratch_registry):
+    with pytest.raises(LocosError, match=r"detector 'locos' is already registered \(from built-in\)"):
+
+        @register_detector("locos")
+        class Impostor(Detector):
+            pass
+
+
+class FakeDist:
+    name = "fake-plugin"
+    version = "9.9"
+
+
+def _entry_point(name, value):
+    return metadata.EntryPoint(name, value, registry.ENTRY_POINT_GROUP)._for(FakeDist())
+
+
+class PluginDetector(Detector):
+    cost = "0"
+
+
+def test_entry_points_register_warn_on_clash_and_survive_broken_plugins(scratch_registry, monkeypatch):
+    eps = [
+        _entry_point("plugin-ok", f"{__name__}:PluginDetector"),
+        _entry_point("locos", f"{__name__}:PluginDetector"),
+        _entry_point("plugin-broken", "no_such_module_xyz:Thing"),
+    ]
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: eps if group == registry.ENTRY_POINT_GROUP else [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        names = detector_names()
+    messages = [str(w.message) for w in caught]
+    assert "plugin-ok" in names and "plugin-broken" not in names
+    assert get_detector_class("plugin-ok") is PluginDetector
+    assert detector_source("plugin-ok") == "fake-plugin==9.9"
+    assert get_detector_class("locos").__module__ == "locos_bench.detectors.locos"  # built-in wins
+    assert any("'locos'" in m and "clashes with a built-in" in m for m in messages)
+    assert any("'plugin-broken'" in m and "failed to import" in m for m in messages)
