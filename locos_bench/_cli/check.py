@@ -1,0 +1,56 @@
+"""`locos-bench check RUN_DIR`: verdicts against baselines, non-zero exit on any failure."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from locos_bench.errors import LocosError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a finished run directory")
+    parser.add_argument("--against", action="append", type=Path,
+                        help="baseline file or directory (repeatable; default baselines/)")
+    parser.add_argument("--tolerance", type=float, help="override every record's tolerance")
+    parser.add_argument("--update", type=Path, metavar="FILE",
+                        help="write this run's figures as reference records into FILE instead of checking")
+    parser.add_argument("--command", help="the command recorded as the source of updated records")
+    parser.add_argument("--json", action="store_true")
+
+
+def main(args: argparse.Namespace) -> int:
+    from locos_bench.baselines import compare, load_baselines, run_figures, update_records, verdict_table
+    from locos_bench.records import RunDir
+
+    run_dir = RunDir(args.run_dir)
+    if not run_dir.exists():
+        raise LocosError(f"{args.run_dir} is not a run directory (no manifest.json)")
+    manifest, figures = run_figures(run_dir)
+    if args.update:
+        command = args.command or " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
+        n = update_records(args.update, manifest, figures, command=command)
+        print(f"wrote {n} reference records for {manifest.model} into {args.update}")
+        return 0
+    verdicts = compare(load_baselines(args.against), manifest, figures, tolerance=args.tolerance)
+    if args.json:
+        from locos_bench._cli.common import print_json
+
+        print_json([{"figure": v.record.label, "status": v.status, "expected": v.record.value,
+                     "ci": v.record.ci, "tolerance": v.record.tolerance,
+                     "got": None if v.got is None else [v.got.value, v.got.low, v.got.high],
+                     "file": str(v.file), "message": v.message} for v in verdicts])
+    else:
+        if not verdicts:
+            print(f"no baseline records match model {manifest.model!r} and this run's tasks")
+        else:
+            print(verdict_table(verdicts))
+            for v in verdicts:
+                if v.failed and v.message:
+                    print(f"{v.status}: {v.record.label}: {v.message}")
+    failed = [v for v in verdicts if v.failed]
+    if failed:
+        print(f"\n{len(failed)} of {len(verdicts)} baseline checks failed", file=sys.stderr)
+    return 1 if failed else 0

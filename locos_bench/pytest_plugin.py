@@ -1,0 +1,128 @@
+"""pytest plugin: gate CI on published numbers with one fixture.
+
+Options: `--locos-model`, `--locos-baselines`, `--locos-update-baselines`, `--locos-device`.
+The `locos` fixture runs (or reuses, from pytest's cache) a benchmark run and checks it
+against its baselines; `@pytest.mark.locos(tolerance=...)` sets a per-test tolerance.
+A regression, an unexplained improvement or a missing baseline is a failing *test* with a
+small table, never a session error::
+
+    def test_gemma3_retrieval(locos):
+        run = locos.run(model="gemma3", tasks=["kv-retrieval"], detectors=["locos", "random"])
+        locos.check(run)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_MODELS: dict[tuple[str, str], Any] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("locos", "locos-bench regression checks")
+    group.addoption("--locos-model", default=None, help="model for tests that follow the command line")
+    group.addoption("--locos-baselines", default=None, help="baseline file or directory (default baselines/)")
+    group.addoption("--locos-update-baselines", action="store_true",
+                    help="write the runs' figures as the new reference baselines instead of checking")
+    group.addoption("--locos-device", default="cpu", help="cpu or cuda")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "locos(tolerance=None): per-test tolerance for locos-bench baseline checks"
+    )
+
+
+class LocosSession:
+    """What the `locos` fixture gives a test."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.request = request
+        self.config = request.config
+        self.model: str | None = self.config.getoption("--locos-model")
+        self.device: str = self.config.getoption("--locos-device")
+        self.update: bool = self.config.getoption("--locos-update-baselines")
+        option = self.config.getoption("--locos-baselines")
+        from locos_bench.baselines import BASELINES_DIR
+
+        self.baselines = Path(option) if option else BASELINES_DIR
+        marker = request.node.get_closest_marker("locos")
+        self.tolerance = marker.kwargs.get("tolerance") if marker else None
+
+    def require(self, model: str, *, gpu: bool = False) -> None:
+        """Skip (with the reason) unless `model` can be loaded here and, if asked, a GPU exists."""
+        import torch
+
+        from locos_bench.models import offline_models
+
+        if gpu and not torch.cuda.is_available():
+            pytest.skip(f"needs a CUDA GPU for {model} (run with --locos-model {model} --locos-device cuda)")
+        if model not in offline_models() and self.model != model:
+            pytest.skip(f"needs {model}, which is not available offline: pass --locos-model {model} "
+                        "on a machine that can load it")
+
+    def loaded(self, model: str) -> Any:
+        from locos_bench.models import load_model
+
+        key = (model, self.device)
+        if key not in _MODELS:
+            _MODELS[key] = load_model(model, device=self.device)
+        return _MODELS[key]
+
+    def run(self, *, model: str | None = None, **config: Any) -> Any:
+        """Run (or resume/reuse) a benchmark with `RunConfig` fields; returns its `RunDir`."""
+        from locos_bench.harness import RunConfig, run_benchmark
+
+        model = model or self.model
+        if model is None:
+            pytest.skip("no model: pass --locos-model")
+        config.setdefault("quiet", True)
+        key = json.dumps({"model": model, "device": self.device, **config}, sort_keys=True, default=str)
+        name = f"{model.replace('/', '_')}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+        out = Path(self.config.cache.mkdir("locos-runs")) / name
+        cfg = RunConfig(model=model, device=self.device, output_dir=out, **config)
+        return run_benchmark(cfg, model=self.loaded(model))
+
+    def check(self, run_dir: Any, *, baseline_file: str | Path | None = None) -> None:
+        """Compare `run_dir` with the baselines; fail this test on any regression/improvement.
+
+        With `--locos-update-baselines`, write the run's figures into `baseline_file`
+        (default `baselines/<model>.yaml`) instead."""
+        from locos_bench.baselines import compare, load_baselines, run_figures, update_records, verdict_table
+
+        manifest, figures = run_figures(run_dir)
+        target = Path(baseline_file) if baseline_file else self.baselines / f"{manifest.model.replace('/', '_')}.yaml"
+        if self.update:
+            command = " ".join(shlex.quote(a) for a in ["pytest", self.request.node.nodeid, "--locos-update-baselines"])
+            update_records(target, manifest, figures, command=command)
+            return
+        sources = [target] if baseline_file else [self.baselines]
+        if not all(Path(s).exists() for s in sources):
+            pytest.fail(f"no baseline file {sources[0]}: create it with --locos-update-baselines", pytrace=False)
+        verdicts = compare(load_baselines(sources), manifest, figures, tolerance=self.tolerance)
+        verdicts = [v for v in verdicts if v.status != "not-in-run"]
+        if not verdicts:
+            pytest.fail(f"no baseline records for {manifest.model} on "
+                        f"{', '.join(t.name for t in manifest.tasks)} in {sources[0]}: "
+                        "create them with --locos-update-baselines", pytrace=False)
+        failed = [v for v in verdicts if v.failed]
+        if failed:
+            lines = [verdict_table(failed), ""]
+            lines += [f"{v.status}: {v.record.label}: {v.message}" for v in failed]
+            pytest.fail(f"{len(failed)} of {len(verdicts)} baseline checks failed\n" + "\n".join(lines),
+                        pytrace=False)
+
+
+@pytest.fixture
+def locos(request: pytest.FixtureRequest) -> LocosSession:
+    """Run locos-bench units and assert them against their baselines."""
+    return LocosSession(request)
+
+
+__all__ = ["LocosSession", "locos"]
