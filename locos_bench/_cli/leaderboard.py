@@ -1,0 +1,41 @@
+"""`locos-bench leaderboard RUN_DIR [RUN_DIR ...] [--out DIR] [--json]`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from locos_bench._cli.common import print_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=Path,
+                        help="run directories written by `locos-bench run` (several: one section each)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="where to write leaderboard.md and plots/ (default: the run directory; "
+                             "required with several runs)")
+    parser.add_argument("--json", action="store_true",
+                        help="also print the computed statistics as JSON")
+    parser.add_argument("--n-resamples", type=int, default=2000, metavar="B",
+                        help="bootstrap resamples per task (default 2000)")
+    parser.add_argument("--ci", choices=["percentile", "bca"], default="percentile",
+                        help="bootstrap interval method (default percentile)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+
+def main(args: argparse.Namespace) -> int:
+    from locos_bench.errors import LocosError
+    from locos_bench.leaderboard import analyze_runs, stats_json, write_stats
+
+    if args.n_resamples < 1:
+        raise LocosError(f"--n-resamples must be at least 1, got {args.n_resamples}")
+    if args.out is None and len(args.run_dirs) > 1:
+        raise LocosError("several run directories: say where to write with --out DIR")
+    runs = analyze_runs(args.run_dirs, n_resamples=args.n_resamples, method=args.ci)
+    path = write_stats(runs, args.out if args.out is not None else args.run_dirs[0],
+                       plots=not args.no_plots)
+    if args.json:
+        print_json({"leaderboard": str(path), **stats_json(runs)})
+    else:
+        print(f"wrote {path}")
+    return 0
