@@ -185,15 +185,18 @@ def test_attention_mass_is_needle_minus_off_needle_mean(model):
     ]).double()
     result = make_detector("attention").score(model, [HAND], rng=RNG(0))
     torch.testing.assert_close(result.scores, expected, atol=1e-6, rtol=1e-5)
-    # The planted heads that read the needle put all their attention on its value token,
-    # half of a two-token needle.
-    for head in [(1, 0), (1, 1), (2, 3)]:
-        assert result.scores[head] == pytest.approx(0.5, abs=0.01)
+    # Both retrieval heads and the read-only decoy read the needle from the query position.
+    truth = model.info["ground_truth"]
+    readers = [tuple(h) for h in truth["retrieval"] + truth["read_only_decoy"]]
+    others = [(L, h) for L in range(3) for h in range(4) if (L, h) not in readers]
+    assert min(result.scores[h] for h in readers) > 0.3 > max(result.scores[h] for h in others)
 
 
 def test_retrieval_head_credits_copying_heads_only(model, examples):
+    """The planted readers attend to the needle's value token, which is the answer."""
     result = make_detector("retrieval-head").score(model, examples, rng=RNG(0))
-    copying = {(1, 0), (1, 1), (2, 3)}  # attend to the needle's value token, which is the answer
+    truth = model.info["ground_truth"]
+    copying = {tuple(h) for h in truth["retrieval"] + truth["read_only_decoy"]}
     for layer in range(3):
         for head in range(4):
             if (layer, head) in copying:

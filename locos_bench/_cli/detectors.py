@@ -1,0 +1,73 @@
+"""`locos-bench detectors [--json]`: every registered detector, where it comes from, its
+parameters (with defaults) and its cost class (forward passes per calibration example)."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import warnings
+from typing import Any
+
+from locos_bench._cli.common import print_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def collect() -> list[dict[str, Any]]:
+    """One row per detector; plugin warnings go to stderr as one line each."""
+    from locos_bench.detectors.registry import detector_names, detector_source, get_detector_class
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        names = detector_names()
+    for warning in caught:
+        print(f"locos-bench: warning: {warning.message}", file=sys.stderr)
+    rows = []
+    for name in names:
+        row: dict[str, Any] = {"name": name, "source": detector_source(name)}
+        try:
+            cls = get_detector_class(name)
+        except Exception as exc:  # a built-in whose module is missing must not hide the rest
+            row.update(available=False, error=f"{type(exc).__name__}: {exc}", params={}, cost=None,
+                       stochastic=None, description="")
+            rows.append(row)
+            continue
+        row.update(
+            available=True,
+            params=parameters(cls),
+            cost=getattr(cls, "cost", "?"),
+            stochastic=bool(getattr(cls, "stochastic", False)),
+            description=(inspect.getdoc(cls) or "").split("\n")[0],
+        )
+        rows.append(row)
+    return rows
+
+
+def parameters(cls: type) -> dict[str, Any]:
+    """Constructor parameters and their defaults (`None` for a parameter without one)."""
+    out: dict[str, Any] = {}
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        out[p.name] = None if p.default is p.empty else p.default
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    rows = collect()
+    if args.json:
+        print_json(rows)
+        return 0
+    table = []
+    for r in rows:
+        params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items()) or "-"
+        cost = r["cost"] if r["available"] else "unavailable"
+        note = r["description"] if r["available"] else r["error"]
+        table.append([r["name"], r["source"], cost, params, note])
+    print(tabulate(table, headers=["detector", "source", "forward passes / example", "parameters", ""]))
+    return 0

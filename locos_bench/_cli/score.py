@@ -1,0 +1,102 @@
+"""`locos-bench score`: score the heads of one model on one task with one detector.
+
+Uses the task's first `--n` examples, the calibration split of a benchmark run. Prints the
+layer x head scores and the top heads (`L{l}H{h}`); `--json` prints `detector`, `params`,
+`scores` (nested list), `top` (ordered `[layer, head]` pairs), `seconds`, `forward_passes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from typing import Any
+
+from locos_bench._cli.common import add_model_options, print_json
+from locos_bench.errors import LocosError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_options(parser)
+    parser.add_argument("--task", required=True, help="task name (see `locos-bench tasks`) or YAML path")
+    parser.add_argument("--detector", required=True, help="detector name (see `locos-bench detectors`)")
+    parser.add_argument("--n", type=int, help="calibration examples (default: the task's calibration size)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the detector's rng (default 0)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="detector parameter; VALUE is read as JSON, else as a string (repeatable)")
+    parser.add_argument("--top", type=int, default=10, metavar="K", help="how many top heads to list (default 10)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """`["answer_tokens=first", "final_norm=false"]` -> `{"answer_tokens": "first", "final_norm": False}`."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LocosError(f"--param {item!r}: expected KEY=VALUE")
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value
+    return params
+
+
+def main(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from locos_bench.detectors.base import head_name, validate_scores
+    from locos_bench.detectors.registry import detector_source, get_detector_class, make_detector
+    from locos_bench.models import load_model
+    from locos_bench.tasks import load_task, make_examples
+
+    # Everything that can be checked without the model is checked first.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        get_detector_class(args.detector)
+    for warning in caught:
+        print(f"locos-bench: warning: {warning.message}", file=sys.stderr)
+    detector = make_detector(args.detector, **parse_params(args.param))
+    spec = load_task(args.task)
+    n = spec.sizes.calibration if args.n is None else args.n
+    if n < 1:
+        raise LocosError(f"--n must be at least 1, got {n}")
+    if args.top < 1:
+        raise LocosError(f"--top must be at least 1, got {args.top}")
+
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    total = model.geometry.n_total_heads
+    if args.top > total:
+        raise LocosError(f"--top {args.top} is larger than the {total} heads of {model.name!r}")
+    examples = make_examples(spec, n, model=model)
+    result = detector.score(model, examples, rng=np.random.default_rng(args.seed))
+    validate_scores(result, model, args.detector)
+    top = result.top_k(args.top)
+
+    if args.json:
+        print_json({
+            "detector": args.detector,
+            "source": detector_source(args.detector),
+            "params": result.params or detector.get_params(),
+            "model": model.name,
+            "task": spec.name,
+            "examples": len(examples),
+            "seed": args.seed,
+            "scores": result.scores.detach().double().cpu().tolist(),
+            "top": [list(h) for h in top],
+            "seconds": round(result.seconds, 4),
+            "forward_passes": result.forward_passes,
+        })
+        return 0
+
+    from tabulate import tabulate
+
+    scores = result.scores.detach().double().cpu()
+    geo = model.geometry
+    table = [[f"L{layer}", *(f"{float(s):.4g}" for s in scores[layer])] for layer in range(geo.n_layers)]
+    print(f"{args.detector} on {model.name} / {spec.name} ({len(examples)} examples, seed {args.seed})")
+    print(tabulate(table, headers=["", *(f"H{h}" for h in range(geo.n_heads))], disable_numparse=True))
+    print(f"\ntop {args.top}: " + " ".join(head_name(h) for h in top))
+    print(f"{result.forward_passes} forward passes, {result.seconds:.2f} s")
+    return 0

@@ -1,0 +1,120 @@
+"""`locos-bench detectors` and `locos-bench score`, in process on the planted model.
+
+`load_model` is replaced by the already-built planted model so each call costs milliseconds;
+the plugin test in tests/integration runs the real command in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from locos_bench import cli, models
+from locos_bench.conformance import conformance_model
+from locos_bench.detectors import Detector, HeadScores
+from locos_bench.detectors.registry import DETECTORS, register_detector
+
+NINE = {
+    "locos", "locos-argmax", "attention", "retrieval-head", "attention-knockout",
+    "activation-patching", "path-patching", "attribution-patching", "random",
+}
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    model = conformance_model()
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: model)
+    return model
+
+
+@pytest.fixture
+def runtime_detectors():
+    saved = dict(DETECTORS._entries)
+    yield
+    DETECTORS._entries.clear()
+    DETECTORS._entries.update(saved)
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_detectors_json_lists_all_nine(capsys):
+    code, out, _ = run(capsys, "detectors", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert code == 0 and NINE <= set(rows)
+    assert rows["locos"]["source"] == "built-in"
+    assert rows["locos"]["params"] == {"answer_tokens": "mean", "final_norm": True}
+    assert rows["locos"]["cost"] == "1" and rows["random"]["stochastic"] is True
+
+
+def test_detectors_table(capsys):
+    code, out, _ = run(capsys, "detectors")
+    assert code == 0 and "locos-argmax" in out and "answer_tokens='mean'" in out
+
+
+def test_score_json_puts_planted_retrieval_heads_first(capsys, planted):
+    code, out, _ = run(capsys, "score", "--model", "planted", "--task", "planted-kv", "--detector", "locos",
+                       "--n", "4", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert {"detector", "params", "scores", "top", "seconds", "forward_passes"} <= set(data)
+    truth = sorted(planted.info["ground_truth"]["retrieval"])
+    assert sorted(data["top"][:2]) == truth and len(data["top"]) == 10
+    assert data["forward_passes"] == 4 and data["examples"] == 4
+    assert torch.tensor(data["scores"]).shape == (3, 4)
+
+
+def test_score_table_and_params(capsys, planted):
+    code, out, _ = run(capsys, "score", "--model", "planted", "--task", "planted-kv", "--detector", "attention",
+                       "--n", "2", "--top", "3", "--param", "answer_tokens=first")
+    assert code == 0
+    assert "H3" in out and "L2" in out
+    top_line = next(line for line in out.splitlines() if line.startswith("top 3:"))
+    assert len(top_line.split()) == 2 + 3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--detector", "locso"], r"unknown detector 'locso' \(did you mean 'locos'\?\)"),
+        (["--detector", "locos", "--top", "13"], r"--top 13 is larger than the 12 heads of 'planted'"),
+        (["--detector", "locos", "--param", "answer_tokens"], r"--param 'answer_tokens': expected KEY=VALUE"),
+        (["--detector", "locos", "--param", "alpha=2"], r"detector 'locos': bad parameters"),
+        (["--detector", "locos", "--n", "0"], r"--n must be at least 1"),
+    ],
+)
+def test_score_bad_input_is_one_line(capsys, planted, argv, message):
+    code, out, err = run(capsys, "score", "--model", "planted", "--task", "planted-kv", "--n", "2", *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("locos-bench: error: ")
+    assert re.search(message, err), err
+
+
+def test_score_rejects_nan_and_wrong_shape_from_a_detector(capsys, planted, runtime_detectors):
+    @register_detector("emits-nan")
+    class EmitsNaN(Detector):
+        cost = "0"
+
+        def score(self, model, examples, *, rng):
+            scores = torch.zeros(model.geometry.n_layers, model.geometry.n_heads)
+            scores[1, 2] = float("nan")
+            return HeadScores(scores=scores, detector=self.name)
+
+    @register_detector("emits-kv-shape")
+    class EmitsKVShape(Detector):
+        cost = "0"
+
+        def score(self, model, examples, *, rng):
+            return HeadScores(scores=torch.zeros(3, 2), detector=self.name)
+
+    base = ["score", "--model", "planted", "--task", "planted-kv", "--n", "1", "--detector"]
+    code, _, err = run(capsys, *base, "emits-nan")
+    assert code == 2 and "detector 'emits-nan' returned non-finite scores at L1H2" in err
+    code, _, err = run(capsys, *base, "emits-kv-shape")
+    assert code == 2 and "detector 'emits-kv-shape' returned scores of shape (3, 2)" in err
