@@ -450,6 +450,11 @@ def _save(fig: Any, path: Path) -> None:
         raise
 
 
+def _manifest_order(run: RunStats, task: TaskResult) -> list[DetectorResult]:
+    """Detectors in the manifest's order, so panels line up across tasks."""
+    return [task.detectors[d.name] for d in run.manifest.detectors if d.name in task.detectors]
+
+
 def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
     from matplotlib.figure import Figure
 
@@ -487,8 +492,9 @@ def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
 
 def _plot_heatmap(run: RunStats, task: TaskResult, path: Path) -> bool:
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    dets = [r for r in task.detectors.values() if r.scores is not None]
+    dets = [r for r in _manifest_order(run, task) if r.scores is not None]
     if not dets:
         return False
     k = _overlap_k(run.budgets)
@@ -504,6 +510,8 @@ def _plot_heatmap(run: RunStats, task: TaskResult, path: Path) -> bool:
             ax.scatter([h for _, h in top], [l for l, _ in top], marker="s", s=30,
                        facecolors="none", edgecolors="red", linewidths=1)
         ax.set_title(_detector_label(res), fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         fig.colorbar(im, ax=ax, shrink=0.85)
@@ -518,7 +526,7 @@ def _plot_overlap(run: RunStats, task: TaskResult, path: Path) -> bool:
     from matplotlib.figure import Figure
 
     k = _overlap_k(run.budgets)
-    sets = [(res, set(top)) for res in task.detectors.values() if (top := _top_heads(res, k))]
+    sets = [(res, set(top)) for res in _manifest_order(run, task) if (top := _top_heads(res, k))]
     if len(sets) < 2:
         return False
     n = len(sets)
