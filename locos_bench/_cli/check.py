@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=float, help="override every record's tolerance")
     parser.add_argument("--update", type=Path, metavar="FILE",
                         help="write this run's figures as reference records into FILE instead of checking")
-    parser.add_argument("--command", help="the command recorded as the source of updated records")
+    parser.add_argument("--source-command", dest="source_command", help="the command recorded as the source of updated records")
     parser.add_argument("--json", action="store_true")
 
 
@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError(f"{args.run_dir} is not a run directory (no manifest.json)")
     manifest, figures = run_figures(run_dir)
     if args.update:
-        command = args.command or " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
+        command = args.source_command or " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         n = update_records(args.update, manifest, figures, command=command)
         print(f"wrote {n} reference records for {manifest.model} into {args.update}")
         return 0

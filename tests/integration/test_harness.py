@@ -1,0 +1,149 @@
+"""The run loop on the planted model: splits, identical budgets, records, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from locos_bench.detectors import Detector, HeadScores, register_detector
+from locos_bench.errors import LocosError
+from locos_bench.harness import Run, RunConfig, Progress
+from locos_bench.records import BASELINE, EvalUnit, RankUnit, RunDir, ScoresUnit
+
+
+@register_detector("test-oracle")
+class Oracle(Detector):
+    """Scores the planted model's true retrieval heads highest (tests the harness only)."""
+
+    cost = "0"
+
+    def score(self, model, examples, *, rng):
+        geo = model.geometry
+        scores = torch.zeros(geo.n_layers, geo.n_heads)
+        for rank, (layer, head) in enumerate(model.info["ground_truth"]["retrieval"]):
+            scores[layer, head] = 10.0 - rank
+        return HeadScores(scores=scores, detector=self.name, params={})
+
+
+@register_detector("test-crash")
+class Crash(Detector):
+    cost = "0"
+
+    def score(self, model, examples, *, rng):
+        raise RuntimeError("boom")
+
+
+def _cfg(tmp_path, **kw):
+    base = dict(model="planted", detectors=["test-oracle,test-crash"], tasks=["planted-kv"], budgets=[1, 2, 4],
+                n_calib=2, n_ref=4, n_eval=8, random_draws=2, rank_diagnostic=2, output_dir=tmp_path / "run",
+                quiet=True)
+    base.update(kw)
+    return RunConfig(**base).resolved()
+
+
+def _execute(cfg, planted):
+    return Run(cfg, planted, Progress(True)).execute()
+
+
+def test_units_splits_and_budgets(tmp_path, planted):
+    run_dir = _execute(_cfg(tmp_path), planted)
+    manifest = run_dir.read_manifest()
+    splits = manifest.tasks[0].splits
+    sets = [set(splits[s]) for s in ("calibration", "reference", "evaluation")]
+    assert sum(map(len, sets)) == len(set.union(*sets)) == 14  # disjoint
+    units = run_dir.read_units()
+    evals = [u for u in units if isinstance(u, EvalUnit)]
+    assert sorted((u.detector, u.k) for u in evals) == [(BASELINE, 0), ("test-oracle", 1), ("test-oracle", 2), ("test-oracle", 4)]
+    assert all(len(u.values["exact_match"]) == 8 for u in evals)
+    baseline = next(u for u in evals if u.detector == BASELINE)
+    ablated = next(u for u in evals if u.k == 2)
+    assert np.mean(baseline.values["exact_match"]) >= 0.9
+    assert np.mean(ablated.values["exact_match"]) <= 0.4  # both redundant retrieval heads gone
+    crash = next(u for u in units if isinstance(u, ScoresUnit) and u.detector == "test-crash")
+    assert crash.error and "boom" in crash.error
+    ranks = [u for u in units if isinstance(u, RankUnit)]
+    assert [u.rank for u in ranks] == [1, 2]
+    assert manifest.timings["evaluate"] > 0
+
+
+def test_identical_head_sets_reuse_evaluation(tmp_path, planted):
+    run_dir = _execute(_cfg(tmp_path, budgets=[1, 2, 4], detectors=["test-oracle"]), planted)
+    evals = {u.k: u for u in run_dir.read_units() if isinstance(u, EvalUnit)}
+    assert not evals[1].reused and not evals[4].reused
+
+
+def test_interrupted_run_resumes_without_recomputing(tmp_path, planted, monkeypatch):
+    cfg = _cfg(tmp_path)
+    calls = {"n": 0}
+    original = RunDir.append
+
+    def flaky(self, unit):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return original(self, unit)
+
+    monkeypatch.setattr(RunDir, "append", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        _execute(cfg, planted)
+    monkeypatch.setattr(RunDir, "append", original)
+    partial = RunDir(cfg.output_dir).read_units()
+    assert len(partial) == 3
+    done_before = {u.key: u.model_dump() for u in partial}
+    run_dir = _execute(_cfg(tmp_path), planted)
+    units = run_dir.read_units()
+    keys = [u.key for u in units]
+    assert len(keys) == len(set(keys))
+    for key, dump in done_before.items():  # finished units were kept, not recomputed
+        assert next(u for u in units if u.key == key).model_dump() == dump
+    fresh = _execute(_cfg(tmp_path / "fresh"), planted)
+    assert sorted(keys) == sorted(u.key for u in fresh.read_units())
+    with open(cfg.output_dir / "results.jsonl") as handle:
+        assert len(handle.readlines()) == len(keys)
+
+
+def test_other_configuration_is_refused_unless_forced(tmp_path, planted):
+    _execute(_cfg(tmp_path, budgets=[1]), planted)
+    with pytest.raises(LocosError, match="different configuration"):
+        _execute(_cfg(tmp_path, budgets=[1, 2]), planted)
+    _execute(_cfg(tmp_path, budgets=[1, 2], force=True), planted)
+
+
+def test_torn_line_is_ignored_and_repaired(tmp_path, planted):
+    cfg = _cfg(tmp_path, budgets=[1])
+    run_dir = _execute(cfg, planted)
+    n = len(run_dir.read_units())
+    with open(run_dir.results_path, "a") as handle:
+        handle.write('{"kind": "eval", "task": "planted-kv", "detec')
+    assert len(run_dir.read_units()) == n
+    run_dir.append(ScoresUnit(task="x", detector="y", error="z"))
+    assert len(run_dir.read_units()) == n + 1
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(detectors=["locoss"]), "did you mean"),
+        (dict(tasks=["niah-literall"]), "did you mean"),
+        (dict(budgets=[0]), "positive"),
+        (dict(n_eval=1), "--n-eval"),
+        (dict(ablation="median"), "unknown ablation"),
+        (dict(preset="huge"), "unknown preset"),
+    ],
+)
+def test_bad_configuration(tmp_path, kw, message):
+    with pytest.raises(LocosError, match=message):
+        _cfg(tmp_path, **kw)
+
+
+def test_budgets_above_head_count_are_capped(tmp_path, planted):
+    run_dir = _execute(_cfg(tmp_path, budgets=[1, 500], detectors=["test-oracle"]), planted)
+    assert run_dir.read_manifest().budgets == [1, planted.geometry.n_total_heads]

@@ -1,0 +1,138 @@
+"""Two-sided verdicts against baselines: pass, regression, improvement, stale, malformed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from locos_bench.baselines import Figure, compare, judge, load_baselines, run_figures, update_records, BaselineRecord, Source
+from locos_bench.errors import LocosError
+from locos_bench.harness import Progress, Run, RunConfig
+from locos_bench.records import RunDir
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory, planted):
+    out = tmp_path_factory.mktemp("runs") / "planted"
+    cfg = RunConfig(model="planted", detectors=["locos,random"], tasks=["planted-kv"], budgets=[2],
+                    n_calib=2, n_ref=4, n_eval=8, random_draws=2, rank_diagnostic=0, output_dir=out,
+                    quiet=True).resolved()
+    Run(cfg, planted, Progress(True)).execute()
+    return out
+
+
+@pytest.fixture
+def baseline_file(planted_run, tmp_path):
+    manifest, figures = run_figures(RunDir(planted_run))
+    path = tmp_path / "planted.yaml"
+    update_records(path, manifest, figures, command="locos-bench run ... (test)")
+    return path
+
+
+def _edit(path, detector, k, metric, **changes):
+    data = yaml.safe_load(path.read_text())
+    for rec in data["records"]:
+        if rec["detector"] == detector and rec["k"] == k and rec["metric"] == metric:
+            rec.update(changes)
+            break
+    else:
+        raise AssertionError("record not found")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _rec(**kw):
+    base = dict(source=Source(kind="run", ref="x"), model="m", task="t", detector="locos", k=2,
+                metric="exact_match", value=0.5, ci=(0.4, 0.6))
+    base.update(kw)
+    return BaselineRecord(**base)
+
+
+def test_judge_is_two_sided():
+    assert judge(_rec(), Figure(0.55, 0.5, 0.6)) == "pass"
+    # After ablation a stronger detector collapses the task more: lower is better.
+    assert judge(_rec(), Figure(0.3, 0.2, 0.4)) == "improved"
+    assert judge(_rec(), Figure(0.8, 0.7, 0.9)) == "regression"
+    # The unablated model: higher is better.
+    base = _rec(detector="baseline", k=0)
+    assert judge(base, Figure(0.8, 0.7, 0.9)) == "improved"
+    assert judge(_rec(ci=None, tolerance=0.05), Figure(0.54, 0, 1)) == "pass"
+
+
+def test_record_validation():
+    with pytest.raises(ValueError):
+        _rec(ci=None, tolerance=None)
+    with pytest.raises(ValueError):
+        _rec(detector="baseline", k=2)
+
+
+def test_run_passes_against_its_own_baselines(planted_run, baseline_file):
+    manifest, figures = run_figures(RunDir(planted_run))
+    verdicts = compare(load_baselines([baseline_file]), manifest, figures)
+    assert verdicts and all(v.status == "pass" for v in verdicts)
+
+
+def test_check_cli_fails_on_a_value_outside_its_ci(planted_run, baseline_file):
+    ok = subprocess.run([sys.executable, "-m", "locos_bench.cli", "check", str(planted_run), "--against",
+                         str(baseline_file)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    _edit(baseline_file, "locos", 2, "exact_match", value=0.9, ci=[0.85, 0.95])
+    bad = subprocess.run([sys.executable, "-m", "locos_bench.cli", "check", str(planted_run), "--against",
+                          str(baseline_file)], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "improved" in bad.stdout and "expected" in bad.stdout and "difference" in bad.stdout
+
+
+def test_stale_task_version_is_not_compared(planted_run, baseline_file):
+    _edit(baseline_file, "locos", 2, "exact_match", task_version=99)
+    manifest, figures = run_figures(RunDir(planted_run))
+    verdicts = compare(load_baselines([baseline_file]), manifest, figures)
+    stale = [v for v in verdicts if v.status == "stale"]
+    assert len(stale) == 1 and "version" in stale[0].message and stale[0].got is None
+
+
+def test_malformed_baseline_names_file_and_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(textwrap.dedent("""
+        records:
+          - {source: {kind: run, ref: x}, model: m, task: t, detector: locos, k: 2,
+             metric: exact_match, value: 0.5, ci: [0.4, 0.6], colour: red}
+    """))
+    with pytest.raises(LocosError, match=r"bad.yaml: records.0.colour"):
+        load_baselines([path])
+
+
+def test_incomplete_run_names_missing_units(planted_run, tmp_path):
+    partial = tmp_path / "partial"
+    shutil.copytree(planted_run, partial)
+    lines = (partial / "results.jsonl").read_text().splitlines(keepends=True)
+    (partial / "results.jsonl").write_text("".join(l for l in lines if '"k":2' not in l.replace(" ", "") or '"random"' not in l))
+    with pytest.raises(LocosError, match=r"incomplete: missing planted-kv/random#\d@k=2"):
+        run_figures(RunDir(partial))
+
+
+def test_pytest_plugin_verdicts(pytester, planted_run, baseline_file):
+    """A regression is a failing test with a table; a missing baseline fails with the hint."""
+    pytester.makepyfile(test_gate=f"""
+        from locos_bench.records import RunDir
+
+        def test_gate(locos):
+            locos.check(RunDir({str(planted_run)!r}), baseline_file={str(baseline_file)!r})
+
+        def test_missing(locos):
+            locos.check(RunDir({str(planted_run)!r}), baseline_file={str(baseline_file.parent / 'none.yaml')!r})
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*--locos-update-baselines*"])
+    _edit(baseline_file, "locos", 2, "exact_match", value=0.9, ci=[0.85, 0.95])
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_gate.py::test_gate")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*baseline checks failed*", "*improved*expected*", "*difference*"])
+    assert "INTERNALERROR" not in result.stdout.str()
