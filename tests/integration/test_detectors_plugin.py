@@ -1,0 +1,92 @@
+"""A third-party detector package, pip-installed into this venv, works end to end.
+
+The package in tests/plugins/ declares three entry points in `locos_bench.detectors`: a
+working detector (`norm-of-writes`), one clashing with the built-in `locos`, and one whose
+module fails to import. The CLI must list the first, keep the built-in, warn about both
+others, score with the plugin, and the plugin must pass the conformance suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from locos_bench.conformance import detector_checks
+from locos_bench.detectors import registry
+
+PLUGIN_DIR = Path(__file__).resolve().parents[1] / "plugins" / "locos_bench_example_plugin"
+DIST = "locos-bench-example-plugin"
+CLI = [sys.executable, "-m", "locos_bench.cli"]
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+                   check=True, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def plugin_installed():
+    """Install the plugin editable for this module; uninstall only if we installed it."""
+    try:
+        metadata.distribution(DIST)
+        ours = False
+    except metadata.PackageNotFoundError:
+        _pip("install", "--no-deps", "--no-build-isolation", "-e", str(PLUGIN_DIR))
+        ours = True
+    try:
+        yield
+    finally:
+        if ours:
+            _pip("uninstall", "-y", DIST)
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "default"}
+    return subprocess.run([*CLI, *argv], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_detectors_json_lists_plugin_and_warns(plugin_installed):
+    proc = cli("detectors", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert rows["norm-of-writes"]["source"] == f"{DIST}==0.1.0"
+    assert rows["norm-of-writes"]["params"] == {"answer_tokens": "mean"}
+    assert rows["locos"]["source"] == "built-in"
+    assert "broken-plugin" not in rows
+    assert f"plugin detector 'locos' from {DIST}==0.1.0 clashes with a built-in; the built-in wins" in proc.stderr
+    assert f"plugin detector 'broken-plugin' from {DIST}==0.1.0 failed to import" in proc.stderr
+
+
+def test_score_with_the_plugin_through_the_cli(plugin_installed):
+    proc = cli("score", "--model", "planted", "--task", "planted-kv", "--detector", "norm-of-writes",
+               "--n", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["detector"] == "norm-of-writes" and data["source"] == f"{DIST}==0.1.0"
+    assert len(data["scores"]) == 3 and all(len(row) == 4 for row in data["scores"])
+    assert data["forward_passes"] == 2 and len(data["top"]) == 10
+
+
+def test_plugin_passes_the_conformance_suite(plugin_installed, monkeypatch):
+    # An editable install's import hook is only activated at interpreter start-up.
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    saved = dict(registry.DETECTORS._entries)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            registry.load_plugins()
+        messages = " | ".join(str(w.message) for w in caught)
+        assert "clashes with a built-in" in messages and "failed to import" in messages
+        for check in detector_checks("norm-of-writes"):
+            check()
+    finally:
+        registry.DETECTORS._entries.clear()
+        registry.DETECTORS._entries.update(saved)
