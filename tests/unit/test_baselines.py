@@ -134,5 +134,5 @@ def test_pytest_plugin_verdicts(pytester, planted_run, baseline_file):
     _edit(baseline_file, "locos", 2, "exact_match", value=0.9, ci=[0.85, 0.95])
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_gate.py::test_gate")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*baseline checks failed*", "*improved*expected*", "*difference*"])
+    result.stdout.fnmatch_lines(["*1 of * baseline checks failed*", "*verdict*expected*got*difference*", "improved*locos@k=2/exact_match*"])
     assert "INTERNALERROR" not in result.stdout.str()
