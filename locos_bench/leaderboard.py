@@ -27,7 +27,7 @@ from locos_bench.records import (
     BASELINE, EvalUnit, Manifest, RankUnit, RunDir, ScoresUnit, write_text_atomic,
 )
 from locos_bench.stats import (
-    GOLD, LEVEL, N_RESAMPLES, DetectorResult, Estimate, RunStats, TaskResult, analyze,
+    GOLD, LEVEL, N_RESAMPLES, DetectorResult, Estimate, RunStats, TaskResult, analyze, scores_source,
 )
 
 LEADERBOARD = "leaderboard.md"
@@ -72,30 +72,33 @@ def load_run(path: Path | str) -> tuple[Manifest, list[Unit]]:
 def missing_units(manifest: Manifest, units: Sequence[Unit]) -> list[str]:
     """Units a complete run must hold but this one lacks, as readable labels.
 
-    Required: each task's unablated baseline; each detector's scores per draw; and, where the
+    Required: each task's unablated baseline; each detector's scores per draw (on the task
+    itself, or for a control task on the retrieval task whose heads it borrows); and, where the
     scores exist without error, its evaluation at every budget. A unit recorded with an error
     counts as present (it is reported, not recomputed). Rank diagnostics are optional.
     """
     keys = {u.key for u in units}
     scores_ok = {u.key for u in units if isinstance(u, ScoresUnit) and u.error is None}
     budgets = sorted(set(manifest.budgets))
-    missing = []
+    missing: list[str] = []
     for task in manifest.tasks:
         if ("eval", task.name, BASELINE, 0, 0) not in keys:
             missing.append(f"eval {task.name}/{BASELINE}")
+        source = scores_source(manifest, units, task.name)
         for det in manifest.detectors:
             for draw in range(manifest.random_draws) if det.stochastic else [0]:
                 label = f"{task.name}/{det.name}" + (f" draw {draw}" if det.stochastic else "")
-                skey = ("scores", task.name, det.name, draw)
+                skey = ("scores", source, det.name, draw)
                 if skey not in keys:
-                    missing.append(f"scores {label}")
+                    missing.append(f"scores {source}/{det.name}"
+                                   + (f" draw {draw}" if det.stochastic else ""))
                     continue
                 if skey not in scores_ok:
                     continue
                 ks = [k for k in budgets if ("eval", task.name, det.name, draw, k) not in keys]
                 if ks:
                     missing.append(f"eval {label} k={','.join(map(str, ks))}")
-    return missing
+    return list(dict.fromkeys(missing))  # a borrowed source is named once
 
 
 def analyze_runs(run_dirs: Sequence[Path | str] | Path | str, *, n_resamples: int = N_RESAMPLES,
@@ -369,6 +372,9 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         p = plots.get(task.name, {})
         base = task.baseline
         intro = f"{task.kind} task, headline metric `{task.headline}`, {task.n_eval} evaluation examples."
+        if task.heads_from and task.heads_from != task.name:
+            intro += (f" Ablated heads (and cost) are those found on `{task.heads_from}`; its "
+                      "section shows their scores.")
         if base.ok:
             unabl = "; ".join(f"{m} {fmt_ci(base.curves[m].values[run.budgets[0]])}"
                               for m in task.metrics)
@@ -495,7 +501,7 @@ def _plot_heatmap(run: RunStats, task: TaskResult, path: Path) -> bool:
     from matplotlib.ticker import MaxNLocator
 
     dets = [r for r in _manifest_order(run, task) if r.scores is not None]
-    if not dets:
+    if not dets or task.heads_from not in ("", task.name):
         return False
     k = _overlap_k(run.budgets)
     ncols = min(3, len(dets))
@@ -527,7 +533,7 @@ def _plot_overlap(run: RunStats, task: TaskResult, path: Path) -> bool:
 
     k = _overlap_k(run.budgets)
     sets = [(res, set(top)) for res in _manifest_order(run, task) if (top := _top_heads(res, k))]
-    if len(sets) < 2:
+    if len(sets) < 2 or task.heads_from not in ("", task.name):
         return False
     n = len(sets)
     mat = np.zeros((n, n))

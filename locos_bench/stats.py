@@ -372,6 +372,9 @@ class TaskResult:
     detectors: dict[str, DetectorResult]
     """In ranked order (best first; failed detectors last)."""
     bootstrap: Bootstrap = field(repr=False)
+    heads_from: str = ""
+    """The task whose calibration split chose the heads (itself, or for a control task the
+    retrieval task it borrows them from)."""
 
     @property
     def ranking(self) -> list[str]:
@@ -381,7 +384,7 @@ class TaskResult:
         return {
             "name": self.name, "kind": self.kind, "headline": self.headline,
             "metrics": self.metrics, "n_eval": self.n_eval, "sizes": self.sizes,
-            "chance": self.chance, "ranking": self.ranking,
+            "chance": self.chance, "heads_from": self.heads_from, "ranking": self.ranking,
             "baseline": self.baseline.to_json(),
             "detectors": {name: d.to_json() for name, d in self.detectors.items()},
         }
@@ -475,6 +478,25 @@ def _vector(unit: EvalUnit | RankUnit, metric: str, n: int) -> np.ndarray:
     return np.asarray(vals, dtype=np.float64)
 
 
+def scores_source(manifest: Manifest, units: Sequence[ScoresUnit | EvalUnit | RankUnit],
+                  task: str) -> str:
+    """The task whose ScoresUnits chose the heads ablated on `task`.
+
+    A task with its own scores uses them. A control task has none: the harness ablates the
+    heads found on a retrieval task, which its EvalUnits name in `heads_from`; without such a
+    unit, the first retrieval task of the manifest (the harness's rule).
+    """
+    if any(isinstance(u, ScoresUnit) and u.task == task for u in units):
+        return task
+    for u in units:
+        if isinstance(u, EvalUnit) and u.task == task and u.detector != BASELINE and u.heads_from:
+            return u.heads_from
+    entry = next((t for t in manifest.tasks if t.name == task), None)
+    if entry is not None and entry.kind == "control":
+        return next((t.name for t in manifest.tasks if t.kind == "retrieval"), task)
+    return task
+
+
 def rank_key(result: DetectorResult, headline: str) -> tuple:
     """Sort key: headline drop-area, then gold-logprob drop-area (both descending), then name."""
     def val(metric: str) -> float:
@@ -512,6 +534,7 @@ def analyze(manifest: Manifest, units: Sequence[ScoresUnit | EvalUnit | RankUnit
             metrics = [m for m in metrics if m in base_unit.values]
         headline = metrics[0] if metrics else (entry.metrics[0] if entry.metrics else GOLD)
         sizes = {split: len(idx) for split, idx in entry.splits.items()}
+        source = scores_source(manifest, units, entry.name)
         baseline = DetectorResult(BASELINE)
         base: dict[str, np.ndarray] = {}
         if base_unit is None or base_unit.error is not None:
@@ -524,8 +547,8 @@ def analyze(manifest: Manifest, units: Sequence[ScoresUnit | EvalUnit | RankUnit
                     boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
         results: dict[str, DetectorResult] = {}
         for det in manifest.detectors:
-            results[det.name] = _detector(det.name, det.stochastic, manifest, entry.name, n, by_key,
-                                          boot, budgets, weights, base, metrics)
+            results[det.name] = _detector(det.name, det.stochastic, manifest, entry.name, source, n,
+                                          by_key, boot, budgets, weights, base, metrics)
         for ref in REFERENCES:
             if ref not in results or not results[ref].ok:
                 continue
@@ -542,7 +565,7 @@ def analyze(manifest: Manifest, units: Sequence[ScoresUnit | EvalUnit | RankUnit
                 }
         ordered = dict(sorted(results.items(), key=lambda kv: rank_key(kv[1], headline)))
         tasks.append(TaskResult(entry.name, entry.kind, headline, metrics, n, sizes, entry.chance,
-                                baseline, ordered, boot))
+                                baseline, ordered, boot, source))
     summary = _summary(manifest, tasks)
     return RunStats(manifest, tasks, summary, failures, method, level, n_resamples, name)
 
@@ -587,7 +610,8 @@ def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nd
     return curve, drop_area_vec, drop_k[-1]
 
 
-def _detector(name: str, stochastic: bool, manifest: Manifest, task: str, n: int, by_key: dict,
+def _detector(name: str, stochastic: bool, manifest: Manifest, task: str, source: str, n: int,
+              by_key: dict,
               boot: Bootstrap, budgets: list[int], weights: np.ndarray,
               base: dict[str, np.ndarray], metrics: list[str]) -> DetectorResult:
     res = DetectorResult(name, stochastic=stochastic)
@@ -596,7 +620,7 @@ def _detector(name: str, stochastic: bool, manifest: Manifest, task: str, n: int
     costs: list[tuple[float, int]] = []
     errors: list[str] = []
     for draw in draw_ids:
-        scores = by_key.get(("scores", task, name, draw))
+        scores = by_key.get(("scores", source, name, draw))
         if scores is None:
             errors.append(f"draw {draw}: scores missing")
             continue
@@ -686,5 +710,5 @@ def _mean_over(pairs: list[tuple[TaskResult, str]], detector: str) -> Estimate:
 
 __all__ = [
     "Bootstrap", "Curve", "DetectorResult", "Estimate", "Failure", "RankResult", "RunStats",
-    "SummaryRow", "TaskResult", "analyze", "combine", "curve_weights", "rank_key", "task_seed",
+    "SummaryRow", "TaskResult", "analyze", "combine", "curve_weights", "rank_key", "scores_source", "task_seed",
 ]

@@ -27,8 +27,8 @@ LAYERS, HEADS = 3, 4
 
 def make_run(path: Path, *, model: str = "synthetic", seed: int = 0, crash: bool = True) -> Path:
     """A small but plausible run: `locos` collapses the retrieval task at k=1, `attention` only
-    at k=4, `random` (3 draws) barely moves it, nothing hurts the control task much, and
-    `crashy` fails to score the retrieval task."""
+    at k=4, `random` (3 draws) barely moves it, nothing hurts the control task much (it
+    borrows the retrieval task's heads), and `crashy` fails to score the retrieval task."""
     rng = np.random.default_rng(seed)
     tasks = [
         TaskEntry(name="needle", version=1, kind="retrieval", metrics=["exact_match", "gold_logprob"],
@@ -60,22 +60,26 @@ def make_run(path: Path, *, model: str = "synthetic", seed: int = 0, crash: bool
     def values(acc: np.ndarray, logp: np.ndarray) -> dict[str, list[float]]:
         return {"exact_match": acc.tolist(), "gold_logprob": logp.tolist()}
 
+    scores = rng.random((LAYERS, HEADS))
     for task in tasks:
         acc = (rng.random(N_EVAL) < 0.9).astype(float)
         logp = rng.normal(-1.0, 0.3, N_EVAL)
         retrieval = task.kind == "retrieval"
         run.append(EvalUnit(task=task.name, detector=BASELINE, k=0, values=values(acc, logp),
                             generations=["x"] * N_EVAL, seconds=1.0))
-        scores = rng.random((LAYERS, HEADS))
         for det in detectors:
             for draw in range(3) if det.stochastic else [0]:
-                if det.name == "crashy" and retrieval:
-                    run.append(ScoresUnit(task=task.name, detector=det.name,
-                                          error="RuntimeError: boom | bad shape\nTraceback ..."))
+                # Like the harness: detectors score retrieval tasks; a control task borrows
+                # the heads found on the first retrieval task.
+                if det.name == "crashy":
+                    if retrieval:
+                        run.append(ScoresUnit(task=task.name, detector=det.name,
+                                              error="RuntimeError: boom | bad shape\nTraceback ..."))
                     continue
-                run.append(ScoresUnit(task=task.name, detector=det.name, draw=draw,
-                                      scores=(scores + draw).tolist(), seconds=2.0 + draw,
-                                      forward_passes=8 * (1 + draw)))
+                if retrieval:
+                    run.append(ScoresUnit(task=task.name, detector=det.name, draw=draw,
+                                          scores=(scores + draw).tolist(), seconds=2.0 + draw,
+                                          forward_passes=8 * (1 + draw)))
                 for k in BUDGETS:
                     if det.name == "locos" and retrieval:
                         a, lp = np.zeros(N_EVAL), logp - 3.0
@@ -87,12 +91,13 @@ def make_run(path: Path, *, model: str = "synthetic", seed: int = 0, crash: bool
                     else:
                         a, lp = acc, logp - 0.01 * k
                     run.append(EvalUnit(task=task.name, detector=det.name, draw=draw, k=k,
-                                        heads=[[0, h] for h in range(k)], values=values(a, lp)))
-                if det.name in ("locos", "attention") and draw == 0:
+                                        heads=[[0, h] for h in range(k)], values=values(a, lp),
+                                        heads_from="needle"))
+                if det.name in ("locos", "attention") and draw == 0 and retrieval:
                     for r in (1, 2):
-                        drop = 2.0 / r if det.name == "locos" and retrieval else 0.1
+                        drop = 2.0 / r if det.name == "locos" else 0.1
                         run.append(RankUnit(task=task.name, detector=det.name, rank=r, head=[r, 0],
-                                            values=values(acc, logp - drop)))
+                                            values={"gold_logprob": (logp - drop).tolist()}))
     return path
 
 
@@ -135,7 +140,9 @@ def test_writes_markdown_and_linked_pngs(run_dir: Path):
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     kinds = {Path(link).name.split("-")[0] for link in links}
     assert kinds == {"curves", "heatmap", "overlap"}
-    assert len(links) == 6  # 3 plots x 2 tasks
+    assert sorted(links) == ["plots/curves-needle.png", "plots/curves-sums.png",
+                             "plots/heatmap-needle.png", "plots/overlap-needle.png"]
+    assert "its section shows their scores" in md  # sums borrows needle's heads
     for link in links:
         assert not Path(link).is_absolute()
         png = (run_dir / link).read_bytes()
@@ -197,7 +204,7 @@ def test_summary_table_specificity_and_versus(run_dir: Path):
     spec = float(rows["locos"][5].split()[0])
     assert spec > 0.5  # collapses retrieval, spares the control
     assert rows["locos"][6] == "0.000 [0.000, 0.000]"  # against itself: exactly zero
-    assert rows["crashy"][2] == "0/1 + 1/1"
+    assert rows["crashy"][2] == "0/1 + 0/1"
 
 
 def test_several_runs_one_markdown(tmp_path: Path):

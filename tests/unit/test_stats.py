@@ -16,9 +16,11 @@ PROV = Provenance(packages={}, git_commit=None, device="cpu", python="3", platfo
 
 
 def build(tasks: dict[str, tuple[str, dict[str, list[float]], dict[str, dict[int, dict[str, list[float]]]]]],
-          *, budgets=(1, 2, 4), draws: int = 1, stochastic=("random",), errors=(), seed: int = 0):
+          *, budgets=(1, 2, 4), draws: int = 1, stochastic=("random",), errors=(), seed: int = 0,
+          borrow: str | None = None):
     """tasks: name -> (kind, baseline values, {detector: {k: values}}); a detector key
-    `name#d` gives draw d of a stochastic detector. `errors`: (task, detector, k or None)."""
+    `name#d` gives draw d of a stochastic detector. `errors`: (task, detector, k or None).
+    `borrow`: control tasks get no scores and ablate this retrieval task's heads (the harness)."""
     entries, units, detectors = [], [], []
     for name, (kind, base, dets) in tasks.items():
         n = len(next(iter(base.values())))
@@ -30,15 +32,17 @@ def build(tasks: dict[str, tuple[str, dict[str, list[float]], dict[str, dict[int
             draw = int(draw or 0)
             if det not in detectors:
                 detectors.append(det)
+            own = not (borrow and kind == "control")
             if (name, det, None) in errors:
                 units.append(ScoresUnit(task=name, detector=det, draw=draw, error="boom"))
                 continue
-            units.append(ScoresUnit(task=name, detector=det, draw=draw, scores=[[0.0]],
-                                    seconds=1.5, forward_passes=3))
+            if own:
+                units.append(ScoresUnit(task=name, detector=det, draw=draw, scores=[[0.0]],
+                                        seconds=1.5, forward_passes=3))
             for k, values in per_k.items():
                 err = "oom" if (name, det, k) in errors else None
                 units.append(EvalUnit(task=name, detector=det, draw=draw, k=k, error=err,
-                                      values={} if err else values))
+                                      values={} if err else values, heads_from=borrow))
     manifest = Manifest(
         model="m", model_info={}, tasks=entries,
         detectors=[DetectorEntry(name=d, params={}, source="built-in", cost="1",
@@ -228,6 +232,17 @@ def test_specificity_sign():
     needle_acc = stats.tasks[0].baseline.curves["acc"].values[1].value
     assert row.figures["headline"]["retrieval"].value == pytest.approx(needle_acc)  # full collapse
     assert row.figures["headline"]["control"].value == 0.0
+
+
+def test_control_tasks_borrow_the_retrieval_scores():
+    own = analyze(*_two_task_run(), n_resamples=100)
+    manifest, units = _two_task_run(borrow="needle")
+    assert not any(isinstance(u, ScoresUnit) and u.task == "sums" for u in units)
+    borrowed = analyze(manifest, units, n_resamples=100)
+    sums = borrowed.tasks[1]
+    assert sums.heads_from == "needle" and borrowed.tasks[0].heads_from == "needle"
+    assert sums.detectors["anti"].ok and sums.detectors["anti"].seconds == 1.5
+    assert borrowed.specificity("anti") == own.specificity("anti")
 
 
 def test_ranking_by_headline_then_gold_logprob():
