@@ -14,14 +14,14 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tabulate import tabulate
 
 from locos_bench.errors import LocosError
-from locos_bench.records import BASELINE, EvalUnit, Manifest, RunDir
+from locos_bench.records import BASELINE, Manifest, RunDir
 
 BASELINES_DIR = Path(__file__).resolve().parent.parent / "baselines"
 
@@ -138,16 +138,16 @@ class Figure:
     high: float
 
 
-def run_figures(run_dir: RunDir, *, n_resamples: int = 2000) -> tuple[Manifest, dict[tuple, Figure]]:
-    """Every (model, task, detector, k, ablation, metric) figure of a complete run."""
+def run_figures(run_dir: RunDir | Path | str, *, n_resamples: int = 2000) -> tuple[Manifest, dict[tuple, Figure]]:
+    """Every (model, task, detector, k, ablation, metric) figure of a complete run.
+
+    Raises:
+        LocosError: the directory is not a run, or is incomplete (naming the missing units).
+    """
+    from locos_bench.leaderboard import load_run
     from locos_bench.stats import analyze
 
-    manifest = run_dir.read_manifest()
-    units = run_dir.read_units()
-    missing = missing_units(manifest, units)
-    if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        raise LocosError(f"{run_dir.path} is incomplete: missing {shown}; rerun its command to finish it")
+    manifest, units = load_run(getattr(run_dir, "path", run_dir))
     stats = analyze(manifest, units, n_resamples=n_resamples)
     figures: dict[tuple, Figure] = {}
     for task in stats.tasks:
@@ -159,26 +159,6 @@ def run_figures(run_dir: RunDir, *, n_resamples: int = 2000) -> tuple[Manifest, 
                     key = (manifest.model, task.name, name, k, manifest.ablation, metric)
                     figures[key] = Figure(est.value, est.low, est.high)
     return manifest, figures
-
-
-def missing_units(manifest: Manifest, units: Sequence[Any]) -> list[str]:
-    """Evaluation units a complete run would hold but this one lacks."""
-    have = {u.key for u in units}
-    failed = {(u.task, u.detector, u.draw) for u in units if getattr(u, "kind", "") == "scores" and u.error}
-    retrieval = [t.name for t in manifest.tasks if t.kind == "retrieval"]
-    missing = []
-    for task in manifest.tasks:
-        if ("eval", task.name, BASELINE, 0, 0) not in have:
-            missing.append(f"{task.name}/baseline")
-        source = task.name if task.kind == "retrieval" else (retrieval[0] if retrieval else task.name)
-        for det in manifest.detectors:
-            for draw in range(manifest.random_draws if det.stochastic else 1):
-                if (source, det.name, draw) in failed:
-                    continue
-                for k in manifest.budgets:
-                    if ("eval", task.name, det.name, draw, k) not in have:
-                        missing.append(f"{task.name}/{det.name}" + (f"#{draw}" if det.stochastic else "") + f"@k={k}")
-    return missing
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from locos_bench.ablation import AblationSpec, HeadAblation, HeadMeans, referenc
 from locos_bench.detectors.base import HeadScores, validate_scores
 from locos_bench.detectors.registry import detector_names, detector_source, get_detector_class, make_detector
 from locos_bench.errors import LocosError, unknown
+from locos_bench.presets import PRESETS
 from locos_bench.records import (
     BASELINE,
     DetectorEntry,
@@ -50,21 +51,6 @@ from locos_bench.tasks import Example, TaskSpec, list_tasks, load_task, make_exa
 from locos_bench.tasks.tokenize import tokenize_example
 
 Head = tuple[int, int]
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # A smoke test: minutes on a laptop CPU.
-    "quick": dict(tasks=["kv-retrieval", "arithmetic"], budgets=[1, 4], n_calib=2, n_ref=4,
-                  n_eval=6, random_draws=2, rank_diagnostic=3),
-    # The embedded default on a 2-core CPU (see README for the measured wall time).
-    "default": dict(tasks=["kv-retrieval", "niah-literal", "arithmetic"], budgets=[1, 2, 4, 8],
-                    n_calib=2, n_ref=4, n_eval=10, random_draws=3, rank_diagnostic=5),
-    # The paper's configuration, for GPU machines and 7-8B models.
-    "paper": dict(tasks=["nolima-synth", "musique-synth", "babilong-synth", "niah-literal",
-                         "kv-retrieval", "parametric-recall", "arithmetic"],
-                  budgets=[1, 2, 4, 8, 16, 32, 50], n_calib=32, n_ref=32, n_eval=200,
-                  random_draws=5, rank_diagnostic=10),
-}
-
 
 @dataclass
 class RunConfig:
@@ -483,11 +469,11 @@ def run_benchmark(cfg: RunConfig, *, model: Any = None) -> RunDir:
     run = Run(cfg, model, progress)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()
-    with run._timed("leaderboard"):
-        from locos_bench.leaderboard import write_leaderboard
-
-        write_leaderboard([run_dir.path], run_dir.path)
     run.timings["total"] = round(time.perf_counter() - start + model.load_seconds, 3)
     run.manifest.timings = run.timings
     run.dir.write_manifest(run.manifest)
+    # Last, from the final manifest, so `locos-bench leaderboard RUN_DIR` reproduces it exactly.
+    from locos_bench.leaderboard import write_leaderboard
+
+    write_leaderboard([run_dir.path], run_dir.path)
     return run_dir

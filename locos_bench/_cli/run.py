@@ -20,7 +20,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from locos_bench.harness import PRESETS
+    from locos_bench.presets import PRESETS
 
     parser.add_argument("--model", default="gemma3", help="model alias, HF id or local dir (default gemma3)")
     parser.add_argument("--detector", action="append", default=None, metavar="all|NAME[,NAME]",
