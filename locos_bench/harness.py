@@ -80,7 +80,10 @@ class RunConfig:
         """Fill unset fields from the preset and validate names and sizes."""
         if self.preset not in PRESETS:
             raise unknown("preset", self.preset, PRESETS)
-        filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in PRESETS[self.preset].items()}
+        defaults = dict(PRESETS[self.preset])
+        if self.model == "planted":  # its toy vocabulary only speaks its own task
+            defaults["tasks"] = ["planted-kv"]
+        filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
         cfg = replace(self, **filled)
         cfg.detectors = _resolve_detectors(cfg.detectors)
         names = list_tasks()

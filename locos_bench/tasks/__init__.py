@@ -1,0 +1,47 @@
+"""Tasks: YAML specs, built-in generators, dataset loaders and the examples they produce.
+
+Public face::
+
+    from locos_bench.tasks import list_tasks, load_task, make_examples
+    spec = load_task("kv-retrieval")
+    examples = make_examples(spec, 8, model=loaded_model)
+"""
+
+from locos_bench.tasks.examples import (
+    example_rng,
+    format_example,
+    make_example,
+    make_examples,
+    raw_example,
+    resolve_format,
+)
+from locos_bench.tasks.registry import (
+    BUILTIN_TASKS_DIR,
+    TASKS_ENV,
+    list_tasks,
+    load_task,
+    read_task_file,
+    task_dirs,
+    task_files,
+    task_path,
+)
+from locos_bench.tasks.spec import Example, TaskSpec
+
+__all__ = [
+    "BUILTIN_TASKS_DIR",
+    "TASKS_ENV",
+    "Example",
+    "TaskSpec",
+    "example_rng",
+    "format_example",
+    "list_tasks",
+    "load_task",
+    "make_example",
+    "make_examples",
+    "raw_example",
+    "read_task_file",
+    "resolve_format",
+    "task_dirs",
+    "task_files",
+    "task_path",
+]
