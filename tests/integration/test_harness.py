@@ -147,3 +147,30 @@ def test_bad_configuration(tmp_path, kw, message):
 def test_budgets_above_head_count_are_capped(tmp_path, planted):
     run_dir = _execute(_cfg(tmp_path, budgets=[1, 500], detectors=["test-oracle"]), planted)
     assert run_dir.read_manifest().budgets == [1, planted.geometry.n_total_heads]
+
+
+def test_sigkill_mid_run_then_same_command_resumes(tmp_path):
+    """Kill the CLI at an arbitrary moment (SIGKILL: no cleanup at all), rerun, compare."""
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "locos_bench.cli", "run", "--model", "planted", "--detector", "locos,random",
+           "--budgets", "2,4", "--n-calib", "2", "--n-ref", "4", "--n-eval", "8", "--random-draws", "3",
+           "--rank-diagnostic", "2", "--output-dir", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = out / "results.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if results.exists() and results.read_text().count("\n") >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = RunDir(out).read_units()
+    assert before, "the run was killed before finishing any unit"
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    after = RunDir(out).read_units()
+    lines = [line for line in results.read_text().splitlines() if line.strip()]
+    assert len(lines) == len(after) == len({u.key for u in after})  # nothing duplicated
+    kept = {u.key: u.model_dump() for u in after}
+    assert all(kept[u.key] == u.model_dump() for u in before)  # nothing recomputed or lost
+    assert (out / "leaderboard.md").exists()
