@@ -1,0 +1,107 @@
+"""Scaffolding shared by `nolima-synth` and `niah-literal`: several characters, each tied
+to a different landmark by one needle sentence; the question singles out one of them."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from locos_bench.errors import LocosError
+from locos_bench.tasks import world
+from locos_bench.tasks.spec import Example
+from locos_bench.tasks.text import Piece, grid, place, raw_example
+
+
+def _fields(name: str, landmark: world.Landmark) -> dict[str, str]:
+    phrase = landmark.phrase
+    return {
+        "name": name,
+        "landmark": phrase,
+        "Landmark": phrase[0].upper() + phrase[1:],
+        "city": landmark.city,
+        "country": landmark.country,
+    }
+
+
+def character_example(
+    spec: Any,
+    index: int,
+    rng: random.Random,
+    *,
+    needle: str,
+    question: str,
+    answer: str = "name",
+    n_characters: int = 4,
+    distinct: str = "city",
+    literal: bool,
+    preamble: str = "",
+) -> Example:
+    """One example of the character scaffolding.
+
+    Args:
+        needle: Template for each character's sentence (`{name}`, `{landmark}`,
+            `{Landmark}`, `{city}`, `{country}`).
+        question: Template for the question about the target character.
+        answer: `name` (the character) or `landmark`.
+        n_characters: Characters in every context (one needle, the rest distractors).
+        distinct: `city` or `country`: what must differ between the characters' landmarks.
+        literal: True for niah-literal (the question must repeat needle words); False for
+            nolima-synth (the question must share no content word with its needle).
+    """
+    where = f"{spec.name}[{index}]"
+    if not 2 <= n_characters <= len(world.NAMES):
+        raise LocosError(f"{where}: n_characters must be between 2 and {len(world.NAMES)}")
+    context_tokens, depth = grid(spec, index)
+    names = rng.sample(world.NAMES, n_characters)
+    pool = list(world.LANDMARKS)
+    rng.shuffle(pool)
+    landmarks: list[world.Landmark] = []
+    seen: set[str] = set()
+    for lm in pool:
+        key = getattr(lm, distinct)
+        if key not in seen:
+            seen.add(key)
+            landmarks.append(lm)
+        if len(landmarks) == n_characters:
+            break
+    if len(landmarks) < n_characters:
+        raise LocosError(f"{where}: not enough landmarks with distinct {distinct} values")
+    target = rng.randrange(n_characters)
+    sentences = [needle.format(**_fields(n, lm)) for n, lm in zip(names, landmarks)]
+    q = question.format(**_fields(names[target], landmarks[target]))
+    overlap = world.content_words(q) & world.content_words(sentences[target])
+    if literal and not overlap:
+        raise LocosError(f"{where}: a literal question must repeat words of its needle")
+    if not literal and overlap:
+        raise LocosError(
+            f"{where}: question {q!r} shares content words {sorted(overlap)} with its needle"
+        )
+    pieces = [
+        Piece(s, "needle" if i == target else "distractor", depth if i == target else None)
+        for i, s in enumerate(sentences)
+    ]
+    context = place(rng, context_tokens, pieces, where=where)
+    if answer == "name":
+        answers = [names[target]]
+    elif answer == "landmark":
+        lm = landmarks[target]
+        answers = [lm.name, lm.phrase]
+    else:
+        raise LocosError(f"{where}: answer must be 'name' or 'landmark', not {answer!r}")
+    return raw_example(
+        spec,
+        index,
+        context=context,
+        pieces=pieces,
+        question=q,
+        answers=answers,
+        preamble=preamble,
+        metadata={
+            "context_length": context_tokens,
+            "depth": depth,
+            "characters": names,
+            "landmarks": [lm.name for lm in landmarks],
+            "target": names[target],
+            "candidates": names if answer == "name" else [lm.name for lm in landmarks],
+        },
+    )

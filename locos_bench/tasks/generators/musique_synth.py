@@ -1,0 +1,63 @@
+"""`musique-synth`: two-hop composition across two needles.
+
+Several couples: "Omar is married to Clara." and, elsewhere, "Clara works as a pilot." The
+question composes the hops ("What job does the person married to Omar do?"); the answer
+(`pilot`) needs both needles. Other couples' sentences are distractors.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from locos_bench.errors import LocosError
+from locos_bench.tasks import world
+from locos_bench.tasks.generators import register_generator
+from locos_bench.tasks.spec import Example
+from locos_bench.tasks.text import Piece, grid, place, raw_example
+
+
+@register_generator("musique-synth")
+def musique_synth(
+    spec: Any,
+    index: int,
+    rng: random.Random,
+    *,
+    n_chains: int = 3,
+    first: str = "{a} is married to {b}.",
+    second: str = "{b} works as a {job}.",
+    question: str = "What is the job of the person married to {a}?",
+    preamble: str = "",
+) -> Example:
+    where = f"{spec.name}[{index}]"
+    if not 1 <= n_chains <= min(len(world.NAMES) // 2, len(world.JOBS)):
+        raise LocosError(f"{where}: n_chains must be between 1 and {len(world.JOBS)}")
+    context_tokens, depth = grid(spec, index)
+    names = rng.sample(world.NAMES, 2 * n_chains)
+    jobs = rng.sample(world.JOBS, n_chains)
+    target = rng.randrange(n_chains)
+    pieces: list[Piece] = []
+    for i in range(n_chains):
+        a, b = names[2 * i], names[2 * i + 1]
+        role = "needle" if i == target else "distractor"
+        # The first hop sits at the example's depth; the second hop anywhere.
+        pieces.append(Piece(first.format(a=a, b=b), role, depth if i == target else None))
+        pieces.append(Piece(second.format(b=b, job=jobs[i]), role, None))
+    context = place(rng, context_tokens, pieces, where=where)
+    a = names[2 * target]
+    return raw_example(
+        spec,
+        index,
+        context=context,
+        pieces=pieces,
+        question=question.format(a=a),
+        answers=[jobs[target]],
+        preamble=preamble,
+        metadata={
+            "context_length": context_tokens,
+            "depth": depth,
+            "bridge": names[2 * target + 1],
+            "target": a,
+            "candidates": jobs,
+        },
+    )

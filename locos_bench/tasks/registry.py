@@ -1,0 +1,145 @@
+"""Find, read and validate task YAMLs.
+
+Tasks live as one flat YAML per task in the repository's `tasks/` directory (found relative to
+this package, so an editable install is assumed; a wheel carries no `tasks/`, and then only
+`LOCOS_BENCH_TASKS_DIR` and explicit paths work). `LOCOS_BENCH_TASKS_DIR` adds directories
+(separated by the OS path separator); they are searched first, so a user's YAML can shadow a
+built-in one of the same name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from locos_bench.errors import LocosError, unknown
+from locos_bench.tasks.spec import TaskSpec
+
+TASKS_ENV = "LOCOS_BENCH_TASKS_DIR"
+BUILTIN_TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
+"""`<repo>/tasks`: the built-in task YAMLs."""
+
+
+def task_dirs() -> list[Path]:
+    """Directories searched for `<name>.yaml`, in order."""
+    dirs = [Path(p) for p in os.environ.get(TASKS_ENV, "").split(os.pathsep) if p.strip()]
+    return [*dirs, BUILTIN_TASKS_DIR]
+
+
+def task_files() -> dict[str, Path]:
+    """Task name -> YAML file (the first directory that has it wins)."""
+    found: dict[str, Path] = {}
+    for directory in task_dirs():
+        if not directory.is_dir():
+            continue
+        for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def list_tasks() -> list[str]:
+    """Names of every task found in `task_dirs()`."""
+    return sorted(task_files())
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(BUILTIN_TASKS_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _explain(error: ValidationError, where: str) -> LocosError:
+    """Turn pydantic's report into one line per problem, naming file and key."""
+    lines = []
+    for err in error.errors():
+        loc = tuple(err.get("loc", ()))
+        kind = err.get("type", "")
+        key = loc[-1] if loc else ""
+        parent = _format_loc(loc[:-1])
+        inside = f" under '{parent}'" if parent else ""
+        if kind == "extra_forbidden":
+            lines.append(f"unknown key '{key}'{inside}")
+        elif kind == "missing":
+            lines.append(f"missing key '{key}'{inside}")
+        else:
+            message = err.get("msg", "").removeprefix("Value error, ")
+            lines.append(f"'{_format_loc(loc)}': {message}" if loc else message)
+    allowed = ", ".join(TaskSpec.model_fields)
+    hint = f" (keys allowed at the top level: {allowed})" if any(
+        "unknown key" in line and "under" not in line for line in lines) else ""
+    return LocosError(f"{where}: " + "; ".join(lines) + hint)
+
+
+def read_task_file(path: str | Path) -> TaskSpec:
+    """Read and validate one task YAML.
+
+    Raises:
+        LocosError: the file is missing, is not valid YAML, has unknown or missing keys,
+            bad values, a name that differs from the file name, or an unknown generator,
+            loader or metric.
+    """
+    path = Path(path)
+    where = _display(path)
+    if not path.is_file():
+        raise LocosError(f"{where}: no such task file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise LocosError(f"{where}: not valid YAML{at}: {problem}") from None
+    if not isinstance(data, dict):
+        raise LocosError(f"{where}: a task file must be a mapping of keys, got {type(data).__name__}")
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, where) from None
+    if spec.name != path.stem:
+        raise LocosError(f"{where}: name {spec.name!r} differs from the file name {path.stem!r}")
+    _check_references(spec, where)
+    return spec
+
+
+def _check_references(spec: TaskSpec, where: str) -> None:
+    from locos_bench.metrics import METRICS
+    from locos_bench.tasks.generators import generator_names
+
+    if spec.source.generator is not None and spec.source.generator not in generator_names():
+        raise LocosError(f"{where}: source.generator: {unknown('generator', spec.source.generator, generator_names())}")
+    if spec.source.loader is not None:
+        from locos_bench.tasks.loaders import LOADERS
+
+        if spec.source.loader not in LOADERS:
+            raise LocosError(f"{where}: source.loader: {unknown('loader', spec.source.loader, LOADERS)}")
+    for metric in spec.metrics:
+        if metric not in METRICS:
+            raise LocosError(f"{where}: metrics: {unknown('metric', metric, METRICS)}")
+
+
+def load_task(name: str | Path) -> TaskSpec:
+    """Load a task by name (`nolima-synth`) or by path to a YAML file."""
+    text = str(name)
+    if isinstance(name, Path) or text.endswith((".yaml", ".yml")) or os.sep in text:
+        return read_task_file(name)
+    files = task_files()
+    if text not in files:
+        raise unknown("task", text, files)
+    return read_task_file(files[text])
+
+
+def task_path(name: str) -> Path:
+    """The YAML file a task name resolves to."""
+    files = task_files()
+    if name not in files:
+        raise unknown("task", name, files)
+    return files[name]

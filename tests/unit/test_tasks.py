@@ -1,0 +1,262 @@
+"""Task YAMLs, specs and the built-in generators (model-free)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from locos_bench.errors import LocosError
+from locos_bench.tasks import (
+    list_tasks,
+    load_task,
+    make_example,
+    make_examples,
+    raw_example,
+    read_task_file,
+)
+from locos_bench.tasks import world
+from locos_bench.tasks.text import filler_sentences, place, Piece
+
+GENERATED = [
+    "nolima-synth", "niah-literal", "kv-retrieval", "babilong-synth", "musique-synth",
+    "parametric-recall", "arithmetic",
+]
+LOADER_TASKS = ["nolima", "babilong", "musique"]
+CONTROLS = ["parametric-recall", "arithmetic"]
+
+
+def write(tmp_path, name, body):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+GOOD = """\
+    name: {name}
+    version: 1
+    kind: retrieval
+    source:
+      generator: kv-retrieval
+    context_lengths: [200]
+"""
+
+
+def test_every_task_is_listed_and_loads():
+    names = list_tasks()
+    for name in [*GENERATED, *LOADER_TASKS]:
+        assert name in names
+        spec = load_task(name)
+        assert spec.name == name
+    for name in CONTROLS:
+        assert load_task(name).kind == "control"
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    path = write(tmp_path, "x", GOOD.format(name="x") + "    foo: 3\n")
+    with pytest.raises(LocosError, match=r"x\.yaml: unknown key 'foo'"):
+        read_task_file(path)
+
+
+def test_unknown_nested_key_names_parent(tmp_path):
+    body = GOOD.format(name="x").replace("generator: kv-retrieval", "generator: kv-retrieval\n      argz: {}")
+    with pytest.raises(LocosError, match=r"unknown key 'argz' under 'source'"):
+        read_task_file(write(tmp_path, "x", body))
+
+
+def test_unknown_generator_suggests(tmp_path):
+    body = GOOD.format(name="x").replace("kv-retrieval", "kv-retreival")
+    with pytest.raises(LocosError, match=r"x\.yaml: source\.generator: unknown generator 'kv-retreival'.*did you mean 'kv-retrieval'"):
+        read_task_file(write(tmp_path, "x", body))
+
+
+def test_bad_depth_and_missing_key(tmp_path):
+    with pytest.raises(LocosError, match=r"x\.yaml: 'depths'.*fractions"):
+        read_task_file(write(tmp_path, "x", GOOD.format(name="x") + "    depths: [1.5]\n"))
+    body = GOOD.format(name="x").replace("    version: 1\n", "")
+    with pytest.raises(LocosError, match=r"missing key 'version'"):
+        read_task_file(write(tmp_path, "x", body))
+
+
+def test_malformed_yaml_and_name_mismatch(tmp_path):
+    with pytest.raises(LocosError, match=r"x\.yaml: not valid YAML \(line"):
+        read_task_file(write(tmp_path, "x", "name: [unclosed\n"))
+    with pytest.raises(LocosError, match=r"differs from the file name"):
+        read_task_file(write(tmp_path, "y", GOOD.format(name="x")))
+
+
+def test_unknown_metric_and_task(tmp_path):
+    with pytest.raises(LocosError, match=r"unknown metric 'containz'"):
+        read_task_file(write(tmp_path, "x", GOOD.format(name="x") + "    metrics: [containz]\n"))
+    with pytest.raises(LocosError, match=r"unknown task 'kv-retreival'.*did you mean"):
+        load_task("kv-retreival")
+
+
+def test_env_dir_adds_tasks(tmp_path, monkeypatch):
+    write(tmp_path, "my-kv", GOOD.format(name="my-kv"))
+    monkeypatch.setenv("LOCOS_BENCH_TASKS_DIR", str(tmp_path))
+    assert "my-kv" in list_tasks()
+    assert load_task("my-kv").source.generator == "kv-retrieval"
+    assert load_task(str(tmp_path / "my-kv.yaml")).name == "my-kv"
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_deterministic_and_seed_dependent(name):
+    spec = load_task(name)
+    a = make_examples(spec, 4)
+    b = make_examples(spec, 4)
+    assert [e.prompt for e in a] == [e.prompt for e in b]
+    assert make_examples(spec, 2, start=2) == a[2:]
+    other = make_examples(spec.model_copy(update={"seed": spec.seed + 1}), 4)
+    assert [e.prompt for e in other] != [e.prompt for e in a]
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_spans_exact_and_completion_format(name):
+    spec = load_task(name)
+    for e in make_examples(spec, 12):
+        assert e.prompt.endswith("\nAnswer:") and e.target_prefix == " "
+        q0, q1 = e.question_span
+        assert e.prompt[q0 - len("Question: "):q0] == "Question: "
+        assert e.prompt[q1:] == "\nAnswer:"
+        c0, c1 = e.context_span
+        for s0, s1 in [*e.needle_spans, *e.distractor_spans]:
+            text = e.prompt[s0:s1]
+            assert text == text.strip() and text.endswith(".") and c0 <= s0 < s1 <= c1
+        for key in ("seed", "context_length", "depth"):
+            assert key in e.metadata
+        if spec.kind == "retrieval":
+            assert e.needle_spans
+        else:
+            assert not e.needle_spans
+
+
+def test_needles_carry_the_answer():
+    for name in ["niah-literal", "kv-retrieval"]:
+        for e in make_examples(load_task(name), 10):
+            needle = " ".join(e.prompt[a:b] for a, b in e.needle_spans)
+            assert any(ans in needle for ans in e.answers)
+    for e in make_examples(load_task("nolima-synth"), 10):
+        (a, b), = e.needle_spans
+        assert e.answers[0] in e.prompt[a:b]
+        # every other character appears in a distractor, so guessing the only name fails
+        assert len(e.metadata["characters"]) == len(e.distractor_spans) + 1
+
+
+def test_nolima_question_shares_no_content_word_with_needle():
+    spec = load_task("nolima-synth")
+    for e in make_examples(spec, 300):
+        (a, b), = e.needle_spans
+        question = e.prompt[slice(*e.question_span)]
+        assert not world.content_words(question) & world.content_words(e.prompt[a:b]), e.index
+
+
+def test_literal_question_repeats_needle_words():
+    for e in make_examples(load_task("niah-literal"), 50):
+        (a, b), = e.needle_spans
+        assert world.content_words(e.prompt[slice(*e.question_span)]) & world.content_words(e.prompt[a:b])
+
+
+def test_world_table_landmarks_do_not_name_their_city():
+    for lm in world.LANDMARKS:
+        assert not world.content_words(lm.name) & world.content_words(lm.city), lm
+        assert not world.content_words(lm.name) & world.content_words(lm.country), lm
+
+
+def test_filler_has_no_answer_bearing_words():
+    import random
+
+    from locos_bench.tasks import text
+
+    vocab = set()
+    for group in (text._OPENERS, text._PEOPLE, text._ACTIONS, text._MANNERS, text._NATURE, text._PLAIN):
+        for phrase in group:
+            vocab |= world.content_words(phrase)
+    assert not vocab & world.answer_bearing_words()
+    sentences = filler_sentences(random.Random(0), 2000)
+    assert not any(ch.isdigit() for s in sentences for ch in s)
+    assert all(a != b for a, b in zip(sentences, sentences[1:]))
+
+
+def test_context_length_scales_to_32k():
+    spec = load_task("kv-retrieval").model_copy(update={"context_lengths": [256, 32000], "depths": [0.5]})
+    short, long = make_examples(spec, 2)
+    assert len(short.prompt.split()) < 300
+    assert 20000 < len(long.prompt.split()) < 28000
+
+
+def test_depth_places_the_needle():
+    spec = load_task("kv-retrieval").model_copy(update={"depths": [0.0, 1.0], "context_lengths": [2000]})
+    first, last = make_examples(spec, 2)
+    c0, c1 = first.context_span
+    assert first.needle_spans[0][0] < c0 + (c1 - c0) * 0.1
+    c0, c1 = last.context_span
+    assert last.needle_spans[0][0] > c0 + (c1 - c0) * 0.9
+
+
+def test_needle_that_cannot_be_placed_names_task_and_row():
+    spec = load_task("musique-synth").model_copy(update={"context_lengths": [10]})
+    with pytest.raises(LocosError, match=r"musique-synth\[0\].*cannot be placed"):
+        make_example(spec, 0)
+    with pytest.warns(UserWarning, match="skipped"):
+        assert make_examples(spec, 2, skip_errors=True) == []
+
+
+def test_bad_generator_args_are_a_locos_error():
+    spec = load_task("kv-retrieval")
+    bad = spec.model_copy(update={"source": spec.source.model_copy(update={"args": {"n_kez": 3}})})
+    with pytest.raises(LocosError, match=r"kv-retrieval\[0\]: bad source.args"):
+        make_example(bad, 0)
+
+
+def test_babilong_synth_keeps_story_order():
+    for e in make_examples(load_task("babilong-synth"), 20):
+        spans = e.needle_spans
+        assert spans == sorted(spans)
+        if e.metadata["qa"] == 2:
+            assert len(spans) == 2
+            assert "picked up" in e.prompt[slice(*spans[0])] or "grabbed" in e.prompt[slice(*spans[0])] \
+                or "took" in e.prompt[slice(*spans[0])]
+        last = e.prompt[slice(*spans[-1])]
+        assert last.endswith(f"{e.answers[0]}.")
+
+
+def test_musique_synth_needs_both_hops():
+    for e in make_examples(load_task("musique-synth"), 10):
+        first, second = (e.prompt[a:b] for a, b in e.needle_spans) if e.needle_spans[0][0] < e.needle_spans[1][0] \
+            else (e.prompt[a:b] for a, b in reversed(e.needle_spans))
+        texts = [e.prompt[a:b] for a, b in e.needle_spans]
+        assert any(e.answers[0] in t for t in texts)
+        assert any(e.metadata["target"] in t for t in texts)
+        assert e.answers[0] not in e.prompt[slice(*e.question_span)]
+
+
+def test_chat_format_needs_a_tokenizer_and_shifts_spans():
+    spec = load_task("kv-retrieval").model_copy(update={"prompt_format": "chat"})
+    with pytest.raises(LocosError, match="needs a model"):
+        make_example(spec, 0)
+
+    class FakeTokenizer:
+        bos_token = "<s>"
+        bos_token_id = 1
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return f"<s><|user|>\n{messages[0]['content']}<|end|>\n<|assistant|>\n"
+
+        def __call__(self, text):
+            return {"input_ids": [1, 5]}
+
+    raw = raw_example(spec, 0)
+    e = make_example(spec, 0, model=FakeTokenizer())
+    assert e.target_prefix == "" and e.prompt.startswith("<|user|>")
+    for (a, b), (c, d) in zip(raw.needle_spans, e.needle_spans):
+        assert raw.prompt[a:b] == e.prompt[c:d]
+    assert e.metadata["prompt_format"] == "chat"
+
+
+def test_place_spreads_pieces():
+    import random
+
+    ctx = place(random.Random(1), 500, [Piece("Alpha one.", "needle", 0.5), Piece("Beta two.", "distractor")])
+    assert ctx.text[slice(*ctx.spans[0])] == "Alpha one."
+    assert ctx.text[slice(*ctx.spans[1])] == "Beta two."
