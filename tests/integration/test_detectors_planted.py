@@ -1,0 +1,53 @@
+"""Ground truth: on the planted model LOCOS ranks the true retrieval heads first.
+
+The planted model's head roles are set by hand (locos_bench/testing.py), so this is the one
+place where a detector's ranking can be checked against the truth rather than against
+another detector. Both decoys must rank below every retrieval head: the read-only decoy
+reads the needle as strongly but writes nothing the unembedding reads; the parametric decoy
+writes answer directions from filler positions, whatever the needle says.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from locos_bench.conformance import conformance_model
+from locos_bench.detectors import make_detector
+from locos_bench.tasks import load_task, make_examples
+
+
+@pytest.fixture(scope="module")
+def model():
+    return conformance_model()
+
+
+@pytest.fixture(scope="module")
+def calibration(model):
+    spec = load_task("planted-kv")
+    return make_examples(spec, 8, model=model)
+
+
+def _truth(model, key):
+    return {tuple(h) for h in model.info["ground_truth"][key]}
+
+
+@pytest.mark.parametrize("answer_tokens", ["mean", "first"])
+def test_locos_ranks_retrieval_heads_first_and_decoys_below(model, calibration, answer_tokens):
+    result = make_detector("locos", answer_tokens=answer_tokens).score(model, calibration, rng=np.random.default_rng(0))
+    ranking = result.ranking()
+    retrieval = _truth(model, "retrieval")
+    assert set(ranking[: len(retrieval)]) == retrieval, [f"L{l}H{h}" for l, h in ranking]
+    for decoy in ("read_only_decoy", "parametric_decoy"):
+        for head in _truth(model, decoy):
+            assert ranking.index(head) >= len(retrieval), f"{decoy} {head} ranked {ranking.index(head) + 1}"
+            assert result.scores[head] < min(result.scores[h] for h in retrieval)
+
+
+def test_read_side_attention_cannot_separate_the_read_only_decoy(model, calibration):
+    """The expected failure of a read-side detector: the decoy looks like a retrieval head."""
+    result = make_detector("attention").score(model, calibration, rng=np.random.default_rng(0))
+    retrieval = _truth(model, "retrieval")
+    decoy = next(iter(_truth(model, "read_only_decoy")))
+    top = set(result.top_k(len(retrieval) + 1))
+    assert decoy in top and retrieval <= top
