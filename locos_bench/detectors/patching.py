@@ -1,0 +1,287 @@
+"""Patching detectors: how much the answer depends on what a head outputs about the needle.
+
+All three compare the clean run with a *corrupted* run in which every needle is replaced by a
+same-length neutral span (the first run of off-needle tokens of the example's own context
+that holds no gold-answer token; see `_interventions.corrupt_needles`), and score a head by
+the drop in the teacher-forced mean gold-answer log-prob when its output at the answer
+positions `q_j` takes its corrupted value, averaged over examples. Higher = more important.
+
+* `activation-patching`: the head's `hook_z` at the answer positions is patched from the
+  corrupted run into the clean run and everything downstream is recomputed (total effect).
+  Heads are batched, one batch row per head.
+* `path-patching`: only the head's direct path to the logits. Its write changes by
+  `(z_corrupted - z_clean) @ W_O^h`, passed through the post-attention norm's linearisation
+  (Gemma 3: scale frozen at the clean run's value, as in `heads.head_writes`), and that
+  change is added to the final residual stream at the answer positions; later layers see
+  the clean run. The final norm is then recomputed on the patched residual
+  (`final_norm="recompute"`, default) or its scale frozen at the clean value (`"frozen"`).
+  Two forward passes for all heads.
+* `attribution-patching`: the first-order estimate of activation patching,
+  `sum_{j, d} dlogp/dz_h[q_j, d] * (z_corrupted - z_clean)[q_j, d]`, negated to a drop; one
+  clean forward with a backward pass and one corrupted forward for all heads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from locos_bench import heads as H
+from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors.base import Detector, HeadScores, validate_scores
+from locos_bench.detectors.registry import register_detector
+from locos_bench.errors import LocosError
+from locos_bench.models import LoadedModel
+from locos_bench.tasks.spec import Example
+
+FINAL_NORM_MODES = ("recompute", "frozen")
+RECONSTRUCTION_TOLERANCE = 1e-3
+"""Largest gap (nats) allowed between the model's clean gold log-prob and path patching's
+reconstruction of it from the final residual stream."""
+
+
+def _finish(name: str, params: dict[str, Any], model: LoadedModel, total: Tensor, n: int, passes: int, start: float) -> HeadScores:
+    result = HeadScores(
+        scores=(total / n).float(),
+        detector=name,
+        params=params,
+        forward_passes=passes,
+        seconds=time.perf_counter() - start,
+    )
+    return validate_scores(result, model, name)
+
+
+# ---------------------------------------------------------------------------------------
+# Activation patching
+
+
+@register_detector("activation-patching")
+class ActivationPatching(Detector):
+    """Per head, patch its output at the answer positions from the corrupted run; score = drop.
+
+    Args:
+        batch_size: Heads patched per forward pass (one batch row each).
+        answer_tokens: `"mean"` over all answer tokens (default) or `"first"` only.
+        prefix_cache: Run the clean prompt before the first answer position once and each
+            batched pass over the answer positions only (same numbers, much cheaper).
+    """
+
+    cost = "3 + ceil(n_heads_total / batch_size) (the batched passes cover only the answer positions)"
+
+    def __init__(self, batch_size: int = 8, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
+        self.batch_size = batch_size
+        self.answer_tokens = answer_tokens
+        self.prefix_cache = prefix_cache
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        start = time.perf_counter()
+        name = self.name or "activation-patching"
+        preps = iv.prepare(model, examples, name, answer_tokens=self.answer_tokens, corrupt=True)
+        chunks = iv.head_chunks(model, self.batch_size, name)
+        geo = model.geometry
+        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+        passes = 0
+        for prep in preps:
+            drops = activation_patching_drops(model, prep, chunks, prefix_cache=self.prefix_cache)
+            total += drops.scores
+            passes += drops.forward_passes
+        return _finish(name, self.get_params(), model, total, len(preps), passes, start)
+
+
+def activation_patching_drops(
+    model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]], *, prefix_cache: bool
+) -> iv.Drops:
+    """`[n_layers, n_heads]` log-prob drops of one example (float64)."""
+    geo = model.geometry
+    assert prep.corrupted is not None
+    _, z_corrupted = iv.capture_z(model, prep.corrupted, prep.positions)
+    runner = iv.Runner(model, prep, prefix_cache=prefix_cache)
+    out = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+    with torch.no_grad():
+        clean = iv.gold_logprob(runner.run(1), prep.answer_ids)[0].double().cpu()
+        for chunk in chunks:
+            hooks = iv.patch_z_hooks(chunk, z_corrupted, prep.positions, runner.end)
+            logp = iv.gold_logprob(runner.run(len(chunk), hooks), prep.answer_ids).double().cpu()
+            for (layer, head), value in zip(chunk, logp):
+                out[layer, head] = clean - value
+    return iv.Drops(out, runner.forward_passes + 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Path patching
+
+
+@register_detector("path-patching")
+class PathPatching(Detector):
+    """Per head, only its direct path to the logits carries the corrupted output; score = drop.
+
+    Args:
+        final_norm: `"recompute"` the final norm on the patched residual stream (default;
+            exact for the direct path) or keep its scale `"frozen"` at the clean value
+            (the linear direct-logit view).
+        batch_size: Heads read out through the unembedding at a time (memory only).
+        answer_tokens: `"mean"` over all answer tokens (default) or `"first"` only.
+    """
+
+    cost = "2"
+
+    def __init__(self, final_norm: str = "recompute", batch_size: int = 16, answer_tokens: str = "mean") -> None:
+        self.final_norm = final_norm
+        self.batch_size = batch_size
+        self.answer_tokens = answer_tokens
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        start = time.perf_counter()
+        name = self.name or "path-patching"
+        if self.final_norm not in FINAL_NORM_MODES:
+            raise LocosError(
+                f"detector {name!r}: final_norm must be one of {list(FINAL_NORM_MODES)}, got {self.final_norm!r}"
+            )
+        iv.head_chunks(model, self.batch_size, name)  # validates batch_size
+        preps = iv.prepare(model, examples, name, answer_tokens=self.answer_tokens, corrupt=True)
+        geo = model.geometry
+        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+        passes = 0
+        for prep in preps:
+            drops = path_patching_drops(model, prep, final_norm=self.final_norm, batch_size=self.batch_size, detector=name)
+            total += drops.scores
+            passes += drops.forward_passes
+        return _finish(name, self.get_params(), model, total, len(preps), passes, start)
+
+
+def _readout(model: LoadedModel, resid: Tensor, final_norm: str, scale: Tensor) -> Tensor:
+    """`[N, P, V]` logits from final residual streams `[N, P, D]`.
+
+    `recompute` applies the model's own final norm module; `frozen` divides by the clean
+    run's cached scale `[P, 1]` and multiplies by the norm's gain."""
+    bridge = model.bridge
+    if final_norm == "recompute":
+        normed = bridge.ln_final.original_component(resid)
+    else:
+        normed = resid / scale * H.final_norm_gain(model)
+    logits = bridge.unembed.original_component(normed.to(bridge.unembed.original_component.weight.dtype))
+    cap = getattr(bridge.original_model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def path_patching_drops(
+    model: LoadedModel, prep: iv.Prepared, *, final_norm: str, batch_size: int, detector: str = "path-patching"
+) -> iv.Drops:
+    """`[n_layers, n_heads]` direct-path log-prob drops of one example (float64).
+
+    Raises:
+        LocosError: the final residual stream does not reproduce the model's clean log-prob
+            (an architecture whose readout this reconstruction does not cover).
+    """
+    assert prep.corrupted is not None
+    geo = model.geometry
+    last = geo.n_layers - 1
+    z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(geo.n_layers)]
+    resid_name = f"blocks.{last}.hook_resid_post"
+    names = H.hooks_for_writes(model, range(geo.n_layers)) + [resid_name, "ln_final.hook_scale"]
+    logits, clean = H.run_and_capture(model, prep.ids, names, logits_at=prep.positions)
+    _, corrupted = H.run_and_capture(model, prep.corrupted, z_names, logits_at=prep.positions[-1:])
+    pos = torch.as_tensor(prep.positions, dtype=torch.long)
+    with torch.no_grad():
+        resid = clean[resid_name][0, pos].float()  # [P, D]
+        scale = clean["ln_final.hook_scale"][0, pos].float()  # [P, 1]
+        deltas = []
+        for layer, z_name in enumerate(z_names):
+            mixed = {**clean, z_name: corrupted[z_name]}  # corrupted z, clean norm scale
+            delta = H.head_writes(model, mixed, layer, prep.positions) - H.head_writes(model, clean, layer, prep.positions)
+            deltas.append(delta.transpose(0, 1))  # [H, P, D]
+        delta = torch.cat(deltas)  # [n_layers * n_heads, P, D]
+
+        model_logp = float(iv.gold_logprob(logits, prep.answer_ids)[0])
+        base = float(iv.gold_logprob(_readout(model, resid[None], final_norm, scale), prep.answer_ids)[0])
+        if abs(base - model_logp) > RECONSTRUCTION_TOLERANCE:
+            raise LocosError(
+                f"detector {detector!r}: example {prep.where}: the final residual stream gives a "
+                f"gold log-prob of {base:.5f}, the model {model_logp:.5f}; path patching cannot "
+                "read this architecture's logits"
+            )
+        drops = []
+        for i in range(0, delta.shape[0], batch_size):
+            patched = resid[None] + delta[i : i + batch_size]
+            drops.append(base - iv.gold_logprob(_readout(model, patched, final_norm, scale), prep.answer_ids).double())
+    out = torch.cat(drops).cpu().view(geo.n_layers, geo.n_heads)
+    return iv.Drops(out.double(), 2)
+
+
+# ---------------------------------------------------------------------------------------
+# Attribution patching
+
+
+@register_detector("attribution-patching")
+class AttributionPatching(Detector):
+    """First-order (gradient x activation difference) estimate of activation patching.
+
+    Args:
+        answer_tokens: `"mean"` over all answer tokens (default) or `"first"` only.
+        prefix_cache: Run the clean prompt before the first answer position without a graph
+            and only the answer positions with one (the gradient at the answer positions
+            is the same; the backward pass is much cheaper).
+    """
+
+    cost = "3 forward (clean prefix, clean answer positions, corrupted) + 1 backward"
+
+    def __init__(self, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
+        self.answer_tokens = answer_tokens
+        self.prefix_cache = prefix_cache
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        start = time.perf_counter()
+        name = self.name or "attribution-patching"
+        preps = iv.prepare(model, examples, name, answer_tokens=self.answer_tokens, corrupt=True)
+        geo = model.geometry
+        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+        passes = 0
+        for prep in preps:
+            drops = attribution_patching_drops(model, prep, prefix_cache=self.prefix_cache)
+            total += drops.scores
+            passes += drops.forward_passes
+        return _finish(name, self.get_params(), model, total, len(preps), passes, start)
+
+
+def attribution_patching_drops(model: LoadedModel, prep: iv.Prepared, *, prefix_cache: bool) -> iv.Drops:
+    """`[n_layers, n_heads]` first-order estimates of the activation-patching drop (float64)."""
+    assert prep.corrupted is not None
+    geo = model.geometry
+    _, z_corrupted = iv.capture_z(model, prep.corrupted, prep.positions)
+    runner = iv.Runner(model, prep, prefix_cache=prefix_cache)
+    store: dict[int, Tensor] = {}
+
+    def keeper(layer: int) -> Any:
+        def keep(z: Tensor, hook: Any) -> Tensor:
+            # Layer 0's z is the first quantity on the graph (weights and inputs need no
+            # grad); every later z depends on it and stays a non-leaf, so autograd gives
+            # each the total derivative through all later layers.
+            if not z.requires_grad:
+                z = z.detach().requires_grad_(True)
+            store[layer] = z
+            return z
+
+        return keep
+
+    hooks = [(f"blocks.{layer}.attn.hook_z", keeper(layer)) for layer in range(geo.n_layers)]
+    with iv.frozen_weights(model), torch.enable_grad():
+        runner.start()
+        logp = iv.gold_logprob(runner.run(1, hooks), prep.answer_ids)[0]
+        zs = [store[layer] for layer in range(geo.n_layers)]
+        grads = torch.autograd.grad(logp, zs, allow_unused=True)
+    pos = torch.as_tensor(prep.positions, dtype=torch.long) - (runner.end - zs[0].shape[1])
+    out = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+    for layer, (z, grad) in enumerate(zip(zs, grads)):
+        if grad is None:
+            continue
+        diff = z_corrupted[layer].double() - z.detach()[0, pos].double()  # [P, H, d]
+        out[layer] = -(grad[0, pos].double() * diff).sum(dim=(0, 2)).cpu()
+    store.clear()
+    return iv.Drops(out, runner.forward_passes + 2)  # + corrupted forward + backward
