@@ -175,7 +175,7 @@ class LocosArgmax(Detector):
                 rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
                 weight, src = rows.max(dim=-1)  # [H, R]
                 v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
-                v_src = v[src, kv[:, None]]  # [H, R, d]
+                v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
                 write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
                 write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
                 proj = (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
