@@ -19,7 +19,7 @@ Checks:
     output: `score` returns `HeadScores` of shape `[n_layers, n_heads]`, finite, named after
         the detector, with non-negative `forward_passes` and `seconds`.
     deterministic: the same `rng` seed gives identical scores; a detector that is not
-        `stochastic` gives identical scores under any seed.
+        `stochastic` gives identical scores under another seed too.
     no_hooks_left: no hook is left on any module of the bridge after scoring, nor after a
         forward pass that raises mid-score; gradient mode, training mode, `requires_grad`
         and `.grad` are as before.
@@ -45,8 +45,8 @@ import torch
 from locos_bench.detectors.base import Detector, HeadScores, check_params_serialisable, validate_scores
 from locos_bench.errors import LocosError
 
-N_EXAMPLES = 3
-"""Calibration examples per check (planted-kv; each is at most ~200 tokens)."""
+N_EXAMPLES = 2
+"""Calibration examples per check (planted-kv, 48 and 96 tokens)."""
 
 DetectorLike = Any  # a registered name, a Detector instance or class, or a factory
 
@@ -68,7 +68,7 @@ def conformance_model() -> Any:
 
 @functools.cache
 def conformance_examples() -> tuple[Any, ...]:
-    """The first `N_EXAMPLES` examples of `planted-kv` (short, medium and long contexts)."""
+    """The first `N_EXAMPLES` examples of `planted-kv` (contexts of 48 and 96 tokens)."""
     from locos_bench.tasks import load_task, make_examples
 
     return tuple(make_examples(load_task("planted-kv"), N_EXAMPLES))
@@ -225,14 +225,16 @@ def check_output(detector: DetectorLike) -> None:
 
 
 def check_deterministic(detector: DetectorLike) -> None:
-    first = _score(make_instance(detector), seed=7).scores
-    second = _score(make_instance(detector), seed=7).scores
     name = label(detector)
-    assert torch.equal(first, second), f"{name}: two runs with the same seed differ"
-    if not make_instance(detector).stochastic:
-        other = _score(make_instance(detector), seed=8).scores
-        assert torch.equal(first, other), (
-            f"{name}: not `stochastic`, yet the scores depend on the rng seed"
+    stochastic = make_instance(detector).stochastic
+    first = _score(make_instance(detector), seed=7).scores
+    # Not `stochastic`: scores must not depend on the seed at all (a stricter test of the same).
+    second = _score(make_instance(detector), seed=7 if stochastic else 8).scores
+    if stochastic:
+        assert torch.equal(first, second), f"{name}: two runs with the same seed differ"
+    else:
+        assert torch.equal(first, second), (
+            f"{name}: not `stochastic`, yet two runs (seeds 7 and 8) give different scores"
         )
 
 
