@@ -161,9 +161,10 @@ def gold_logprob(logits: Tensor, answer_ids: Tensor) -> Tensor:
         logits: `[B, P, V]` logits at the answer positions.
         answer_ids: `[P]` gold tokens.
     """
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logits = logits.float()  # no copy for float32 models
     index = answer_ids.to(logits.device).expand(logits.shape[0], -1).unsqueeze(-1)
-    return logp.gather(-1, index).squeeze(-1).mean(-1)
+    gold = logits.gather(-1, index).squeeze(-1)
+    return (gold - torch.logsumexp(logits, dim=-1)).mean(-1)  # no [B, P, V] log-softmax copy
 
 
 def head_chunks(model: LoadedModel, batch_size: int, detector: str) -> list[list[Head]]:

@@ -66,6 +66,9 @@ class ActivationPatching(Detector):
 
     Args:
         batch_size: Heads patched per forward pass (one batch row each).
+            Larger is faster per head (on gemma3 on a 2-core CPU the cost per head kept
+            falling up to all 72 heads in one pass); memory grows as batch x answer tokens
+            x vocabulary for the logits, which 32 keeps under ~0.2 GB for gemma3.
         answer_tokens: `"mean"` over all answer tokens (default) or `"first"` only.
         prefix_cache: Run the clean prompt before the first answer position once and each
             batched pass over the answer positions only (same numbers, much cheaper).
@@ -73,7 +76,7 @@ class ActivationPatching(Detector):
 
     cost = "3 + ceil(n_heads_total / batch_size) (the batched passes cover only the answer positions)"
 
-    def __init__(self, batch_size: int = 8, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
+    def __init__(self, batch_size: int = 32, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
         self.batch_size = batch_size
         self.answer_tokens = answer_tokens
         self.prefix_cache = prefix_cache
