@@ -156,6 +156,14 @@ def plain_forward_time(model: Any, examples: Sequence[Any]) -> dict[str, float]:
     return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
 
 
+def tied_at_cut(result: HeadScores, k: int) -> int:
+    """Heads scoring exactly the k-th score: above 1, the cut is decided by the (layer, head)
+    tie-break, not by the detector."""
+    flat = result.scores.detach().double().flatten()
+    kth = flat[[layer * result.scores.shape[1] + head for layer, head in result.top_k(k)][-1]]
+    return int((flat == kth).sum())
+
+
 def jaccard(a: set[Head], b: set[Head]) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
@@ -181,13 +189,13 @@ def real_model_report(model_name: str, names: list[str], tasks: list[str], n: in
                 errors.append(f"- `{name}` failed: {error}")
                 continue
             results[name], timing[name] = result, t
-            rows.append([name, " ".join(head_name(h) for h in result.top_k(top)),
+            rows.append([name, " ".join(head_name(h) for h in result.top_k(top)), tied_at_cut(result, top),
                          f"{result.forward_passes / len(examples):.1f}",
                          f"{t['wall'] / len(examples):.2f}", f"{t['cpu'] / len(examples):.2f}"])
         after = plain_forward_time(model, examples)
         plain = {k: (before[k] + after[k]) / 2 for k in before}
         out += ["", f"#### `{task}` (prompt + answer: {min(lengths)}-{max(lengths)} tokens)", "",
-                md(rows, ["detector", f"top {top}", "forward passes / example", "wall s / example",
+                md(rows, ["detector", f"top {top}", "tied at the cut", "forward passes / example", "wall s / example",
                           "CPU s / example"]),
                 "", f"Plain forward pass: {plain['wall'] / len(examples):.2f} s wall, "
                     f"{plain['cpu'] / len(examples):.2f} s CPU per example (mean of before and after)."]
