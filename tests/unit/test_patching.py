@@ -11,12 +11,14 @@ What the planted model predicts (`locos_bench/testing.py`), and what these tests
   diffuse decoy write is shorter, the answer dims weigh more after the norm), so it ranks
   last, not first. Path patching with the final-norm scale frozen gives it exactly 0.
 * The parametric decoy (L2H2) reads fillers and writes a constant prior: it never attends the
-  needle and its output does not depend on it, so every detector here gives it ~0 (tied with
-  the "other" heads; its rank inside that tie is float noise and is not asserted).
+  needle and its output does not depend on it, so every detector here gives it ~0 (|score|
+  < 1e-7, tied with the "other" heads and the previous-token head L0H0, all within 4e-6 of
+  zero; its rank inside that tie, 5th to 9th, is float noise and is not asserted).
 * Attribution patching is a first-order estimate at a saturated answer (p(gold) ~ 0.997, so
   d log p / d logit ~ 0.003): its values are ~20x smaller than activation patching's
-  (0.0026 vs 0.052), but the ranking is the same (Spearman 1.0 over all 12 heads on the 16
-  calibration examples; the rank correlation asserted below is looser).
+  (0.0026 vs 0.052), but the ranking agrees: the same top two, then a block of nine heads
+  within 4e-6 of zero whose order is float noise (Spearman over all 12 heads: 0.96 on the
+  16 calibration examples, 0.98 on the 4 used here; Pearson 0.98).
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def test_attribution_tracks_activation_patching(planted, results):
     act, attr = results["activation-patching"].scores, results["attribution-patching"].scores
     assert set(results["attribution-patching"].top_k(2)) == heads_of(planted, "retrieval")
     rho = spearmanr(act.flatten().numpy(), attr.flatten().numpy()).statistic
-    assert rho > 0.8, rho  # measured 1.0 on these 4 examples
+    assert rho > 0.8, rho  # measured 0.98 on these 4 examples
     # Saturation: the linear estimate is far below the real drop, never above it.
     for head in heads_of(planted, "retrieval"):
         assert 0 < float(attr[head]) < float(act[head])
