@@ -161,7 +161,7 @@ def attn_out_gain(model: LoadedModel, cache: dict[str, Tensor], layer: int, posi
     position) for Gemma 3's `ln1_post`. Needs `blocks.{L}.ln1_post.hook_scale` in `cache`
     when the model has that norm."""
     geo = model.geometry
-    pos = torch.as_tensor(list(positions), dtype=torch.long)
+    pos = torch.as_tensor(list(positions), dtype=torch.long, device=model.device)
     if not geo.attn_out_norm:
         return torch.ones(len(pos), geo.d_model, device=model.device)
     scale = cache[f"blocks.{layer}.ln1_post.hook_scale"][0, pos]  # [P, 1]
@@ -187,7 +187,7 @@ def head_writes(
     `z_h @ W_O[h]`, passed through the post-attention norm's linearisation where the model
     has one, so `head_writes(...).sum(1)` equals `hook_attn_out` at those positions (plus
     the output bias, if the architecture has one)."""
-    pos = torch.as_tensor(list(positions), dtype=torch.long)
+    pos = torch.as_tensor(list(positions), dtype=torch.long, device=model.device)
     z = cache[f"blocks.{layer}.attn.hook_z"][0, pos]  # [P, H, d]
     writes = torch.einsum("phd,hdD->phD", z.to(torch.float32), w_o(model, layer).float())
     return writes * attn_out_gain(model, cache, layer, positions).unsqueeze(1)
@@ -213,16 +213,17 @@ def attention_rows(
     pattern is never stored."""
     geo = model.geometry
     attn = model.bridge.blocks[layer].attn.original_component
-    pos = torch.as_tensor(list(query_positions), dtype=torch.long)
+    device = cache[f"blocks.{layer}.attn.hook_rot_q"].device
+    pos = torch.as_tensor(list(query_positions), dtype=torch.long, device=device)
     q = cache[f"blocks.{layer}.attn.hook_rot_q"][0, pos].float()  # [P, H, d]
     k = cache[f"blocks.{layer}.attn.hook_rot_k"][0].float()  # [T, K, d]
-    k = k[:, kv_head_map(model)]  # [T, H, d]
+    k = k[:, kv_head_map(model).to(device)]  # [T, H, d]
     scaling = float(getattr(attn, "scaling", geo.d_head ** -0.5))
     scores = torch.einsum("phd,thd->hpt", q, k) * scaling
     cap = getattr(model.bridge.original_model.config, "attn_logit_softcapping", None)
     if cap:
         scores = torch.tanh(scores / cap) * cap
-    keys = torch.arange(k.shape[0])
+    keys = torch.arange(k.shape[0], device=device)
     allowed = keys[None, :] <= pos[:, None]
     window = getattr(attn, "sliding_window", None)
     if window and layer in geo.sliding_layers:

@@ -38,7 +38,9 @@ class Registry(Generic[T]):
     def add(self, name: str, target: T | str, *, source: str = "runtime", replace: bool = False) -> None:
         if name in self._entries and not replace:
             existing = self._entries[name]
-            if existing.target is not target:
+            if _same_definition(existing.target, target):
+                replace = True  # a notebook cell re-run redefines the same class
+            elif existing.target is not target:
                 raise LocosError(
                     f"{self.kind} {name!r} is already registered (from {existing.source}); "
                     "choose another name"
@@ -65,6 +67,11 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._entries)
+
+
+def _same_definition(a: Any, b: Any) -> bool:
+    return (isinstance(a, type) and isinstance(b, type)
+            and (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__))
 
 
 DETECTORS: Registry[Any] = Registry("detector")

@@ -116,3 +116,16 @@ def test_entry_points_register_warn_on_clash_and_survive_broken_plugins(scratch_
     assert get_detector_class("locos").__module__ == "locos_bench.detectors.locos"  # built-in wins
     assert any("'locos'" in m and "clashes with a built-in" in m for m in messages)
     assert any("'plugin-broken'" in m and "failed to import" in m for m in messages)
+
+
+def test_rerunning_a_notebook_cell_replaces_the_class(scratch_registry):
+    def cell():
+        @register_detector("notebook-detector")
+        class Mine(Detector):
+            pass
+
+        return Mine
+
+    first, second = cell(), cell()
+    assert first is not second
+    assert registry.get_detector_class("notebook-detector") is second
