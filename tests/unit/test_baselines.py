@@ -113,7 +113,7 @@ def test_incomplete_run_names_missing_units(planted_run, tmp_path):
     shutil.copytree(planted_run, partial)
     lines = (partial / "results.jsonl").read_text().splitlines(keepends=True)
     (partial / "results.jsonl").write_text("".join(l for l in lines if '"k":2' not in l.replace(" ", "") or '"random"' not in l))
-    with pytest.raises(LocosError, match=r"incomplete: missing planted-kv/random#\d@k=2"):
+    with pytest.raises(LocosError, match=r"incomplete: 2 unit\(s\) missing \(eval planted-kv/random draw 0 k=2"):
         run_figures(RunDir(partial))
 
 
