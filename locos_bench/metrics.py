@@ -122,6 +122,24 @@ def label_accuracy(prediction: str, answers: Sequence[str]) -> float:
     return contains(first, answers)
 
 
+_NUMBER_RE = re.compile(r"[-+]?\d+(?:[.,]\d+)*")
+
+
+def _number(text: str) -> str | None:
+    found = _NUMBER_RE.findall(text)
+    if not found:
+        return None
+    value = found[-1].replace(",", "")
+    return value.rstrip("0").rstrip(".") if "." in value else value.lstrip("+")
+
+
+def number_match(prediction: str, answers: Sequence[str]) -> float:
+    """1 when the last number in the cut prediction equals a gold number (so "3 + 4 = 7"
+    answers 7, GSM8K-style)."""
+    pred = _number(cut_answer(prediction))
+    return float(pred is not None and any(pred == _number(a) for a in answers))
+
+
 TextMetric = Callable[[str, Sequence[str]], float]
 
 METRICS: dict[str, TextMetric | None] = {
@@ -130,6 +148,7 @@ METRICS: dict[str, TextMetric | None] = {
     "exact_match": exact_match,
     "f1": f1,
     "label_accuracy": label_accuracy,
+    "number_match": number_match,
     "gold_logprob": None,  # needs the model: locos_bench.evaluate.gold_logprobs
 }
 """Metric name -> function. `gold_logprob` is computed by the model, not from text."""
@@ -163,6 +182,7 @@ __all__ = [
     "label_accuracy",
     "mean_logprob",
     "normalize",
+    "number_match",
     "rouge_l",
     "tokens",
 ]

@@ -70,7 +70,8 @@ def raw_example(spec: TaskSpec, index: int) -> Example:
     except LocosError:
         raise
     except TypeError as exc:
-        raise LocosError(f"{where}: bad source.args for {spec.source.generator or spec.source.loader}: {exc}") from None
+        source = spec.source.generator or spec.source.loader
+        raise LocosError(f"{where}: bad source.args for {source}: {exc}") from None
     except ValueError as exc:  # pydantic validation of the Example, bad arguments
         raise LocosError(f"{where}: {exc}") from None
     if not isinstance(example, Example):

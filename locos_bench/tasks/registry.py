@@ -38,7 +38,7 @@ def task_files() -> dict[str, Path]:
             continue
         for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
             found.setdefault(path.stem, path)
-    return found
+    return dict(sorted(found.items()))
 
 
 def list_tasks() -> list[str]:
@@ -114,8 +114,9 @@ def _check_references(spec: TaskSpec, where: str) -> None:
     from locos_bench.metrics import METRICS
     from locos_bench.tasks.generators import generator_names
 
-    if spec.source.generator is not None and spec.source.generator not in generator_names():
-        raise LocosError(f"{where}: source.generator: {unknown('generator', spec.source.generator, generator_names())}")
+    generator = spec.source.generator
+    if generator is not None and generator not in generator_names():
+        raise LocosError(f"{where}: source.generator: {unknown('generator', generator, generator_names())}")
     if spec.source.loader is not None:
         from locos_bench.tasks.loaders import LOADERS
 

@@ -7,6 +7,9 @@ carries no answer-bearing fact (a unit test checks its vocabulary against
 target token count into a word budget; the true token count depends on the tokenizer and is
 reported by `locos-bench tasks eval`.
 
+Built-in generators write `DEFAULT_PREAMBLE` before the context and use the `abstract`
+filler by default (both chosen by measuring Gemma 3 270M; see the task YAMLs).
+
 A generator returns the *raw* form of an example: `<context>\\n\\nQuestion: <question>`,
 with `context_span` and `question_span` set. `locos_bench.tasks.make_examples` then applies
 the prompt format (plain completion or the model's chat template).
@@ -26,6 +29,14 @@ TOKENS_PER_WORD = 1.3
 
 QUESTION_PREFIX = "\n\nQuestion: "
 """Between the context and the question in the raw form."""
+
+DEFAULT_PREAMBLE = "Read the text and answer the question.\n\n"
+"""Written before the context by every built-in generator (outside the context span); it
+lifted Gemma 3 270M's accuracy on niah-literal from about 0.47 to 0.57-0.6."""
+
+DEFAULT_FILLER = "abstract"
+"""Filler style of the built-in generators: with people and places in the filler
+(`village`), Gemma 3 270M answered "where" questions with them ("The miller's house")."""
 
 _OPENERS = (
     "", "", "", "", "In the morning,", "Later that day,", "After a while,", "Meanwhile,",
@@ -64,6 +75,19 @@ _NATURE = (
     "the meadow was full of small pale flowers", "the air smelled of wet earth",
     "frost covered the low stone walls", "the evening grew cool and calm",
 )
+_ABSTRACT_SUBJECTS = (
+    "the afternoon", "the conversation", "the silence", "the week", "the mood", "the waiting",
+    "the quiet", "the morning", "the evening", "the hour", "the pause", "the routine",
+    "the season", "the moment", "the talk", "the day",
+)
+_ABSTRACT_PREDICATES = (
+    "passed without much to say", "went on at an easy pace", "felt long and uneventful",
+    "seemed to stretch on and on", "was calm and ordinary", "drifted by slowly",
+    "carried on as before", "grew a little warmer", "settled into its usual rhythm",
+    "ended as gently as it began", "brought little of interest", "stayed pleasant enough",
+    "moved along without surprises", "was soon forgotten", "felt much like the last one",
+    "left little to remember",
+)
 _PLAIN = (
     "Nothing much happened for a while.", "The day passed like many others.",
     "It was an ordinary sort of afternoon.", "Tea was poured and slowly forgotten.",
@@ -74,13 +98,21 @@ _PLAIN = (
 )
 
 
-def filler_sentence(rng: random.Random) -> str:
+FILLER_STYLES = ("village", "nature", "abstract")
+"""`village`: chores of unnamed villagers, weather, quiet remarks; `nature`: weather and
+quiet remarks only (no people); `abstract`: remarks about time and mood only (no people,
+places or objects that could pass for an answer)."""
+
+
+def filler_sentence(rng: random.Random, style: str = "village") -> str:
     """One bland sentence (ends with a period)."""
     kind = rng.random()
     if kind < 0.12:
         return rng.choice(_PLAIN)
     opener = rng.choice(_OPENERS)
-    if kind < 0.45:
+    if style == "abstract":
+        body = f"{rng.choice(_ABSTRACT_SUBJECTS)} {rng.choice(_ABSTRACT_PREDICATES)}"
+    elif kind < 0.45 or style == "nature":
         body = rng.choice(_NATURE)
     else:
         body = f"{rng.choice(_PEOPLE)} {rng.choice(_ACTIONS)} {rng.choice(_MANNERS)}"
@@ -88,12 +120,14 @@ def filler_sentence(rng: random.Random) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def filler_sentences(rng: random.Random, n_words: int) -> list[str]:
+def filler_sentences(rng: random.Random, n_words: int, style: str = "village") -> list[str]:
     """Sentences totalling about `n_words` words, never the same sentence twice in a row."""
+    if style not in FILLER_STYLES:
+        raise LocosError(f"unknown filler style {style!r}; choose from {', '.join(FILLER_STYLES)}")
     out: list[str] = []
     words = 0
     while words < n_words:
-        sentence = filler_sentence(rng)
+        sentence = filler_sentence(rng, style)
         if out and sentence == out[-1]:
             continue
         out.append(sentence)
@@ -142,6 +176,7 @@ def place(
     ordered: bool = False,
     where: str = "",
     paragraph: int = 6,
+    filler: str = "village",
 ) -> Context:
     """Fill a haystack of about `context_tokens` tokens and place `pieces` in it.
 
@@ -159,7 +194,7 @@ def place(
             f"{where}: the needles need about {int(piece_words * TOKENS_PER_WORD)} tokens, "
             f"more than the context length {context_tokens}; the needle cannot be placed"
         )
-    filler = filler_sentences(rng, budget - piece_words)
+    filler = filler_sentences(rng, budget - piece_words, filler)
     n = len(filler)
     slots: list[int] = [-1] * len(pieces)
     if ordered:

@@ -17,6 +17,12 @@ NAMES: tuple[str, ...] = (
 )
 """Character names: common, short, not words of the filler or the fact tables."""
 
+SURNAMES: tuple[str, ...] = (
+    "Lindqvist", "Okafor", "Marchetti", "Tanaka", "Novak", "Haddad", "Brennan", "Kowalski",
+    "Moreau", "Castillo", "Petrov", "Nakamura", "Fischer", "Oliveira", "Svensson", "Kaur",
+)
+"""Family names for full-name characters (two-part keys are easier to match)."""
+
 
 @dataclass(frozen=True)
 class Landmark:
@@ -116,7 +122,7 @@ def content_words(text: str) -> set[str]:
 def answer_bearing_words() -> set[str]:
     """Every word a generator may use as an answer or a key: the filler must avoid them."""
     words: set[str] = set()
-    for name in NAMES:
+    for name in (*NAMES, *SURNAMES):
         words.add(name.lower())
     for lm in LANDMARKS:
         words |= content_words(lm.name) | content_words(lm.city) | content_words(lm.country)

@@ -169,13 +169,17 @@ def test_filler_has_no_answer_bearing_words():
     from locos_bench.tasks import text
 
     vocab = set()
-    for group in (text._OPENERS, text._PEOPLE, text._ACTIONS, text._MANNERS, text._NATURE, text._PLAIN):
+    for group in (text._OPENERS, text._PEOPLE, text._ACTIONS, text._MANNERS, text._NATURE, text._PLAIN,
+                  text._ABSTRACT_SUBJECTS, text._ABSTRACT_PREDICATES):
         for phrase in group:
             vocab |= world.content_words(phrase)
     assert not vocab & world.answer_bearing_words()
-    sentences = filler_sentences(random.Random(0), 2000)
-    assert not any(ch.isdigit() for s in sentences for ch in s)
-    assert all(a != b for a, b in zip(sentences, sentences[1:]))
+    for style in text.FILLER_STYLES:
+        sentences = filler_sentences(random.Random(0), 2000, style)
+        assert not any(ch.isdigit() for s in sentences for ch in s)
+        assert all(a != b for a, b in zip(sentences, sentences[1:]))
+    with pytest.raises(LocosError, match="unknown filler style"):
+        filler_sentences(random.Random(0), 10, "baroque")
 
 
 def test_context_length_scales_to_32k():

@@ -9,7 +9,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import Piece, grid, place, raw_example
+from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
 
 
 def _fields(name: str, landmark: world.Landmark) -> dict[str, str]:
@@ -34,7 +34,9 @@ def character_example(
     n_characters: int = 4,
     distinct: str = "city",
     literal: bool,
-    preamble: str = "",
+    surnames: bool = False,
+    preamble: str = DEFAULT_PREAMBLE,
+    filler: str = DEFAULT_FILLER,
 ) -> Example:
     """One example of the character scaffolding.
 
@@ -45,6 +47,8 @@ def character_example(
         answer: `name` (the character) or `landmark`.
         n_characters: Characters in every context (one needle, the rest distractors).
         distinct: `city` or `country`: what must differ between the characters' landmarks.
+        surnames: Give every character a family name too ("Sofia Novak"); the first name
+            alone also counts as a correct answer.
         literal: True for niah-literal (the question must repeat needle words); False for
             nolima-synth (the question must share no content word with its needle).
     """
@@ -53,6 +57,9 @@ def character_example(
         raise LocosError(f"{where}: n_characters must be between 2 and {len(world.NAMES)}")
     context_tokens, depth = grid(spec, index)
     names = rng.sample(world.NAMES, n_characters)
+    firsts = list(names)
+    if surnames:
+        names = [f"{n} {s}" for n, s in zip(names, rng.sample(world.SURNAMES, n_characters))]
     pool = list(world.LANDMARKS)
     rng.shuffle(pool)
     landmarks: list[world.Landmark] = []
@@ -80,9 +87,9 @@ def character_example(
         Piece(s, "needle" if i == target else "distractor", depth if i == target else None)
         for i, s in enumerate(sentences)
     ]
-    context = place(rng, context_tokens, pieces, where=where)
+    context = place(rng, context_tokens, pieces, where=where, filler=filler)
     if answer == "name":
-        answers = [names[target]]
+        answers = [names[target]] + ([firsts[target]] if surnames else [])
     elif answer == "landmark":
         lm = landmarks[target]
         answers = [lm.name, lm.phrase]

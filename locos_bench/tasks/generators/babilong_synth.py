@@ -20,7 +20,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import Piece, grid, place, raw_example
+from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
 
 _MOVES = ("went to the {room}.", "moved to the {room}.", "walked into the {room}.",
           "travelled to the {room}.")
@@ -36,7 +36,10 @@ def babilong_synth(
     qa: list[int] | int = (1, 2),
     n_people: int = 3,
     moves_per_person: int = 1,
-    preamble: str = "",
+    question1: str = "Where is {person}?",
+    question2: str = "Where is the {object}?",
+    preamble: str = DEFAULT_PREAMBLE,
+    filler: str = DEFAULT_FILLER,
 ) -> Example:
     where = f"{spec.name}[{index}]"
     kinds = [qa] if isinstance(qa, int) else list(qa)
@@ -94,8 +97,11 @@ def babilong_synth(
         )
         for i, (p, text, k) in enumerate(events)
     ]
-    context = place(rng, context_tokens, pieces, ordered=True, where=where)
-    question = f"Where is {target}?" if kind == 1 else f"Where is the {holder[target]}?"
+    context = place(rng, context_tokens, pieces, ordered=True, where=where, filler=filler)
+    if kind == 1:
+        question = question1.format(person=target)
+    else:
+        question = question2.format(object=holder[target])
     return raw_example(
         spec,
         index,

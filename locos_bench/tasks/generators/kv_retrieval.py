@@ -13,7 +13,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import Piece, grid, place, raw_example
+from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
 
 
 @register_generator("kv-retrieval")
@@ -26,7 +26,8 @@ def kv_retrieval(
     digits: int = 4,
     needle: str = "The number of the {key} is {value}.",
     question: str = "What is the number of the {key}?",
-    preamble: str = "",
+    preamble: str = DEFAULT_PREAMBLE,
+    filler: str = DEFAULT_FILLER,
 ) -> Example:
     where = f"{spec.name}[{index}]"
     if not 1 <= n_keys <= min(len(world.KEY_ADJECTIVES), len(world.KEY_NOUNS)):
@@ -52,7 +53,7 @@ def kv_retrieval(
         )
         for i, (k, v) in enumerate(zip(keys, values))
     ]
-    context = place(rng, context_tokens, pieces, where=where)
+    context = place(rng, context_tokens, pieces, where=where, filler=filler)
     return raw_example(
         spec,
         index,

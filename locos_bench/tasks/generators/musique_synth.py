@@ -14,7 +14,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import Piece, grid, place, raw_example
+from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
 
 
 @register_generator("musique-synth")
@@ -27,7 +27,8 @@ def musique_synth(
     first: str = "{a} is married to {b}.",
     second: str = "{b} works as a {job}.",
     question: str = "What is the job of the person married to {a}?",
-    preamble: str = "",
+    preamble: str = DEFAULT_PREAMBLE,
+    filler: str = DEFAULT_FILLER,
 ) -> Example:
     where = f"{spec.name}[{index}]"
     if not 1 <= n_chains <= min(len(world.NAMES) // 2, len(world.JOBS)):
@@ -43,7 +44,7 @@ def musique_synth(
         # The first hop sits at the example's depth; the second hop anywhere.
         pieces.append(Piece(first.format(a=a, b=b), role, depth if i == target else None))
         pieces.append(Piece(second.format(b=b, job=jobs[i]), role, None))
-    context = place(rng, context_tokens, pieces, where=where)
+    context = place(rng, context_tokens, pieces, where=where, filler=filler)
     a = names[2 * target]
     return raw_example(
         spec,

@@ -13,6 +13,7 @@ from typing import Any
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.generators._characters import character_example
 from locos_bench.tasks.spec import Example
+from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE
 
 
 @register_generator("niah-literal")
@@ -26,9 +27,12 @@ def niah_literal(
     answer: str = "landmark",
     n_characters: int = 4,
     distinct: str = "city",
-    preamble: str = "",
+    surnames: bool = False,
+    preamble: str = DEFAULT_PREAMBLE,
+    filler: str = DEFAULT_FILLER,
 ) -> Example:
     return character_example(
         spec, index, rng, needle=needle, question=question, answer=answer,
-        n_characters=n_characters, distinct=distinct, literal=True, preamble=preamble,
+        n_characters=n_characters, distinct=distinct, literal=True, surnames=surnames,
+        preamble=preamble, filler=filler,
     )

@@ -15,6 +15,7 @@ from typing import Any
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.generators._characters import character_example
 from locos_bench.tasks.spec import Example
+from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE
 
 
 @register_generator("nolima-synth")
@@ -27,9 +28,12 @@ def nolima_synth(
     question: str = "Which character has been to {city}?",
     n_characters: int = 4,
     distinct: str = "city",
-    preamble: str = "",
+    surnames: bool = False,
+    preamble: str = DEFAULT_PREAMBLE,
+    filler: str = DEFAULT_FILLER,
 ) -> Example:
     return character_example(
         spec, index, rng, needle=needle, question=question, answer="name",
-        n_characters=n_characters, distinct=distinct, literal=False, preamble=preamble,
+        n_characters=n_characters, distinct=distinct, literal=False, surnames=surnames,
+        preamble=preamble, filler=filler,
     )

@@ -14,7 +14,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import grid, place, raw_example
+from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, grid, place, raw_example
 
 _RELATIONS = ("capital", "landmark", "language")
 
@@ -34,7 +34,8 @@ def parametric_recall(
     rng: random.Random,
     *,
     relations: list[str] = _RELATIONS,
-    preamble: str = "",
+    preamble: str = DEFAULT_PREAMBLE,
+    filler: str = DEFAULT_FILLER,
 ) -> Example:
     where = f"{spec.name}[{index}]"
     bad = [r for r in relations if r not in _RELATIONS]
@@ -43,7 +44,7 @@ def parametric_recall(
     context_tokens, depth = grid(spec, index)
     relation = list(relations)[index % len(relations)]
     question, answer = rng.choice(_facts(relation))
-    context = place(rng, context_tokens, [], where=where)
+    context = place(rng, context_tokens, [], where=where, filler=filler)
     return raw_example(
         spec,
         index,

@@ -1,0 +1,342 @@
+"""Evaluation primitives shared by `locos-bench tasks eval` and the benchmark harness.
+
+* `generate_answers`: greedy, KV-cached, batched generation through the TransformerBridge,
+  with forward hooks (ablations) active throughout; rows stop at a newline or EOS.
+* `gold_logprobs`: teacher-forced mean log-probability of the gold answer tokens, with the
+  unembedding applied only at the answer positions (`logits_to_keep` with an index tensor),
+  never to the whole `[T, vocab]` grid (Gemma 3's vocabulary has 262k entries).
+* `evaluate_task`: both, plus every metric the task lists, per example.
+
+Both primitives run the bridge's own forward (`bridge(tokens, ...)`), so every
+TransformerLens hook name works and hooks behave exactly as in detection.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from locos_bench.errors import LocosError
+from locos_bench.metrics import METRICS, cut_answer
+from locos_bench.tasks.spec import Example, TaskSpec
+from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+
+Hook = tuple[Any, Callable[..., Any]]
+_EXTRA_EOS = ("<end_of_turn>", "<|im_end|>", "<|endoftext|>", "<eos>", "</s>")
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def stop_token_ids(tokenizer: Any) -> set[int]:
+    """EOS and end-of-turn token ids of `tokenizer` (generation stops at any of them)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    vocab = tokenizer.get_vocab()
+    for token in _EXTRA_EOS:
+        if token in vocab:
+            ids.add(int(vocab[token]))
+    return ids
+
+
+def _pad_id(tokenizer: Any) -> int:
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _batches(order: list[int], size: int) -> list[list[int]]:
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def _prompt_ids(model: Any, example: Example | TokenizedExample) -> list[int]:
+    if isinstance(example, TokenizedExample):
+        return list(example.input_ids[: example.prompt_len])
+    return list(model.tokenizer(example.prompt)["input_ids"])
+
+
+def generate_answers(
+    model: Any,
+    examples: Sequence[Example | TokenizedExample],
+    *,
+    max_new_tokens: int = 8,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+    cut: bool = True,
+) -> list[str]:
+    """Greedy answers to `examples`, generated with the KV cache and `hooks` active.
+
+    Prompts are sorted by length and left-padded into batches (with an attention mask and
+    explicit position ids, so padding changes nothing); a row stops at its first newline or
+    EOS, and a batch stops when every row has.
+
+    Args:
+        model: A `LoadedModel`.
+        examples: Examples (or tokenized examples) whose `prompt` is fed as is.
+        max_new_tokens: Generation budget per answer.
+        hooks: `(hook_name_or_filter, fn)` forward hooks, active for every forward pass.
+        batch_size: Prompts per forward pass.
+        cut: Return the text up to the first newline / stop string (else the raw text).
+
+    Returns:
+        One string per example, in input order (without the prompt).
+    """
+    torch = _torch()
+    tok = model.tokenizer
+    bridge = model.bridge
+    device = getattr(model, "device", "cpu")
+    prompts = [_prompt_ids(model, ex) for ex in examples]
+    stops = stop_token_ids(tok)
+    pad = _pad_id(tok)
+    outputs: list[str] = [""] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
+        for batch in _batches(order, max(1, batch_size)):
+            width = max(len(prompts[i]) for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                p = prompts[i]
+                ids[row, width - len(p):] = torch.tensor(p)
+                mask[row, width - len(p):] = 1
+            ids, mask = ids.to(device), mask.to(device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            generated: list[list[int]] = [[] for _ in batch]
+            done = [False] * len(batch)
+            logits, cache = bridge(
+                ids, attention_mask=mask, position_ids=positions,
+                return_type="logits_and_cache", logits_to_keep=1,
+            )
+            for step in range(max_new_tokens):
+                nxt = logits[:, -1, :].argmax(-1)
+                for row in range(len(batch)):
+                    if done[row]:
+                        continue
+                    token = int(nxt[row])
+                    if token in stops:
+                        done[row] = True
+                        continue
+                    generated[row].append(token)
+                    if "\n" in tok.decode(generated[row]) and cut:
+                        done[row] = True
+                if all(done) or step == max_new_tokens - 1:
+                    break
+                nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                positions = positions[:, -1:] + 1
+                logits, cache = bridge(
+                    nxt[:, None], attention_mask=mask, position_ids=positions,
+                    past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
+                )
+            for row, i in enumerate(batch):
+                text = tok.decode(generated[row], skip_special_tokens=True)
+                outputs[i] = cut_answer(text) if cut else text
+    return outputs
+
+
+def _tokenized(model: Any, example: Example | TokenizedExample) -> TokenizedExample:
+    if isinstance(example, TokenizedExample):
+        return example
+    return tokenize_example(example, model.tokenizer)
+
+
+def gold_logprobs(
+    model: Any,
+    tokenized_examples: Sequence[TokenizedExample | Example],
+    *,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+) -> list[float]:
+    """Teacher-forced mean log-prob of each example's gold answer tokens.
+
+    One forward pass per batch over prompt + answer (right-padded); logits are computed
+    only at the union of the batch's answer positions (`q_j`, the positions predicting each
+    answer token), and log-softmax only there.
+
+    Returns:
+        One float per example (mean over its answer tokens), in input order.
+    """
+    torch = _torch()
+    bridge = model.bridge
+    device = getattr(model, "device", "cpu")
+    items = [_tokenized(model, ex) for ex in tokenized_examples]
+    pad = _pad_id(model.tokenizer)
+    out: list[float] = [0.0] * len(items)
+    order = sorted(range(len(items)), key=lambda i: items[i].n_tokens)
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
+        for batch in _batches(order, max(1, batch_size)):
+            width = max(items[i].n_tokens for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids[row, : items[i].n_tokens] = torch.tensor(items[i].input_ids)
+                mask[row, : items[i].n_tokens] = 1
+            keep = sorted({p for i in batch for p in items[i].answer_positions})
+            where = {p: k for k, p in enumerate(keep)}
+            logits = bridge(
+                ids.to(device), attention_mask=mask.to(device),
+                logits_to_keep=torch.tensor(keep, device=device),
+            )
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            for row, i in enumerate(batch):
+                item = items[i]
+                cols = [where[p] for p in item.answer_positions]
+                values = logprobs[row, cols, item.answer_ids]
+                out[i] = float(values.mean())
+    return out
+
+
+def answers_and_logprobs(
+    model: Any,
+    examples: Sequence[TokenizedExample | Example],
+    *,
+    max_new_tokens: int = 8,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+) -> tuple[list[str], list[float]]:
+    """`generate_answers` and `gold_logprobs` together, sharing one prompt prefill.
+
+    Prompts are left-padded, so every row's prompt ends at the same position: the prefill's
+    last logits give both the first greedy token and the gold log-prob of the first answer
+    token. The remaining answer tokens run on a copy of the prompt's KV cache (a few
+    positions, not a second pass over the prompt); generation continues from the original
+    cache. Results equal the two separate functions (tested).
+    """
+    import copy
+
+    torch = _torch()
+    tok = model.tokenizer
+    bridge = model.bridge
+    device = getattr(model, "device", "cpu")
+    items = [_tokenized(model, ex) for ex in examples]
+    stops = stop_token_ids(tok)
+    pad = _pad_id(tok)
+    answers: list[str] = [""] * len(items)
+    scores: list[float] = [0.0] * len(items)
+    order = sorted(range(len(items)), key=lambda i: items[i].prompt_len)
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
+        for batch in _batches(order, max(1, batch_size)):
+            width = max(items[i].prompt_len for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                p = items[i].input_ids[: items[i].prompt_len]
+                ids[row, width - len(p):] = torch.tensor(p)
+                mask[row, width - len(p):] = 1
+            ids, mask = ids.to(device), mask.to(device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits, cache = bridge(
+                ids, attention_mask=mask, position_ids=positions,
+                return_type="logits_and_cache", logits_to_keep=1,
+            )
+            first = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # [B, vocab]
+            # Gold answer tokens after the first, teacher-forced on a copy of the cache.
+            longest = max(len(items[i].answer_ids) for i in batch)
+            per_token = [[float(first[row, items[i].answer_ids[0]])] for row, i in enumerate(batch)]
+            if longest > 1:
+                gold = torch.full((len(batch), longest - 1), pad, dtype=torch.long)
+                for row, i in enumerate(batch):
+                    a = items[i].answer_ids[:-1]
+                    gold[row, : len(a)] = torch.tensor(a)
+                gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
+                gold_pos = positions[:, -1:] + torch.arange(1, longest, device=device)[None, :]
+                gold_logits = bridge(
+                    gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
+                    past_key_values=copy.deepcopy(cache), logits_to_keep=0,
+                )
+                lp = torch.log_softmax(gold_logits.float(), dim=-1)
+                for row, i in enumerate(batch):
+                    targets = items[i].answer_ids[1:]
+                    if targets:
+                        cols = torch.arange(len(targets), device=lp.device)
+                        per_token[row] += lp[row, cols, torch.tensor(targets, device=lp.device)].tolist()
+            for row, i in enumerate(batch):
+                scores[i] = float(sum(per_token[row]) / len(per_token[row]))
+            # Greedy generation from the prompt's cache.
+            generated: list[list[int]] = [[] for _ in batch]
+            done = [False] * len(batch)
+            for step in range(max_new_tokens):
+                nxt = logits[:, -1, :].argmax(-1)
+                for row in range(len(batch)):
+                    if done[row]:
+                        continue
+                    token = int(nxt[row])
+                    if token in stops:
+                        done[row] = True
+                        continue
+                    generated[row].append(token)
+                    if "\n" in tok.decode(generated[row]):
+                        done[row] = True
+                if all(done) or step == max_new_tokens - 1:
+                    break
+                nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                positions = positions[:, -1:] + 1
+                logits, cache = bridge(
+                    nxt[:, None], attention_mask=mask, position_ids=positions,
+                    past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
+                )
+            for row, i in enumerate(batch):
+                answers[i] = cut_answer(tok.decode(generated[row], skip_special_tokens=True))
+    return answers, scores
+
+
+def evaluate_task(
+    model: Any,
+    spec: TaskSpec,
+    examples: Sequence[Example],
+    *,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+    max_new_tokens: int | None = None,
+) -> list[dict[str, Any]]:
+    """Generate answers and score every example on all of the task's metrics.
+
+    Returns:
+        One dict per example: `index`, `prediction`, `answers`, `n_tokens` (prompt tokens),
+        each metric in `spec.metrics` plus `rouge_l` and `gold_logprob`, and `score` (the
+        task's headline metric, `spec.metrics[0]`).
+    """
+    tokenized = []
+    for ex in examples:
+        try:
+            tokenized.append(tokenize_example(ex, model.tokenizer))
+        except LocosError as exc:
+            raise LocosError(f"{exc} (while tokenising for {model.name})") from None
+    predictions, logprobs = answers_and_logprobs(
+        model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, hooks=hooks,
+        batch_size=batch_size,
+    )
+    names = list(dict.fromkeys([*spec.metrics, "rouge_l", "gold_logprob"]))
+    rows = []
+    for ex, item, pred, lp in zip(examples, tokenized, predictions, logprobs):
+        row: dict[str, Any] = {
+            "index": ex.index,
+            "prediction": pred,
+            "answers": list(ex.answers),
+            "n_tokens": item.prompt_len,
+        }
+        for name in names:
+            fn = METRICS.get(name)
+            row[name] = lp if name == "gold_logprob" else float(fn(pred, ex.answers))
+        row["score"] = row[spec.metrics[0]] if spec.metrics else row["rouge_l"]
+        rows.append(row)
+    return rows
+
+
+class Timer:
+    """Wall-clock seconds of a block (`with Timer() as t: ...; t.seconds`)."""
+
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
