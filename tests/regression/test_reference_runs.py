@@ -10,7 +10,7 @@ import pytest
 
 # The planted model: every detector, budgets around its two redundant retrieval heads.
 PLANTED = dict(
-    tasks=["planted-kv"], detectors=["all"], budgets=[2, 4], n_calib=4, n_ref=8, n_eval=24,
+    tasks=["planted-kv"], detectors=["all"], budgets=[2, 4], n_calib=4, n_ref=8, n_eval=16,
     random_draws=3, rank_diagnostic=3, seed=0,
 )
 
