@@ -416,7 +416,7 @@ class Run:
                              batch_size=self.cfg.batch_size)
         metrics = self.manifest_task(task).metrics
         unit = EvalUnit(**base, values={m: [float(r[m]) for r in rows] for m in metrics},
-                        generations=[r["prediction"] for r in rows], seconds=time.perf_counter() - start)
+                        generations=[r["generation"] if "generation" in r else r["prediction"] for r in rows], seconds=time.perf_counter() - start)
         self.eval_cache[(task, _head_key(heads))] = unit
         return unit
 
