@@ -12,6 +12,7 @@ PLANTED = dict(
     random_draws=3, rank_diagnostic=3, seed=0,
 )
 
+
 def test_planted_matches_reference(locos):
     run = locos.run(model="planted", **PLANTED)
     locos.check(run)
