@@ -299,9 +299,9 @@ def evaluate_task(
     """Generate answers and score every example on all of the task's metrics.
 
     Returns:
-        One dict per example: `index`, `prediction`, `answers`, `n_tokens` (prompt tokens),
-        each metric in `spec.metrics` plus `rouge_l` and `gold_logprob`, and `score` (the
-        task's headline metric, `spec.metrics[0]`).
+        One dict per example: `index`, `generation` (the answer, cut at the first newline),
+        `answers`, `n_tokens` (prompt tokens), each metric in `spec.metrics` plus `rouge_l`
+        and `gold_logprob`, and `score` (the task's headline metric, `spec.metrics[0]`).
     """
     tokenized = []
     for ex in examples:
@@ -318,7 +318,7 @@ def evaluate_task(
     for ex, item, pred, lp in zip(examples, tokenized, predictions, logprobs):
         row: dict[str, Any] = {
             "index": ex.index,
-            "prediction": pred,
+            "generation": pred,
             "answers": list(ex.answers),
             "n_tokens": item.prompt_len,
         }

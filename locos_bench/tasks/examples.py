@@ -26,7 +26,10 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks.spec import Example, TaskSpec
 
 COMPLETION_SUFFIX = "\nAnswer:"
-CHAT_INSTRUCTION = "\nAnswer with only the answer (a name, a word or a number), no sentence."
+CHAT_INSTRUCTION = "\nGive a short answer."
+"""Appended to the user turn in chat format (SmolLM2-135M-Instruct answered best with it;
+asking for "only the answer (a name, a word or a number)" made it answer "The football is a
+name")."""
 
 
 def example_rng(spec: TaskSpec, index: int) -> random.Random:

@@ -127,6 +127,7 @@ def _cached_rows(path: str, mtime: float, config: str | None, split: str | None)
     return tuple(_read_table(table))
 
 
+@lru_cache(maxsize=8)
 def _hub_rows(hub: str, config: str | None, split: str, where: str) -> tuple[Any, ...]:
     try:
         import datasets
@@ -154,7 +155,7 @@ def rows_for(args: dict[str, Any], where: str, *, default_hub: str, default_spli
     if local is not None:
         return _cached_rows(str(local.resolve()), local.stat().st_mtime, config, split)
     hub = args.get("hub", default_hub)
-    return _hub_rows(hub, config, split, where)
+    return _hub_rows(hub, config, split, where.split("[")[0])
 
 
 def _row(rows: tuple[Any, ...], index: int, where: str) -> dict[str, Any]:

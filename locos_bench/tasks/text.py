@@ -96,6 +96,11 @@ _PLAIN = (
     "There was little news worth repeating.", "The clock on the wall ticked steadily.",
     "Everyone seemed content to wait.", "The dogs dozed in a patch of sunlight.",
 )
+_PLAIN_ABSTRACT = tuple(
+    s for s in _PLAIN
+    if not any(w in s for w in ("village", "door", "clock", "dogs", "Tea"))
+)
+"""The quiet remarks that name no place or object (for the `abstract` style)."""
 
 
 FILLER_STYLES = ("village", "nature", "abstract")
@@ -108,7 +113,7 @@ def filler_sentence(rng: random.Random, style: str = "village") -> str:
     """One bland sentence (ends with a period)."""
     kind = rng.random()
     if kind < 0.12:
-        return rng.choice(_PLAIN)
+        return rng.choice(_PLAIN_ABSTRACT if style == "abstract" else _PLAIN)
     opener = rng.choice(_OPENERS)
     if style == "abstract":
         body = f"{rng.choice(_ABSTRACT_SUBJECTS)} {rng.choice(_ABSTRACT_PREDICATES)}"

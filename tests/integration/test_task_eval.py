@@ -68,9 +68,9 @@ def test_evaluate_task_rows(gemma3, kv_examples):
     spec = load_task("kv-retrieval")
     rows = evaluate_task(gemma3, spec, kv_examples[:4])
     for row in rows:
-        assert {"prediction", "answers", "score", "rouge_l", "gold_logprob", "exact_match",
+        assert {"generation", "answers", "score", "rouge_l", "gold_logprob", "exact_match",
                 "contains", "n_tokens"} <= set(row)
-        assert row["score"] == row["exact_match"]
+        assert row["score"] == row["contains"]
     assert sum(r["score"] for r in rows) >= 2  # kv-retrieval is easy for gemma3
 
 
@@ -79,7 +79,7 @@ def test_tasks_eval_cli(capsys):
 
     assert main(["tasks", "eval", "kv-retrieval", "--model", "gemma3", "--n", "6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["n"] == 6 and out["model"] == "gemma3" and out["metric"] == "exact_match"
+    assert out["n"] == 6 and out["model"] == "gemma3" and out["metric"] == "contains"
     low, high = out["ci95"]
     assert 0 <= low <= out["accuracy"] <= high <= 1
     assert out["mean_context_tokens"] > 200 and out["seconds_per_example"] > 0

@@ -264,3 +264,13 @@ def test_place_spreads_pieces():
     ctx = place(random.Random(1), 500, [Piece("Alpha one.", "needle", 0.5), Piece("Beta two.", "distractor")])
     assert ctx.text[slice(*ctx.spans[0])] == "Alpha one."
     assert ctx.text[slice(*ctx.spans[1])] == "Beta two."
+
+
+def test_context_longer_than_the_model_is_refused():
+    from types import SimpleNamespace
+
+    tiny = SimpleNamespace(bridge=SimpleNamespace(cfg=SimpleNamespace(n_ctx=128)),
+                           uses_chat_template=False, tokenizer=None)
+    spec = load_task("kv-retrieval")
+    with pytest.raises(LocosError, match=r"kv-retrieval\[0\]: context length 320 exceeds the model's context window of 128"):
+        make_example(spec, 0, model=tiny)
