@@ -173,6 +173,22 @@ def _random_slots(rng: random.Random, low: int, high: int, k: int, taken: set[in
     return [rng.randint(low, high) for _ in range(k)]
 
 
+def _even_slots(low: int, high: int, k: int) -> list[int]:
+    """k slots evenly spaced over [low, high]."""
+    if k == 1:
+        return [(low + high) // 2]
+    return [low + round((high - low) * j / (k - 1)) for j in range(k)]
+
+
+def _free_bins(n: int, k: int, taken: set[int]) -> list[int]:
+    """The centres of k equal bins over [0, n], less the bin nearest each taken slot."""
+    centres = [round(n * (b + 0.5) / k) for b in range(k)]
+    for slot in taken:
+        nearest = min(centres, key=lambda c: abs(c - slot))
+        centres.remove(nearest)
+    return centres
+
+
 def place(
     rng: random.Random,
     context_tokens: int,
@@ -182,12 +198,16 @@ def place(
     where: str = "",
     paragraph: int = 6,
     filler: str = "village",
+    spread: bool = False,
 ) -> Context:
     """Fill a haystack of about `context_tokens` tokens and place `pieces` in it.
 
     Pieces with a depth go at that fraction of the filler; the rest go to random slots
     between filler sentences. With `ordered=True` the pieces keep their list order in the
     text (for fact sequences), the first piece with a depth anchoring the others.
+    With `spread=True` the pieces without a depth are spaced evenly instead of at random,
+    so no two pieces sit side by side: small models (Gemma 3 270M) mix up the facts of
+    adjacent sentences far more often than those of distant ones.
 
     Raises:
         LocosError: the pieces alone do not fit in `context_tokens`.
@@ -205,11 +225,17 @@ def place(
     if ordered:
         anchor = next((i for i, p in enumerate(pieces) if p.depth is not None), None)
         if anchor is None:
-            chosen = sorted(_random_slots(rng, 0, n, len(pieces), set()))
+            chosen = (_even_slots(0, n, len(pieces)) if spread
+                      else sorted(_random_slots(rng, 0, n, len(pieces), set())))
         else:
             a = round(pieces[anchor].depth * n)
-            before = sorted(_random_slots(rng, 0, a, anchor, {a}))
-            after = sorted(_random_slots(rng, a, n, len(pieces) - anchor - 1, {a}))
+            k_after = len(pieces) - anchor - 1
+            if spread:
+                before = [round(a * j / anchor) for j in range(anchor)]
+                after = [a + round((n - a) * (j + 1) / k_after) for j in range(k_after)]
+            else:
+                before = sorted(_random_slots(rng, 0, a, anchor, {a}))
+                after = sorted(_random_slots(rng, a, n, k_after, {a}))
             chosen = [*before, a, *after]
         slots = chosen
     else:
@@ -219,7 +245,12 @@ def place(
                 slots[i] = round(p.depth * n)
                 taken.add(slots[i])
         rest = [i for i, p in enumerate(pieces) if p.depth is None]
-        for i, s in zip(rest, _random_slots(rng, 0, n, len(rest), taken)):
+        if spread:
+            free = _free_bins(n, len(pieces), taken)
+            rng.shuffle(free)
+        else:
+            free = _random_slots(rng, 0, n, len(rest), taken)
+        for i, s in zip(rest, free):
             slots[i] = s
     # Assemble: at each slot, the pieces assigned there (in list order), then the sentence.
     at: dict[int, list[int]] = {}

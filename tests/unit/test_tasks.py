@@ -274,3 +274,30 @@ def test_context_longer_than_the_model_is_refused():
     spec = load_task("kv-retrieval")
     with pytest.raises(LocosError, match=r"kv-retrieval\[0\]: context length 320 exceeds the model's context window of 128"):
         make_example(spec, 0, model=tiny)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_spread_keeps_pieces_apart(ordered):
+    """With `spread`, every pair of 4 pieces has at least an eighth of the filler between
+    them (half a bin); at random, some examples put facts side by side."""
+    import random
+
+    def gaps(spread: bool, seed: int) -> int:
+        pieces = [Piece(f"Fact {i}.", "distractor") for i in range(4)]
+        pieces[1] = Piece("Fact 1.", "needle", 0.3)
+        ctx = place(random.Random(seed), 400, pieces, ordered=ordered, spread=spread)
+        slots = sorted(ctx.slots)
+        return min(b - a for a, b in zip(slots, slots[1:]))
+
+    n = place(random.Random(0), 400, []).n_filler
+    assert all(gaps(True, seed) >= n // 8 - 1 for seed in range(20))
+    assert min(gaps(False, seed) for seed in range(20)) < n // 8 - 1
+
+
+def test_spread_is_a_task_argument():
+    spec = load_task("niah-literal")
+    assert spec.source.args.get("spread") is True
+    for e in make_examples(spec, 10):
+        starts = sorted(s[0] for s in [*e.needle_spans, *e.distractor_spans])
+        assert len(starts) == 3
+        assert min(b - a for a, b in zip(starts, starts[1:])) > 200  # characters apart

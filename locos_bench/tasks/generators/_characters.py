@@ -37,6 +37,7 @@ def character_example(
     surnames: bool = False,
     preamble: str = DEFAULT_PREAMBLE,
     filler: str = DEFAULT_FILLER,
+    spread: bool = False,
 ) -> Example:
     """One example of the character scaffolding.
 
@@ -51,6 +52,8 @@ def character_example(
             alone also counts as a correct answer.
         literal: True for niah-literal (the question must repeat needle words); False for
             nolima-synth (the question must share no content word with its needle).
+        spread: Space the characters' sentences evenly through the haystack (see
+            `locos_bench.tasks.text.place`).
     """
     where = f"{spec.name}[{index}]"
     if not 2 <= n_characters <= len(world.NAMES):
@@ -87,7 +90,7 @@ def character_example(
         Piece(s, "needle" if i == target else "distractor", depth if i == target else None)
         for i, s in enumerate(sentences)
     ]
-    context = place(rng, context_tokens, pieces, where=where, filler=filler)
+    context = place(rng, context_tokens, pieces, where=where, filler=filler, spread=spread)
     if answer == "name":
         answers = [names[target]] + ([firsts[target]] if surnames else [])
     elif answer == "landmark":

@@ -40,6 +40,7 @@ def babilong_synth(
     question2: str = "Where is the {object}?",
     preamble: str = DEFAULT_PREAMBLE,
     filler: str = DEFAULT_FILLER,
+    spread: bool = False,
 ) -> Example:
     where = f"{spec.name}[{index}]"
     kinds = [qa] if isinstance(qa, int) else list(qa)
@@ -97,7 +98,7 @@ def babilong_synth(
         )
         for i, (p, text, k) in enumerate(events)
     ]
-    context = place(rng, context_tokens, pieces, ordered=True, where=where, filler=filler)
+    context = place(rng, context_tokens, pieces, ordered=True, where=where, filler=filler, spread=spread)
     if kind == 1:
         question = question1.format(person=target)
     else:

@@ -28,6 +28,7 @@ def kv_retrieval(
     question: str = "What is the number of the {key}?",
     preamble: str = DEFAULT_PREAMBLE,
     filler: str = DEFAULT_FILLER,
+    spread: bool = False,
 ) -> Example:
     where = f"{spec.name}[{index}]"
     if not 1 <= n_keys <= min(len(world.KEY_ADJECTIVES), len(world.KEY_NOUNS)):
@@ -53,7 +54,7 @@ def kv_retrieval(
         )
         for i, (k, v) in enumerate(zip(keys, values))
     ]
-    context = place(rng, context_tokens, pieces, where=where, filler=filler)
+    context = place(rng, context_tokens, pieces, where=where, filler=filler, spread=spread)
     return raw_example(
         spec,
         index,

@@ -29,6 +29,7 @@ def musique_synth(
     question: str = "What is the job of the person married to {a}?",
     preamble: str = DEFAULT_PREAMBLE,
     filler: str = DEFAULT_FILLER,
+    spread: bool = False,
 ) -> Example:
     where = f"{spec.name}[{index}]"
     if not 1 <= n_chains <= min(len(world.NAMES) // 2, len(world.JOBS)):
@@ -44,7 +45,7 @@ def musique_synth(
         # The first hop sits at the example's depth; the second hop anywhere.
         pieces.append(Piece(first.format(a=a, b=b), role, depth if i == target else None))
         pieces.append(Piece(second.format(b=b, job=jobs[i]), role, None))
-    context = place(rng, context_tokens, pieces, where=where, filler=filler)
+    context = place(rng, context_tokens, pieces, where=where, filler=filler, spread=spread)
     a = names[2 * target]
     return raw_example(
         spec,

@@ -30,9 +30,10 @@ def niah_literal(
     surnames: bool = False,
     preamble: str = DEFAULT_PREAMBLE,
     filler: str = DEFAULT_FILLER,
+    spread: bool = False,
 ) -> Example:
     return character_example(
         spec, index, rng, needle=needle, question=question, answer=answer,
         n_characters=n_characters, distinct=distinct, literal=True, surnames=surnames,
-        preamble=preamble, filler=filler,
+        preamble=preamble, filler=filler, spread=spread,
     )

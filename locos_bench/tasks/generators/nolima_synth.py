@@ -31,9 +31,10 @@ def nolima_synth(
     surnames: bool = False,
     preamble: str = DEFAULT_PREAMBLE,
     filler: str = DEFAULT_FILLER,
+    spread: bool = False,
 ) -> Example:
     return character_example(
         spec, index, rng, needle=needle, question=question, answer="name",
         n_characters=n_characters, distinct=distinct, literal=False, surnames=surnames,
-        preamble=preamble, filler=filler,
+        preamble=preamble, filler=filler, spread=spread,
     )
