@@ -6,10 +6,19 @@ Regenerate after an intended change with
 
 from __future__ import annotations
 
+import pytest
+
 # The planted model: every detector, budgets around its two redundant retrieval heads.
 PLANTED = dict(
     tasks=["planted-kv"], detectors=["all"], budgets=[2, 4], n_calib=4, n_ref=8, n_eval=16,
     random_draws=3, rank_diagnostic=3, seed=0,
+)
+
+# The real models, small enough for CI: one retrieval task and one control, the write-side
+# detector against a read-side one and random heads.
+SMALL = dict(
+    tasks=["kv-retrieval", "arithmetic"], detectors=["locos,attention,random"], budgets=[1, 4],
+    n_calib=2, n_ref=4, n_eval=8, random_draws=2, rank_diagnostic=0, seed=0,
 )
 
 
@@ -17,3 +26,9 @@ def test_planted_matches_reference(locos):
     run = locos.run(model="planted", **PLANTED)
     locos.check(run)
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gemma3", "smollm2"])
+def test_real_model_matches_reference(locos, model):
+    run = locos.run(model=model, **SMALL)
+    locos.check(run)
