@@ -83,6 +83,9 @@ class LocosSession:
         if model is None:
             pytest.skip("no model: pass --locos-model")
         config.setdefault("quiet", True)
+        # The cache directory is ours: a run recorded before a task or detector changed is
+        # replaced, not an error (the same configuration still resumes).
+        config.setdefault("force", True)
         key = json.dumps({"model": model, "device": self.device, **config}, sort_keys=True, default=str)
         name = f"{model.replace('/', '_')}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
         out = Path(self.config.cache.mkdir("locos-runs")) / name

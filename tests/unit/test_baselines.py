@@ -136,3 +136,27 @@ def test_pytest_plugin_verdicts(pytester, planted_run, baseline_file):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*1 of * baseline checks failed*", "*verdict*expected*got*difference*", "improved*locos@k=2/exact_match*"])
     assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_plugin_replaces_a_cached_run_whose_tasks_changed(pytester):
+    """The `locos` fixture caches runs by configuration; a cached run made before a task
+    changed (another version or data hash) is rerun, not refused."""
+    pytester.makepyfile(test_cache="""
+        import json
+        from pathlib import Path
+
+        CFG = dict(tasks=["planted-kv"], detectors=["random"], budgets=[1], n_calib=1, n_ref=2,
+                   n_eval=2, random_draws=1, rank_diagnostic=0)
+
+        def test_first(locos):
+            path = Path(locos.run(model="planted", **CFG).path) / "manifest.json"
+            data = json.loads(path.read_text())
+            data["tasks"][0]["version"] += 1  # as if made before the task changed
+            path.write_text(json.dumps(data))
+
+        def test_second(locos):
+            path = Path(locos.run(model="planted", **CFG).path) / "manifest.json"
+            assert json.loads(path.read_text())["tasks"][0]["version"] == 1
+    """)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=2)
