@@ -73,6 +73,9 @@ class BaselineRecord(BaseModel):
             raise ValueError("a record needs a `ci` or a `tolerance`")
         if self.ci is not None and not self.ci[0] <= self.ci[1]:
             raise ValueError(f"ci {list(self.ci)} is not an interval")
+        if self.ci is not None and not self.ci[0] - 1e-6 <= self.value <= self.ci[1] + 1e-6:
+            # An edited value with a stale CI would otherwise pass whatever the run gives.
+            raise ValueError(f"value {self.value} lies outside its ci {list(self.ci)}")
         if (self.detector == BASELINE) != (self.k == 0):
             raise ValueError("`baseline` records have k = 0 and only they do")
         return self

@@ -106,6 +106,10 @@ def test_malformed_baseline_names_file_and_field(tmp_path):
     """))
     with pytest.raises(LocosError, match=r"bad.yaml: records.0.colour"):
         load_baselines([path])
+    # A value edited without its CI: refused rather than judged against the stale interval.
+    path.write_text(path.read_text().replace(", colour: red", "").replace("value: 0.5", "value: 0.9"))
+    with pytest.raises(LocosError, match=r"bad.yaml: records.0.*value 0.9 lies outside its ci"):
+        load_baselines([path])
 
 
 def test_incomplete_run_names_missing_units(planted_run, tmp_path):
