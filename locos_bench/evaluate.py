@@ -61,6 +61,55 @@ def _prompt_ids(model: Any, example: Example | TokenizedExample) -> list[int]:
     return list(model.tokenizer(example.prompt)["input_ids"])
 
 
+def _left_padded(torch: Any, prompts: Sequence[Sequence[int]], pad: int, device: Any) -> tuple[Any, Any, Any]:
+    """Left-padded `ids`, attention `mask` and position ids of a batch of prompts, so every
+    row's prompt ends at the same position and padding changes nothing."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(list(p))
+        mask[row, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _greedy(
+    model: Any, logits: Any, cache: Any, mask: Any, positions: Any, *, max_new_tokens: int, cut: bool
+) -> list[str]:
+    """Greedy continuation of a prefilled batch (its last `logits` and KV `cache`); a row
+    stops at EOS or, with `cut`, at its first newline; the batch stops when every row has."""
+    torch = _torch()
+    tok, bridge = model.tokenizer, model.bridge
+    stops, pad = stop_token_ids(tok), _pad_id(tok)
+    rows = logits.shape[0]
+    generated: list[list[int]] = [[] for _ in range(rows)]
+    done = [False] * rows
+    for step in range(max_new_tokens):
+        nxt = logits[:, -1, :].argmax(-1)
+        for row in range(rows):
+            if done[row]:
+                continue
+            token = int(nxt[row])
+            if token in stops:
+                done[row] = True
+                continue
+            generated[row].append(token)
+            if cut and "\n" in tok.decode(generated[row]):
+                done[row] = True
+        if all(done) or step == max_new_tokens - 1:
+            break
+        nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        positions = positions[:, -1:] + 1
+        logits, cache = bridge(
+            nxt[:, None], attention_mask=mask, position_ids=positions,
+            past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
+        )
+    texts = [tok.decode(g, skip_special_tokens=True) for g in generated]
+    return [cut_answer(t) for t in texts] if cut else texts
+
+
 def generate_answers(
     model: Any,
     examples: Sequence[Example | TokenizedExample],
@@ -88,55 +137,21 @@ def generate_answers(
         One string per example, in input order (without the prompt).
     """
     torch = _torch()
-    tok = model.tokenizer
-    bridge = model.bridge
     device = getattr(model, "device", "cpu")
     prompts = [_prompt_ids(model, ex) for ex in examples]
-    stops = stop_token_ids(tok)
-    pad = _pad_id(tok)
+    pad = _pad_id(model.tokenizer)
     outputs: list[str] = [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=list(hooks)):
         for batch in _batches(order, max(1, batch_size)):
-            width = max(len(prompts[i]) for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                p = prompts[i]
-                ids[row, width - len(p):] = torch.tensor(p)
-                mask[row, width - len(p):] = 1
-            ids, mask = ids.to(device), mask.to(device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            generated: list[list[int]] = [[] for _ in batch]
-            done = [False] * len(batch)
-            logits, cache = bridge(
+            ids, mask, positions = _left_padded(torch, [prompts[i] for i in batch], pad, device)
+            logits, cache = model.bridge(
                 ids, attention_mask=mask, position_ids=positions,
                 return_type="logits_and_cache", logits_to_keep=1,
             )
-            for step in range(max_new_tokens):
-                nxt = logits[:, -1, :].argmax(-1)
-                for row in range(len(batch)):
-                    if done[row]:
-                        continue
-                    token = int(nxt[row])
-                    if token in stops:
-                        done[row] = True
-                        continue
-                    generated[row].append(token)
-                    if "\n" in tok.decode(generated[row]) and cut:
-                        done[row] = True
-                if all(done) or step == max_new_tokens - 1:
-                    break
-                nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                positions = positions[:, -1:] + 1
-                logits, cache = bridge(
-                    nxt[:, None], attention_mask=mask, position_ids=positions,
-                    past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
-                )
-            for row, i in enumerate(batch):
-                text = tok.decode(generated[row], skip_special_tokens=True)
-                outputs[i] = cut_answer(text) if cut else text
+            texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=cut)
+            for i, text in zip(batch, texts):
+                outputs[i] = text
     return outputs
 
 
@@ -215,22 +230,14 @@ def answers_and_logprobs(
     bridge = model.bridge
     device = getattr(model, "device", "cpu")
     items = [_tokenized(model, ex) for ex in examples]
-    stops = stop_token_ids(tok)
     pad = _pad_id(tok)
     answers: list[str] = [""] * len(items)
     scores: list[float] = [0.0] * len(items)
     order = sorted(range(len(items)), key=lambda i: items[i].prompt_len)
     with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
         for batch in _batches(order, max(1, batch_size)):
-            width = max(items[i].prompt_len for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                p = items[i].input_ids[: items[i].prompt_len]
-                ids[row, width - len(p):] = torch.tensor(p)
-                mask[row, width - len(p):] = 1
-            ids, mask = ids.to(device), mask.to(device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            prompts = [items[i].input_ids[: items[i].prompt_len] for i in batch]
+            ids, mask, positions = _left_padded(torch, prompts, pad, device)
             logits, cache = bridge(
                 ids, attention_mask=mask, position_ids=positions,
                 return_type="logits_and_cache", logits_to_keep=1,
@@ -259,31 +266,9 @@ def answers_and_logprobs(
             for row, i in enumerate(batch):
                 scores[i] = float(sum(per_token[row]) / len(per_token[row]))
             # Greedy generation from the prompt's cache.
-            generated: list[list[int]] = [[] for _ in batch]
-            done = [False] * len(batch)
-            for step in range(max_new_tokens):
-                nxt = logits[:, -1, :].argmax(-1)
-                for row in range(len(batch)):
-                    if done[row]:
-                        continue
-                    token = int(nxt[row])
-                    if token in stops:
-                        done[row] = True
-                        continue
-                    generated[row].append(token)
-                    if "\n" in tok.decode(generated[row]):
-                        done[row] = True
-                if all(done) or step == max_new_tokens - 1:
-                    break
-                nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                positions = positions[:, -1:] + 1
-                logits, cache = bridge(
-                    nxt[:, None], attention_mask=mask, position_ids=positions,
-                    past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
-                )
-            for row, i in enumerate(batch):
-                answers[i] = cut_answer(tok.decode(generated[row], skip_special_tokens=True))
+            texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=True)
+            for i, text in zip(batch, texts):
+                answers[i] = text
     return answers, scores
 
 

@@ -8,18 +8,19 @@ writes something else (the planted model's read-only decoy).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from locos_bench import heads
 from locos_bench.detectors import _common
-from locos_bench.detectors.base import Detector, HeadScores, validate_scores
+from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
+from locos_bench.tasks.tokenize import TokenizedExample
 
 
 @register_detector("attention")
@@ -40,28 +41,15 @@ class AttentionMass(Detector):
         self.answer_tokens = answer_tokens
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "attention"
-        _common.check_answer_tokens(self.answer_tokens, name)
-        tokenized = _common.prepare(model, examples, name)
-        geo = model.geometry
-        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-        names = heads.hooks_for_rows(range(geo.n_layers))
-        for t in tokenized:
+        _common.check_answer_tokens(self.answer_tokens, self.name)
+
+        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> torch.Tensor:
             positions, _ = _common.answer_slice(t, self.answer_tokens)
-            _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=positions[-1:])
-            for layer in range(geo.n_layers):
-                rows = heads.attention_rows(model, cache, layer, positions)  # [H, P, T]
-                total[layer] += _common.contrast(rows, t.needle_positions, t.off_needle).mean(-1).double().cpu()
-            del cache
-        result = HeadScores(
-            scores=total / len(tokenized),
-            detector=name,
-            params=self.get_params(),
-            forward_passes=len(tokenized),
-            seconds=time.perf_counter() - start,
-        )
-        return validate_scores(result, model, name)
+            rows = heads.attention_rows(model, cache, layer, positions)  # [H, P, T]
+            return _common.contrast(rows, t.needle_positions, t.off_needle).mean(-1)
+
+        names = heads.hooks_for_rows(range(model.geometry.n_layers))
+        return _common.one_pass_scores(self, model, examples, names, layer_scores)
 
 
 @register_detector("retrieval-head")
@@ -77,29 +65,14 @@ class RetrievalHead(Detector):
     cost = "1"
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "retrieval-head"
-        tokenized = _common.prepare(model, examples, name, off_needle=False)
-        geo = model.geometry
-        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-        names = heads.hooks_for_rows(range(geo.n_layers))
-        for t in tokenized:
-            positions, answer = t.answer_positions, t.answer_ids
+        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> torch.Tensor:
             ids = torch.as_tensor(t.input_ids)
             in_needle = torch.zeros(len(t.input_ids), dtype=torch.bool)
             in_needle[t.needle_positions] = True
-            gold = torch.as_tensor(answer)  # [P]
-            _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=positions[-1:])
-            for layer in range(geo.n_layers):
-                top = heads.attention_rows(model, cache, layer, positions).argmax(-1).cpu()  # [H, P]
-                credited = in_needle[top] & (ids[top] == gold[None, :])
-                total[layer] += credited.double().mean(-1)
-            del cache
-        result = HeadScores(
-            scores=total / len(tokenized),
-            detector=name,
-            params=self.get_params(),
-            forward_passes=len(tokenized),
-            seconds=time.perf_counter() - start,
-        )
-        return validate_scores(result, model, name)
+            gold = torch.as_tensor(t.answer_ids)  # [P]
+            top = heads.attention_rows(model, cache, layer, t.answer_positions).argmax(-1).cpu()  # [H, P]
+            credited = in_needle[top] & (ids[top] == gold[None, :])
+            return credited.double().mean(-1)
+
+        names = heads.hooks_for_rows(range(model.geometry.n_layers))
+        return _common.one_pass_scores(self, model, examples, names, layer_scores, off_needle=False)

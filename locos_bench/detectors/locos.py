@@ -23,8 +23,8 @@ Cost: one forward pass per example caching only `hook_v`, the rotated queries an
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,10 +32,11 @@ from torch import Tensor
 
 from locos_bench import heads
 from locos_bench.detectors import _common
-from locos_bench.detectors.base import Detector, HeadScores, validate_scores
+from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
+from locos_bench.tasks.tokenize import TokenizedExample
 
 
 def capture_names(model: LoadedModel) -> list[str]:
@@ -108,28 +109,14 @@ class Locos(Detector):
         self.final_norm = final_norm
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "locos"
-        _common.check_answer_tokens(self.answer_tokens, name)
-        tokenized = _common.prepare(model, examples, name)
-        geo = model.geometry
-        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-        names = capture_names(model)
-        for t in tokenized:
+        _common.check_answer_tokens(self.answer_tokens, self.name)
+
+        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> Tensor:
             positions, ids = _common.answer_slice(t, self.answer_tokens)
-            _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=positions[-1:])
-            for layer in range(geo.n_layers):
-                c = contributions(model, cache, layer, positions, ids, final_norm=self.final_norm)
-                total[layer] += _common.contrast(c, t.needle_positions, t.off_needle).mean(-1).double().cpu()
-            del cache
-        result = HeadScores(
-            scores=total / len(tokenized),
-            detector=name,
-            params=self.get_params(),
-            forward_passes=len(tokenized),
-            seconds=time.perf_counter() - start,
-        )
-        return validate_scores(result, model, name)
+            c = contributions(model, cache, layer, positions, ids, final_norm=self.final_norm)
+            return _common.contrast(c, t.needle_positions, t.off_needle).mean(-1)
+
+        return _common.one_pass_scores(self, model, examples, capture_names(model), layer_scores)
 
 
 @register_detector("locos-argmax")
@@ -157,37 +144,22 @@ class LocosArgmax(Detector):
         self.final_norm = final_norm
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "locos-argmax"
-        _common.check_answer_tokens(self.answer_tokens, name)
-        tokenized = _common.prepare(model, examples, name)
-        geo = model.geometry
-        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-        names = capture_names(model)
+        _common.check_answer_tokens(self.answer_tokens, self.name)
         kv = heads.kv_head_map(model)
-        for t in tokenized:
-            positions, ids = _common.answer_slice(t, self.answer_tokens)
+
+        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> Tensor:
+            _, ids = _common.answer_slice(t, self.answer_tokens)
             u = heads.answer_directions(model, ids, final_norm=self.final_norm)  # [P, D]
             needle, off = t.needle_positions, t.off_needle
             rows_at = needle + off  # R query rows
-            _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=positions[-1:])
-            for layer in range(geo.n_layers):
-                rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
-                weight, src = rows.max(dim=-1)  # [H, R]
-                v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
-                v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
-                write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
-                write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
-                proj = (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
-                c = weight * proj
-                n = len(needle)
-                total[layer] += (c[:, :n].mean(-1) - c[:, n:].mean(-1)).double().cpu()
-            del cache
-        result = HeadScores(
-            scores=total / len(tokenized),
-            detector=name,
-            params=self.get_params(),
-            forward_passes=len(tokenized),
-            seconds=time.perf_counter() - start,
-        )
-        return validate_scores(result, model, name)
+            rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
+            weight, src = rows.max(dim=-1)  # [H, R]
+            v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
+            v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
+            write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
+            write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
+            proj = (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
+            c = weight * proj
+            return c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1)
+
+        return _common.one_pass_scores(self, model, examples, capture_names(model), layer_scores)

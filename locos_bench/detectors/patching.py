@@ -23,7 +23,6 @@ positions `q_j` takes its corrupted value, averaged over examples. Higher = more
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +32,7 @@ from torch import Tensor
 
 from locos_bench import heads as H
 from locos_bench.detectors import _interventions as iv
-from locos_bench.detectors.base import Detector, HeadScores, validate_scores
+from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
 from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
@@ -45,55 +44,23 @@ RECONSTRUCTION_TOLERANCE = 1e-3
 reconstruction of it from the final residual stream."""
 
 
-def _finish(name: str, params: dict[str, Any], model: LoadedModel, total: Tensor, n: int, passes: int, start: float) -> HeadScores:
-    result = HeadScores(
-        scores=(total / n).float(),
-        detector=name,
-        params=params,
-        forward_passes=passes,
-        seconds=time.perf_counter() - start,
-    )
-    return validate_scores(result, model, name)
-
-
 # ---------------------------------------------------------------------------------------
 # Activation patching
 
 
 @register_detector("activation-patching")
-class ActivationPatching(Detector):
+class ActivationPatching(iv.BatchedHeads):
     """Per head, patch its output at the answer positions from the corrupted run; score = drop.
 
-    Args:
-        batch_size: Heads patched per forward pass (one batch row each).
-            Larger is faster per head (on gemma3 on a 2-core CPU the cost per head kept
-            falling up to all 72 heads in one pass); memory grows as batch x answer tokens
-            x vocabulary for the logits, which 32 keeps under ~0.2 GB for gemma3.
-        answer_tokens: `"mean"` over all answer tokens (default) or `"first"` only.
-        prefix_cache: Run the clean prompt before the first answer position once and each
-            batched pass over the answer positions only (same numbers, much cheaper).
+    Parameters as `BatchedHeads`: `batch_size` (heads patched per pass), `answer_tokens`,
+    `prefix_cache`.
     """
 
     cost = "3 + ceil(n_heads_total / batch_size) (the batched passes cover only the answer positions)"
+    corrupt = True
 
-    def __init__(self, batch_size: int = 32, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
-        self.batch_size = batch_size
-        self.answer_tokens = answer_tokens
-        self.prefix_cache = prefix_cache
-
-    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "activation-patching"
-        preps = iv.prepare(model, examples, name, answer_tokens=self.answer_tokens, corrupt=True)
-        chunks = iv.head_chunks(model, self.batch_size, name)
-        geo = model.geometry
-        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-        passes = 0
-        for prep in preps:
-            drops = activation_patching_drops(model, prep, chunks, prefix_cache=self.prefix_cache)
-            total += drops.scores
-            passes += drops.forward_passes
-        return _finish(name, self.get_params(), model, total, len(preps), passes, start)
+    def drops(self, model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]]) -> iv.Drops:
+        return activation_patching_drops(model, prep, chunks, prefix_cache=self.prefix_cache)
 
 
 def activation_patching_drops(
@@ -139,22 +106,18 @@ class PathPatching(Detector):
         self.answer_tokens = answer_tokens
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "path-patching"
+        name = self.name
         if self.final_norm not in FINAL_NORM_MODES:
             raise LocosError(
                 f"detector {name!r}: final_norm must be one of {list(FINAL_NORM_MODES)}, got {self.final_norm!r}"
             )
         iv.head_chunks(model, self.batch_size, name)  # validates batch_size
-        preps = iv.prepare(model, examples, name, answer_tokens=self.answer_tokens, corrupt=True)
-        geo = model.geometry
-        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-        passes = 0
-        for prep in preps:
-            drops = path_patching_drops(model, prep, final_norm=self.final_norm, batch_size=self.batch_size, detector=name)
-            total += drops.scores
-            passes += drops.forward_passes
-        return _finish(name, self.get_params(), model, total, len(preps), passes, start)
+        return iv.mean_drops(
+            self, model, examples,
+            lambda prep: path_patching_drops(model, prep, final_norm=self.final_norm,
+                                             batch_size=self.batch_size, detector=name),
+            answer_tokens=self.answer_tokens, corrupt=True,
+        )
 
 
 def _readout(model: LoadedModel, resid: Tensor, final_norm: str, scale: Tensor) -> Tensor:
@@ -240,17 +203,11 @@ class AttributionPatching(Detector):
         self.prefix_cache = prefix_cache
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "attribution-patching"
-        preps = iv.prepare(model, examples, name, answer_tokens=self.answer_tokens, corrupt=True)
-        geo = model.geometry
-        total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-        passes = 0
-        for prep in preps:
-            drops = attribution_patching_drops(model, prep, prefix_cache=self.prefix_cache)
-            total += drops.scores
-            passes += drops.forward_passes
-        return _finish(name, self.get_params(), model, total, len(preps), passes, start)
+        return iv.mean_drops(
+            self, model, examples,
+            lambda prep: attribution_patching_drops(model, prep, prefix_cache=self.prefix_cache),
+            answer_tokens=self.answer_tokens, corrupt=True,
+        )
 
 
 def attribution_patching_drops(model: LoadedModel, prep: iv.Prepared, *, prefix_cache: bool) -> iv.Drops:
