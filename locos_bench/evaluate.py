@@ -61,9 +61,10 @@ def _prompt_ids(model: Any, example: Example | TokenizedExample) -> list[int]:
     return list(model.tokenizer(example.prompt)["input_ids"])
 
 
-def _left_padded(torch: Any, prompts: Sequence[Sequence[int]], pad: int, device: Any) -> tuple[Any, Any, Any]:
+def _left_padded(prompts: Sequence[Sequence[int]], pad: int, device: Any) -> tuple[Any, Any, Any]:
     """Left-padded `ids`, attention `mask` and position ids of a batch of prompts, so every
     row's prompt ends at the same position and padding changes nothing."""
+    torch = _torch()
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -144,7 +145,7 @@ def generate_answers(
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     with torch.inference_mode(), model.bridge.hooks(fwd_hooks=list(hooks)):
         for batch in _batches(order, max(1, batch_size)):
-            ids, mask, positions = _left_padded(torch, [prompts[i] for i in batch], pad, device)
+            ids, mask, positions = _left_padded([prompts[i] for i in batch], pad, device)
             logits, cache = model.bridge(
                 ids, attention_mask=mask, position_ids=positions,
                 return_type="logits_and_cache", logits_to_keep=1,
@@ -237,7 +238,7 @@ def answers_and_logprobs(
     with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
         for batch in _batches(order, max(1, batch_size)):
             prompts = [items[i].input_ids[: items[i].prompt_len] for i in batch]
-            ids, mask, positions = _left_padded(torch, prompts, pad, device)
+            ids, mask, positions = _left_padded(prompts, pad, device)
             logits, cache = bridge(
                 ids, attention_mask=mask, position_ids=positions,
                 return_type="logits_and_cache", logits_to_keep=1,

@@ -90,8 +90,8 @@ def contrast(values: Tensor, needle: Sequence[int], off: Sequence[int]) -> Tenso
     return values[..., n].mean(-1) - values[..., o].mean(-1)
 
 
-LayerScores = Callable[[TokenizedExample, Any, int], Tensor]
-"""`(example, cache, layer) -> [n_heads]`: one layer's head scores on one example."""
+ExampleScores = Callable[[TokenizedExample, Any], Tensor]
+"""`(example, cache) -> [n_layers, n_heads]`: the head scores of one example."""
 
 
 def one_pass_scores(
@@ -99,15 +99,15 @@ def one_pass_scores(
     model: LoadedModel,
     examples: Sequence[Example],
     names: Sequence[str],
-    layer_scores: LayerScores,
+    example_scores: ExampleScores,
     *,
     off_needle: bool = True,
 ) -> HeadScores:
     """Head scores averaged over examples, from one captured forward pass per example.
 
     The loop `attention`, `retrieval-head`, `locos` and `locos-argmax` share: check the
-    examples, capture `names` once per example, add `layer_scores` of every layer, divide by
-    the number of examples, validate.
+    examples, capture `names` once per example, add its `example_scores`, divide by the
+    number of examples, validate.
     """
     start = time.perf_counter()
     name = detector.name or type(detector).__name__
@@ -116,8 +116,7 @@ def one_pass_scores(
     total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
     for t in tokenized:
         _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=t.answer_positions[-1:])
-        for layer in range(geo.n_layers):
-            total[layer] += layer_scores(t, cache, layer).double().cpu()
+        total += example_scores(t, cache).double().cpu()
         del cache
     result = HeadScores(
         scores=total / len(tokenized),

@@ -43,13 +43,17 @@ class AttentionMass(Detector):
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
         _common.check_answer_tokens(self.answer_tokens, self.name)
 
-        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> torch.Tensor:
-            positions, _ = _common.answer_slice(t, self.answer_tokens)
-            rows = heads.attention_rows(model, cache, layer, positions)  # [H, P, T]
-            return _common.contrast(rows, t.needle_positions, t.off_needle).mean(-1)
+        layers = range(model.geometry.n_layers)
 
-        names = heads.hooks_for_rows(range(model.geometry.n_layers))
-        return _common.one_pass_scores(self, model, examples, names, layer_scores)
+        def example_scores(t: TokenizedExample, cache: Any) -> torch.Tensor:
+            positions, _ = _common.answer_slice(t, self.answer_tokens)
+            return torch.stack([
+                _common.contrast(heads.attention_rows(model, cache, layer, positions),  # [H, P, T]
+                                 t.needle_positions, t.off_needle).mean(-1)
+                for layer in layers
+            ])
+
+        return _common.one_pass_scores(self, model, examples, heads.hooks_for_rows(layers), example_scores)
 
 
 @register_detector("retrieval-head")
@@ -65,14 +69,18 @@ class RetrievalHead(Detector):
     cost = "1"
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> torch.Tensor:
+        layers = range(model.geometry.n_layers)
+
+        def example_scores(t: TokenizedExample, cache: Any) -> torch.Tensor:
             ids = torch.as_tensor(t.input_ids)
             in_needle = torch.zeros(len(t.input_ids), dtype=torch.bool)
             in_needle[t.needle_positions] = True
             gold = torch.as_tensor(t.answer_ids)  # [P]
-            top = heads.attention_rows(model, cache, layer, t.answer_positions).argmax(-1).cpu()  # [H, P]
-            credited = in_needle[top] & (ids[top] == gold[None, :])
-            return credited.double().mean(-1)
+            out = []
+            for layer in layers:
+                top = heads.attention_rows(model, cache, layer, t.answer_positions).argmax(-1).cpu()  # [H, P]
+                out.append((in_needle[top] & (ids[top] == gold[None, :])).double().mean(-1))
+            return torch.stack(out)
 
-        names = heads.hooks_for_rows(range(model.geometry.n_layers))
-        return _common.one_pass_scores(self, model, examples, names, layer_scores, off_needle=False)
+        return _common.one_pass_scores(self, model, examples, heads.hooks_for_rows(layers), example_scores,
+                                       off_needle=False)

@@ -111,12 +111,17 @@ class Locos(Detector):
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
         _common.check_answer_tokens(self.answer_tokens, self.name)
 
-        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> Tensor:
+        def example_scores(t: TokenizedExample, cache: Any) -> Tensor:
             positions, ids = _common.answer_slice(t, self.answer_tokens)
-            c = contributions(model, cache, layer, positions, ids, final_norm=self.final_norm)
-            return _common.contrast(c, t.needle_positions, t.off_needle).mean(-1)
+            return torch.stack([
+                _common.contrast(
+                    contributions(model, cache, layer, positions, ids, final_norm=self.final_norm),
+                    t.needle_positions, t.off_needle,
+                ).mean(-1)
+                for layer in range(model.geometry.n_layers)
+            ])
 
-        return _common.one_pass_scores(self, model, examples, capture_names(model), layer_scores)
+        return _common.one_pass_scores(self, model, examples, capture_names(model), example_scores)
 
 
 @register_detector("locos-argmax")
@@ -147,19 +152,21 @@ class LocosArgmax(Detector):
         _common.check_answer_tokens(self.answer_tokens, self.name)
         kv = heads.kv_head_map(model)
 
-        def layer_scores(t: TokenizedExample, cache: Any, layer: int) -> Tensor:
+        def example_scores(t: TokenizedExample, cache: Any) -> Tensor:
             _, ids = _common.answer_slice(t, self.answer_tokens)
             u = heads.answer_directions(model, ids, final_norm=self.final_norm)  # [P, D]
             needle, off = t.needle_positions, t.off_needle
             rows_at = needle + off  # R query rows
-            rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
-            weight, src = rows.max(dim=-1)  # [H, R]
-            v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
-            v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
-            write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
-            write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
-            proj = (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
-            c = weight * proj
-            return c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1)
+            out = []
+            for layer in range(model.geometry.n_layers):
+                rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
+                weight, src = rows.max(dim=-1)  # [H, R]
+                v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
+                v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
+                write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
+                write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
+                c = weight * (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
+                out.append(c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1))
+            return torch.stack(out)
 
-        return _common.one_pass_scores(self, model, examples, capture_names(model), layer_scores)
+        return _common.one_pass_scores(self, model, examples, capture_names(model), example_scores)
