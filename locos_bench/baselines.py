@@ -147,8 +147,8 @@ def run_figures(run_dir: RunDir | Path | str, *, n_resamples: int = 2000) -> tup
     Raises:
         LocosError: the directory is not a run, or is incomplete (naming the missing units).
     """
-    from locos_bench.leaderboard import load_run
-    from locos_bench.stats import analyze
+    from locos_bench.records import load_run
+    from locos_bench.analysis import analyze
 
     manifest, units = load_run(getattr(run_dir, "path", run_dir))
     stats = analyze(manifest, units, n_resamples=n_resamples)
@@ -262,7 +262,7 @@ def update_records(
             value=round(fig.value, 6), ci=(round(fig.low, 6), round(fig.high, 6)),
         ))
     body = BaselineFile(description=description or f"Reference numbers from `{command}`.", records=kept + new)
-    from locos_bench.records import write_text_atomic
+    from locos_bench.records import write_atomic
 
-    write_text_atomic(path, yaml.safe_dump(body.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110))
+    write_atomic(path, yaml.safe_dump(body.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110))
     return len(new)

@@ -1,234 +1,53 @@
-"""The benchmark run: identical budgets, held-out evaluation, resumable records.
+"""Execution and resume: the harness runs a `RunPlan`, unit by unit, into a run directory.
 
 For each task the examples split into disjoint calibration (detection), reference (mean
-activations) and evaluation sets. Every detector scores heads on the calibration set; for
-every budget k its top-k heads are ablated and the evaluation set is run again. Budgets are
-one list for every detector, so equal budgets hold by construction. Control tasks have no
-needle to detect on: they are evaluated with the heads each detector found on the run's
-first retrieval task (`heads_from`), which is what specificity compares.
+activations) and evaluation sets (`locos_bench.splits`). Every detector scores heads on the
+calibration set; for every budget k its top-k heads are ablated and the evaluation set is run
+again. Budgets are one list for every detector, so equal budgets hold by construction. Which
+units a run needs, and where a control task's heads come from, is the plan's
+(`locos_bench.plan`); the harness only executes it.
 
 Every finished unit is appended to `results.jsonl` at once; a rerun of the same command
-skips finished units, so a killed run resumes without losing or duplicating work.
+skips finished units, so a killed run resumes without losing or duplicating work. The harness
+owns timing, parameters and validation: a detector only scores.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import platform
-import shutil
-import subprocess
+import itertools
+import shlex
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from locos_bench.ablation import AblationSpec, HeadAblation, HeadMeans, reference_means
+from locos_bench.config import RunConfig
 from locos_bench.detectors.base import HeadScores, validate_scores
-from locos_bench.detectors.registry import detector_names, detector_source, get_detector_class, make_detector
-from locos_bench.errors import LocosError, unknown
-from locos_bench.presets import PRESETS
+from locos_bench.detectors.registry import detector_source, get_detector_class, make_detector
+from locos_bench.errors import LocosError
+from locos_bench.headset import Head, rank_heads
+from locos_bench.plan import BASELINE, RunPlan, UnitKey
+from locos_bench.progress import Progress
 from locos_bench.records import (
-    BASELINE,
     DetectorEntry,
     EvalUnit,
     Manifest,
-    Provenance,
     RankUnit,
     RunDir,
     ScoresUnit,
     TaskEntry,
+    provenance,
 )
-from locos_bench.tasks import Example, TaskSpec, list_tasks, load_task, make_examples
-from locos_bench.tasks.tokenize import tokenize_example
+from locos_bench.splits import TaskData, build_task_data
+from locos_bench.tasks import load_task
 
-Head = tuple[int, int]
-
-@dataclass
-class RunConfig:
-    """Everything that defines a run (the CLI flags)."""
-
-    model: str = "gemma3"
-    detectors: list[str] = field(default_factory=lambda: ["all"])
-    preset: str = "default"
-    tasks: list[str] | None = None
-    budgets: list[int] | None = None
-    ablation: str = "mean"
-    positionwise: bool = False
-    n_calib: int | None = None
-    n_ref: int | None = None
-    n_eval: int | None = None
-    random_draws: int | None = None
-    rank_diagnostic: int | None = None
-    seed: int = 0
-    output_dir: Path | None = None
-    device: str = "cpu"
-    dtype: str = "float32"
-    batch_size: int = 4
-    force: bool = False
-    quiet: bool = False
-
-    def resolved(self) -> RunConfig:
-        """Fill unset fields from the preset and validate names and sizes."""
-        if self.preset not in PRESETS:
-            raise unknown("preset", self.preset, PRESETS)
-        defaults = dict(PRESETS[self.preset])
-        if self.model == "planted":  # its toy vocabulary only speaks its own task
-            defaults["tasks"] = ["planted-kv"]
-        filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
-        cfg = replace(self, **filled)
-        cfg.detectors = _resolve_detectors(cfg.detectors)
-        names = list_tasks()
-        for task in cfg.tasks:
-            if task not in names:
-                raise unknown("task", task, names)
-        for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
-                                  ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
-                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
-            if value < low:
-                raise LocosError(f"{label} must be at least {low} (got {value})")
-        if not cfg.budgets or any(k < 1 for k in cfg.budgets):
-            raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
-        cfg.budgets = sorted(set(cfg.budgets))
-        AblationSpec.parse(cfg.ablation)
-        if cfg.output_dir is None:
-            cfg.output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
-        return cfg
-
-
-def _resolve_detectors(requested: Sequence[str]) -> list[str]:
-    available = detector_names()
-    names: list[str] = []
-    for item in requested:
-        for name in item.split(","):
-            name = name.strip()
-            if not name:
-                continue
-            if name == "all":
-                names.extend(available)
-            elif name not in available:
-                raise unknown("detector", name, [*available, "all"])
-            else:
-                names.append(name)
-    if not names:
-        raise LocosError("no detector given; use --detector all or a comma-separated list")
-    return list(dict.fromkeys(names))
-
-
-# ---------------------------------------------------------------------------------------
-# Progress
-
-
-class Progress:
-    """A rich progress bar with ETA (silent with `quiet`)."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self._bar = None
-
-    @contextmanager
-    def phase(self, label: str, total: int) -> Iterator[Callable[[int], None]]:
-        if self.quiet or total == 0:
-            yield lambda n=1: None
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), transient=False) as bar:
-            task = bar.add_task(label, total=total)
-            yield lambda n=1: bar.advance(task, n)
-
-    def log(self, message: str) -> None:
-        if not self.quiet:
-            print(message, file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------------------
-# Provenance and manifest
-
-
-def _git_commit() -> str | None:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        if commit.returncode != 0:
-            return None
-        # Published outputs are not code: regenerating baselines must not mark runs dirty.
-        outputs = [":!baselines", ":!leaderboard", ":!runs"]
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
-                               cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
-        return commit.stdout.strip() + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def provenance(device: str) -> Provenance:
-    packages = {}
-    for dist in ("locos-bench", "torch", "transformers", "transformer-lens", "numpy", "scipy", "gguf"):
-        try:
-            packages[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    if device.startswith("cuda"):
-        import torch
-
-        device = f"{device} ({torch.cuda.get_device_name()})"
-    return Provenance(
-        packages=packages, git_commit=_git_commit(), device=device, python=platform.python_version(),
-        platform=platform.platform(), started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-
-
-def data_hash(examples: Sequence[Example]) -> str:
-    digest = hashlib.sha256()
-    for ex in examples:
-        digest.update(json.dumps([ex.prompt, ex.answers], ensure_ascii=False).encode())
-    return digest.hexdigest()
-
-
-@dataclass
-class TaskData:
-    spec: TaskSpec
-    calibration: list[Example]
-    reference: list[Example]
-    evaluation: list[Example]
-
-    @property
-    def entry(self) -> TaskEntry:
-        return TaskEntry(
-            name=self.spec.name, version=self.spec.version, kind=self.spec.kind,
-            metrics=list(dict.fromkeys([*self.spec.metrics, "rouge_l", "gold_logprob"])),
-            splits={"calibration": [e.index for e in self.calibration],
-                    "reference": [e.index for e in self.reference],
-                    "evaluation": [e.index for e in self.evaluation]},
-            data_hash=data_hash([*self.calibration, *self.reference, *self.evaluation]),
-            chance=self.spec.chance,
-        )
-
-
-def build_task_data(spec: TaskSpec, cfg: RunConfig, model: Any) -> TaskData:
-    """Disjoint splits by index range: calibration, then reference, then evaluation."""
-    n_total = cfg.n_calib + cfg.n_ref + cfg.n_eval
-    examples = make_examples(spec, n_total, model=model, skip_errors=True)
-    if len(examples) < n_total:
-        raise LocosError(
-            f"task {spec.name!r}: only {len(examples)} usable examples for the requested "
-            f"{cfg.n_calib} calibration + {cfg.n_ref} reference + {cfg.n_eval} evaluation"
-        )
-    c, r = cfg.n_calib, cfg.n_calib + cfg.n_ref
-    return TaskData(spec, examples[:c], examples[c:r], examples[r:])
-
-
-# ---------------------------------------------------------------------------------------
-# The run
+_PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic"}
 
 
 class Run:
@@ -241,30 +60,33 @@ class Run:
         self.dir = RunDir(cfg.output_dir)
         self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise)
         self.timings: dict[str, float] = {}
-        self.done: dict[tuple, Any] = {}
-        self.eval_cache: dict[tuple, EvalUnit] = {}
-        self.rank_cache: dict[tuple, RankUnit] = {}
+        self.done: dict[UnitKey, Any] = {}
+        self._evaluated: dict[tuple, EvalUnit] = {}
+        """(task, head set) -> the unit that evaluated it: an identical head set is not rerun."""
+        self._ranked: dict[tuple, RankUnit] = {}
+        self._means: dict[str, HeadMeans | None] = {}
 
     # -- setup -----------------------------------------------------------------------------
 
-    def prepare(self) -> list[TaskData]:
+    def prepare(self) -> dict[str, TaskData]:
+        """Build the splits, the manifest and the plan (nothing is written yet)."""
         cfg = self.cfg
         with self._timed("prepare"):
-            tasks = [build_task_data(load_task(name), cfg, self.model) for name in cfg.tasks]
-        if not any(t.spec.kind == "retrieval" for t in tasks):
+            tasks = {name: build_task_data(load_task(name), cfg, self.model) for name in cfg.tasks}
+        if not any(t.spec.kind == "retrieval" for t in tasks.values()):
             raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
         max_heads = self.model.geometry.n_total_heads
         if max(cfg.budgets) > max_heads:
             self.progress.log(f"warning: budgets above the model's {max_heads} heads are capped")
             cfg.budgets = sorted({min(k, max_heads) for k in cfg.budgets})
-        manifest = Manifest(
-            model=cfg.model, model_info=self.model.describe(), tasks=[t.entry for t in tasks],
+        self.manifest = Manifest(
+            model=cfg.model, model_info=self.model.describe(), tasks=[t.entry for t in tasks.values()],
             detectors=[self._detector_entry(n) for n in cfg.detectors], budgets=cfg.budgets,
             ablation=str(self.ablation), positionwise=self.ablation.positionwise,
             random_draws=cfg.random_draws, seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device),
         )
-        self._open(manifest)
+        self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
 
     def _detector_entry(self, name: str) -> DetectorEntry:
@@ -273,28 +95,39 @@ class Run:
         return DetectorEntry(name=name, params=det.get_params(), source=detector_source(name),
                              cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)))
 
-    def _open(self, manifest: Manifest) -> None:
+    def _open(self) -> None:
+        """Start the directory, or resume it when it holds the same configuration."""
+        manifest = self.manifest
         if self.dir.exists():
             try:
                 old = self.dir.read_manifest()
-                same = old.config_key() == manifest.config_key()
-            except ValueError:
-                same, old = False, None
-            if not same and not self.cfg.force:
+            except LocosError:
+                if not self.cfg.force:
+                    raise
+                old = None
+            same = old is not None and old.config_key() == manifest.config_key()
+            if old is not None and not same and not self.cfg.force:
                 raise LocosError(
                     f"{self.dir.path} holds a run with a different configuration; use another "
                     "--output-dir, rerun the original command to resume it, or pass --force to overwrite"
                 )
             if not same:
-                shutil.rmtree(self.dir.path)
+                self.dir.clear()
             else:
                 manifest.provenance = old.provenance  # the run began then
                 manifest.timings = old.timings
-                for unit in self.dir.read_units():
+                for unit in self.dir.read_units(repair=True):
                     self.done[unit.key] = unit
+                if self.dir.set_aside:
+                    lines = ", ".join(map(str, self.dir.set_aside))
+                    self.progress.log(
+                        f"warning: {len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
+                        f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
                 self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
-        self.manifest = manifest
-        self.timings = dict(manifest.timings)
+        merged = dict(manifest.timings)  # a resumed run adds this session's seconds
+        for phase, seconds in self.timings.items():
+            merged[phase] = round(merged.get(phase, 0.0) + seconds, 3)
+        self.timings = merged
         self.dir.write_manifest(manifest)
 
     @contextmanager
@@ -310,34 +143,68 @@ class Run:
         self.done[unit.key] = unit
         return unit
 
-    # -- phases ----------------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------------
 
     def execute(self) -> RunDir:
+        """Execute every unit the plan still needs; the directory is locked meanwhile."""
         tasks = self.prepare()
-        source = next(t for t in tasks if t.spec.kind == "retrieval")
-        scores: dict[str, dict[tuple[str, int], ScoresUnit]] = {}
-        for data in tasks:
-            if data.spec.kind == "retrieval":
-                scores[data.spec.name] = self.detect(data)
-        for data in tasks:
-            heads_from = data.spec.name if data.spec.kind == "retrieval" else source.spec.name
-            self.evaluate(data, scores[heads_from], heads_from)
-        self.manifest.timings = self.timings
-        self.dir.write_manifest(self.manifest)
+        command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
+        with self.dir.lock(command):
+            self._open()
+            for task in self.plan.tasks:  # resumed units seed the identical-head-set caches
+                self._seed_caches(task.name)
+            todo = self.plan.todo(self.done)
+            for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
+                keys = list(group)
+                label = f"{_PHASES[kind].replace('_', '-'):9s}{task}"
+                with self.progress.phase(label, len(keys)) as advance:
+                    for key in keys:
+                        if self.plan.blocked(key, self.done):  # its scores failed meanwhile
+                            advance(1)
+                            continue
+                        self._save(self._execute(key, tasks[key.task]))
+                        advance(1)
+            self.manifest.timings = self.timings
+            self.dir.write_manifest(self.manifest)
         return self.dir
 
-    def _draws(self, name: str) -> range:
-        return range(self.cfg.random_draws if get_detector_class(name).stochastic else 1)
+    def _execute(self, key: UnitKey, data: TaskData) -> Any:
+        if key.kind == "scores":
+            with self._timed("detect"):
+                return self._score(data, key.detector, key.draw)
+        means = self._reference(data)
+        if key.kind == "eval":
+            with self._timed("evaluate"):
+                heads = [] if key.detector == BASELINE else self._ranking(key)[: key.index]
+                return self._eval_unit(data, key, heads, means)
+        with self._timed("rank_diagnostic"):
+            return self._rank_unit(data, key, self._ranking(key)[key.index - 1], means)
 
-    def detect(self, data: TaskData) -> dict[tuple[str, int], ScoresUnit]:
-        jobs = [(name, draw) for name in self.cfg.detectors for draw in self._draws(name)]
-        out = {}
-        with self._timed("detect"), self.progress.phase(f"detect  {data.spec.name}", len(jobs)) as advance:
-            for name, draw in jobs:
-                key = ("scores", data.spec.name, name, draw)
-                out[(name, draw)] = self.done.get(key) or self._save(self._score(data, name, draw))
-                advance(1)
-        return out
+    def _ranking(self, key: UnitKey) -> list[Head]:
+        return rank_heads(self.done[self.plan.scores_key(key.task, key.detector, key.draw)].scores)
+
+    def _reference(self, data: TaskData) -> HeadMeans | None:
+        """The task's mean activations, computed once when its first ablation needs them."""
+        name = data.spec.name
+        if name not in self._means:
+            means = None
+            if self.ablation.needs_reference:
+                with self._timed("reference"):
+                    ids = [t.input_ids for t in data.tokenized(self.model, "reference")]
+                    means = reference_means(self.model, ids, positionwise=self.ablation.positionwise)
+            self._means[name] = means
+        return self._means[name]
+
+    def _seed_caches(self, task: str) -> None:
+        for unit in self.done.values():
+            if unit.task != task or unit.error:
+                continue
+            if isinstance(unit, EvalUnit):
+                self._evaluated.setdefault((task, _head_key(unit.heads)), unit)
+            elif isinstance(unit, RankUnit):
+                self._ranked.setdefault((task, tuple(unit.head)), unit)
+
+    # -- units -------------------------------------------------------------------------------
 
     def _score(self, data: TaskData, name: str, draw: int) -> ScoresUnit:
         detector = make_detector(name)
@@ -361,89 +228,47 @@ class Run:
             seconds=time.perf_counter() - start,
         )
 
-    def evaluate(self, data: TaskData, scores: dict[tuple[str, int], ScoresUnit], heads_from: str) -> None:
-        task = data.spec.name
-        means = None
-        jobs: list[tuple[str, int, int, list[Head]]] = [(BASELINE, 0, 0, [])]
-        for (name, draw), unit in scores.items():
-            if unit.error or unit.scores is None:
-                continue
-            ranking = HeadScores(scores=_tensor(unit.scores), detector=name).ranking()
-            jobs += [(name, draw, k, ranking[:k]) for k in self.cfg.budgets]
-        rank_jobs = []
-        if data.spec.kind == "retrieval" and self.cfg.rank_diagnostic:
-            for (name, draw), unit in scores.items():
-                if unit.error or unit.scores is None or draw > 0:
-                    continue
-                ranking = HeadScores(scores=_tensor(unit.scores), detector=name).ranking()
-                rank_jobs += [(name, r + 1, ranking[r]) for r in range(min(self.cfg.rank_diagnostic, len(ranking)))]
-        todo = [j for j in jobs if ("eval", task, j[0], j[1], j[2]) not in self.done]
-        todo_rank = [j for j in rank_jobs if ("rank", task, j[0], 0, j[1]) not in self.done]
-        for unit in self.done.values():  # resumed units seed the identical-head-set cache
-            if isinstance(unit, EvalUnit) and unit.task == task and not unit.error:
-                self.eval_cache.setdefault((task, _head_key(unit.heads)), unit)
-        if (todo or todo_rank) and self.ablation.needs_reference:
-            with self._timed("reference"):
-                means = self._means(data)
-        with self._timed("evaluate"), self.progress.phase(f"evaluate {task}", len(todo)) as advance:
-            for name, draw, k, heads in todo:
-                self._save(self._eval_unit(data, name, draw, k, heads, means, heads_from))
-                advance(1)
-        with self._timed("rank_diagnostic"), self.progress.phase(f"per-rank {task}", len(todo_rank)) as advance:
-            for name, rank, head in todo_rank:
-                self._save(self._rank_unit(data, name, rank, head, means))
-                advance(1)
-
-    def _means(self, data: TaskData) -> HeadMeans:
-        ids = [tokenize_example(ex, self.model.tokenizer).input_ids for ex in data.reference]
-        return reference_means(self.model, ids, positionwise=self.ablation.positionwise)
-
     def _hooks(self, heads: Sequence[Head], means: HeadMeans | None) -> list:
         if not heads:
             return []
         return HeadAblation([tuple(h) for h in heads], self.ablation, means).hooks()
 
-    def _eval_unit(self, data: TaskData, name: str, draw: int, k: int, heads: list[Head],
-                   means: HeadMeans | None, heads_from: str) -> EvalUnit:
+    def _eval_unit(self, data: TaskData, key: UnitKey, heads: list[Head], means: HeadMeans | None) -> EvalUnit:
         """Evaluate with `heads` ablated; an identical head set reuses its evaluation."""
         from locos_bench.evaluate import evaluate_task
 
         task = data.spec.name
-        base = dict(task=task, detector=name, draw=draw, k=k, heads=[list(h) for h in heads], heads_from=heads_from)
-        cached = self.eval_cache.get((task, _head_key(heads)))
+        base = dict(task=task, detector=key.detector, draw=key.draw, k=key.index,
+                    heads=[list(h) for h in heads], heads_from=self.plan.heads_from(task))
+        cached = self._evaluated.get((task, _head_key(heads)))
         if cached is not None:
             return EvalUnit(**base, values=cached.values, generations=cached.generations, seconds=0.0, reused=True)
         start = time.perf_counter()
-        rows = evaluate_task(self.model, data.spec, data.evaluation, hooks=self._hooks(heads, means),
-                             batch_size=self.cfg.batch_size)
-        metrics = self.manifest_task(task).metrics
+        rows = evaluate_task(self.model, data.spec, data.evaluation,
+                             hooks=self._hooks(heads, means), batch_size=self.cfg.batch_size)
+        metrics = self._task_entry(task).metrics
         unit = EvalUnit(**base, values={m: [float(r[m]) for r in rows] for m in metrics},
-                        generations=[r["generation"] if "generation" in r else r["prediction"] for r in rows], seconds=time.perf_counter() - start)
-        self.eval_cache[(task, _head_key(heads))] = unit
+                        generations=[r["generation"] for r in rows], seconds=time.perf_counter() - start)
+        self._evaluated[(task, _head_key(heads))] = unit
         return unit
 
-    def _rank_unit(self, data: TaskData, name: str, rank: int, head: Head, means: HeadMeans | None) -> RankUnit:
+    def _rank_unit(self, data: TaskData, key: UnitKey, head: Head, means: HeadMeans | None) -> RankUnit:
         """One head ablated alone: teacher-forced gold log-prob only (no generation)."""
         from locos_bench.evaluate import gold_logprobs
 
         task = data.spec.name
-        cached = self.rank_cache.get((task, tuple(head)))
-        if cached is None:
-            for unit in self.done.values():
-                if isinstance(unit, RankUnit) and unit.task == task and tuple(unit.head) == tuple(head) and not unit.error:
-                    cached = unit
-                    break
+        base = dict(task=task, detector=key.detector, rank=key.index, head=list(head))
+        cached = self._ranked.get((task, tuple(head)))
         if cached is not None:
-            return RankUnit(task=task, detector=name, rank=rank, head=list(head), values=cached.values)
+            return RankUnit(**base, values=cached.values)
         start = time.perf_counter()
-        values = gold_logprobs(self.model, [tokenize_example(e, self.model.tokenizer) for e in data.evaluation],
+        values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
                                hooks=self._hooks([head], means), batch_size=self.cfg.batch_size)
-        unit = RankUnit(task=task, detector=name, rank=rank, head=list(head), values={"gold_logprob": values},
-                        seconds=time.perf_counter() - start)
-        self.rank_cache[(task, tuple(head))] = unit
+        unit = RankUnit(**base, values={"gold_logprob": values}, seconds=time.perf_counter() - start)
+        self._ranked[(task, tuple(head))] = unit
         return unit
 
-    def manifest_task(self, name: str) -> TaskEntry:
+    def _task_entry(self, name: str) -> TaskEntry:
         return next(t for t in self.manifest.tasks if t.name == name)
 
 
@@ -451,18 +276,13 @@ def _head_key(heads: Sequence[Sequence[int]]) -> tuple:
     return tuple(sorted(tuple(int(x) for x in h) for h in heads))
 
 
-def _tensor(scores: list[list[float]]) -> Any:
-    import torch
-
-    return torch.tensor(scores, dtype=torch.float64)
-
-
 def _stable_int(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
 def run_benchmark(cfg: RunConfig, *, model: Any = None) -> RunDir:
-    """Resolve `cfg`, load the model (unless given), run every phase, write the leaderboard."""
+    """Resolve `cfg`, load the model (unless given), run every unit, write the leaderboard."""
+    from locos_bench.leaderboard import write_leaderboard
     from locos_bench.models import load_model
 
     cfg = cfg.resolved()
@@ -474,11 +294,8 @@ def run_benchmark(cfg: RunConfig, *, model: Any = None) -> RunDir:
     run = Run(cfg, model, progress)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()
-    run.timings["total"] = round(time.perf_counter() - start + model.load_seconds, 3)
-    run.manifest.timings = run.timings
+    run.manifest.timings = dict(run.timings, total=round(time.perf_counter() - start + model.load_seconds, 3))
     run.dir.write_manifest(run.manifest)
     # Last, from the final manifest, so `locos-bench leaderboard RUN_DIR` reproduces it exactly.
-    from locos_bench.leaderboard import write_leaderboard
-
     write_leaderboard([run_dir.path], run_dir.path)
     return run_dir

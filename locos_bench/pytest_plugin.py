@@ -77,7 +77,8 @@ class LocosSession:
 
     def run(self, *, model: str | None = None, **config: Any) -> Any:
         """Run (or resume/reuse) a benchmark with `RunConfig` fields; returns its `RunDir`."""
-        from locos_bench.harness import RunConfig, run_benchmark
+        from locos_bench.config import RunConfig
+        from locos_bench.harness import run_benchmark
 
         model = model or self.model
         if model is None:

@@ -6,24 +6,39 @@ A run directory holds:
 * `results.jsonl` — one line per finished unit (`ScoresUnit`, `EvalUnit`, `RankUnit`),
   appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
   on reading, and duplicate keys keep the first, so a rerun resumes without recomputing,
-  losing or duplicating a finished unit.
+  losing or duplicating a finished unit. A mangled line elsewhere (a disk or copy error) is
+  named by file and line; a resuming run sets it aside in `results.corrupt.jsonl` and
+  recomputes its unit;
+* `.lock` — held (flock) by the run writing the directory.
+
+Provenance (package versions, commit, device) is recorded here too.
 
 Nothing is pickled and no metadata lives in file names.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import platform
+import shutil
+import subprocess
 import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from locos_bench.errors import LocosError
+from locos_bench.plan import BASELINE, RunPlan, UnitKey
 
 SCHEMA_VERSION = 1
-BASELINE = "baseline"
-"""Detector name of the unablated evaluation unit."""
 
 
 class Provenance(BaseModel):
@@ -130,8 +145,8 @@ class ScoresUnit(_Unit):
     forward_passes: int = 0
 
     @property
-    def key(self) -> tuple:
-        return ("scores", self.task, self.detector, self.draw)
+    def key(self) -> UnitKey:
+        return UnitKey.scores(self.task, self.detector, self.draw)
 
 
 class EvalUnit(_Unit):
@@ -151,8 +166,8 @@ class EvalUnit(_Unit):
     values were copied (evaluation is deterministic, so they are the same)."""
 
     @property
-    def key(self) -> tuple:
-        return ("eval", self.task, self.detector, self.draw, self.k)
+    def key(self) -> UnitKey:
+        return UnitKey.eval(self.task, self.detector, self.draw, self.k)
 
 
 class RankUnit(_Unit):
@@ -165,12 +180,11 @@ class RankUnit(_Unit):
     values: dict[str, list[float]] = Field(default_factory=dict)
 
     @property
-    def key(self) -> tuple:
-        return ("rank", self.task, self.detector, self.draw, self.rank)
+    def key(self) -> UnitKey:
+        return UnitKey.rank(self.task, self.detector, self.draw, self.rank)
 
 
-Unit = Annotated[Union[ScoresUnit, EvalUnit, RankUnit], Field(discriminator="kind")]
-_UNIT = TypeAdapter(Unit)
+_UNIT = TypeAdapter(Annotated[Union[ScoresUnit, EvalUnit, RankUnit], Field(discriminator="kind")])
 
 
 def json_schema() -> dict[str, Any]:
@@ -179,18 +193,63 @@ def json_schema() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------
+# Provenance
+
+
+def _git_commit() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return None
+        # Published outputs are not code: regenerating baselines must not mark runs dirty.
+        outputs = [":!baselines", ":!leaderboard", ":!runs"]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
+                               cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        return commit.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(device: str) -> Provenance:
+    """Package versions, commit, device and time of a run starting now."""
+    packages = {}
+    for dist in ("locos-bench", "torch", "transformers", "transformer-lens", "numpy", "scipy", "gguf"):
+        try:
+            packages[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    if device.startswith("cuda"):
+        import torch
+
+        device = f"{device} ({torch.cuda.get_device_name()})"
+    return Provenance(
+        packages=packages, git_commit=_git_commit(), device=device, python=platform.python_version(),
+        platform=platform.platform(), started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def data_hash(examples: Sequence[Any]) -> str:
+    """sha256 over the examples' prompts and answers (a changed generator changes it)."""
+    digest = hashlib.sha256()
+    for ex in examples:
+        digest.update(json.dumps([ex.prompt, ex.answers], ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
 # Atomic I/O
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON via a temporary file in the same directory and `os.replace`."""
+def write_atomic(path: Path | str, data: str | bytes) -> None:
+    """Write a file via a temporary file in the same directory, fsync and `os.replace`, so a
+    reader sees the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(obj, handle, indent=2, default=str)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -199,27 +258,36 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_json_atomic(path: Path | str, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+Unit = Annotated[Union[ScoresUnit, EvalUnit, RankUnit], Field(discriminator="kind")]
 
 
 class RunDir:
-    """A run directory: its manifest and its append-only results."""
+    """A run directory: its manifest and its append-only results.
+
+    `read_units` keeps every valid line; a line that is not a valid unit (a disk or copy
+    error) is an error naming the file and line, or, with `repair=True` (what a resuming run
+    does), is moved to `results.corrupt.jsonl` so its unit is recomputed and nothing valid is
+    lost. `lock()` keeps two runs from writing one directory at once.
+    """
 
     MANIFEST = "manifest.json"
     RESULTS = "results.jsonl"
+    CORRUPT = "results.corrupt.jsonl"
+    LOCK = ".lock"
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self.set_aside: list[int] = []
+        """Line numbers the last repairing `read_units` moved to `results.corrupt.jsonl`."""
 
     @property
     def manifest_path(self) -> Path:
@@ -229,29 +297,88 @@ class RunDir:
     def results_path(self) -> Path:
         return self.path / self.RESULTS
 
+    @property
+    def corrupt_path(self) -> Path:
+        return self.path / self.CORRUPT
+
     def exists(self) -> bool:
         return self.manifest_path.exists()
 
     def read_manifest(self) -> Manifest:
-        return Manifest.model_validate_json(self.manifest_path.read_text())
+        """The manifest; a `LocosError` names the file and what is wrong with it."""
+        try:
+            text = self.manifest_path.read_text()
+        except OSError as exc:
+            raise LocosError(f"{self.manifest_path}: cannot be read ({exc.strerror})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LocosError(f"{self.manifest_path}: not valid JSON (line {exc.lineno}, column "
+                             f"{exc.colno}: {exc.msg}); restore it, or start the run afresh with "
+                             "--force") from None
+        try:
+            return Manifest.model_validate(data)
+        except ValidationError as exc:
+            raise LocosError(f"{self.manifest_path}: not a valid manifest "
+                             f"({_one_line(exc)})") from None
 
     def write_manifest(self, manifest: Manifest) -> None:
         write_json_atomic(self.manifest_path, manifest.model_dump(mode="json"))
 
-    def read_units(self) -> list[ScoresUnit | EvalUnit | RankUnit]:
-        """Every complete unit, first occurrence of each key; a torn last line is skipped."""
+    def read_units(self, *, repair: bool = False) -> list[ScoresUnit | EvalUnit | RankUnit]:
+        """Every valid unit, first occurrence of each key; a torn last line is skipped.
+
+        Args:
+            repair: Move lines that are not valid units to `results.corrupt.jsonl` (with
+                their line numbers) and rewrite `results.jsonl` without them. Without it,
+                such a line is a `LocosError` naming the file and line.
+        """
         if not self.results_path.exists():
             return []
-        units, seen = [], set()
-        with self.results_path.open() as handle:
-            for line in handle:
-                if not line.endswith("\n"):
-                    break  # torn write from a kill: the unit will be recomputed
+        units, seen, bad, kept = [], set(), [], []
+        with self.results_path.open("rb") as handle:
+            raw = handle.read()
+        lines = raw.split(b"\n")
+        torn = lines.pop()  # after the last newline: empty, or a torn write from a kill
+        for number, line in enumerate(lines, 1):
+            try:
                 unit = _UNIT.validate_json(line)
-                if unit.key not in seen:
-                    seen.add(unit.key)
-                    units.append(unit)
+            except (ValidationError, ValueError) as exc:
+                if not repair:
+                    raise LocosError(
+                        f"{self.results_path}:{number}: not a valid unit record ({_one_line(exc, 120)}); "
+                        "rerun the same `locos-bench run` command to set it aside and recompute it"
+                    ) from None
+                bad.append((number, line))
+                continue
+            kept.append(line)
+            if unit.key not in seen:
+                seen.add(unit.key)
+                units.append(unit)
+        if repair and bad:
+            self._set_aside(bad, kept, torn)
+        self.set_aside = [number for number, _ in bad]
         return units
+
+    def _set_aside(self, bad: list[tuple[int, bytes]], kept: list[bytes], torn: bytes) -> None:
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with self.corrupt_path.open("ab") as handle:
+            for number, line in bad:
+                handle.write(json.dumps({"line": number, "set_aside_at": stamp,
+                                         "text": line.decode("utf-8", "replace")}).encode() + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        write_atomic(self.results_path, b"".join(line + b"\n" for line in kept) + torn)
+
+    def clear(self) -> None:
+        """Remove everything but the lock (an overwritten run starts from nothing)."""
+        for child in self.path.iterdir():
+            if child.name == self.LOCK:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
     def append(self, unit: ScoresUnit | EvalUnit | RankUnit) -> None:
         """Append one unit as a single write, then fsync."""
@@ -277,3 +404,46 @@ class RunDir:
             handle.seek(0)
             data = handle.read()
         os.ftruncate(fd, data.rfind(b"\n") + 1)
+
+    @contextmanager
+    def lock(self, command: str = "") -> Iterator[None]:
+        """Hold the directory for one run; a second run fails at once, naming the holder.
+
+        An advisory `flock` on `.lock`: the kernel releases it when the holding process ends,
+        however it ends, so a killed run never leaves a stale lock behind.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+                raise LocosError(f"{self.path} is in use by another run ({holder}); wait for it to "
+                                 "finish or use another --output-dir") from None
+            os.ftruncate(fd, 0)
+            started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            os.pwrite(fd, f"pid {os.getpid()} on {platform.node()} since {started}: {command}".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def load_run(path: Path | str) -> tuple[Manifest, list[ScoresUnit | EvalUnit | RankUnit]]:
+    """Read a complete run directory; a `LocosError` names what is wrong (missing,
+    unreadable, incomplete) in one line."""
+    path = Path(path)
+    if not path.is_dir():
+        raise LocosError(f"run directory {path} does not exist")
+    run = RunDir(path)
+    if not run.exists():
+        raise LocosError(f"{path} has no {RunDir.MANIFEST}: not a run directory")
+    manifest = run.read_manifest()
+    units = run.read_units()
+    plan = RunPlan.from_manifest(manifest)
+    missing = plan.describe(plan.missing({u.key: u for u in units}))
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise LocosError(f"run {path} is incomplete: {len(missing)} unit(s) missing ({shown}); "
+                         "rerun the same `locos-bench run` command to resume it")
+    return manifest, units

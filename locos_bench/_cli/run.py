@@ -20,7 +20,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from locos_bench.presets import PRESETS
+    from locos_bench.config import PRESETS
 
     parser.add_argument("--model", default="gemma3", help="model alias, HF id or local dir (default gemma3)")
     parser.add_argument("--detector", action="append", default=None, metavar="all|NAME[,NAME]",
@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.harness import RunConfig, run_benchmark
+    from locos_bench.config import RunConfig
+    from locos_bench.harness import run_benchmark
 
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,

@@ -19,16 +19,11 @@ import torch
 from torch import Tensor
 
 from locos_bench.errors import LocosError
+from locos_bench.headset import Head, head_name, rank_heads
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
-Head = tuple[int, int]
-
-
-def head_name(head: Head) -> str:
-    """`L{layer}H{head}`, the way heads print everywhere."""
-    return f"L{head[0]}H{head[1]}"
 
 
 @dataclass
@@ -55,10 +50,7 @@ class HeadScores:
 
     def ranking(self) -> list[Head]:
         """All heads, best first; ties broken by (layer, head) so rankings are deterministic."""
-        flat = self.scores.detach().double().cpu().flatten().numpy()
-        n_heads = self.scores.shape[1]
-        order = np.lexsort((np.arange(flat.size), -flat))  # primary: score desc; then index asc
-        return [(int(i // n_heads), int(i % n_heads)) for i in order]
+        return rank_heads(self.scores.detach().double().cpu().numpy())
 
     def top_k(self, k: int) -> list[Head]:
         """The k best heads. k above the head count is an error (the harness caps budgets)."""

@@ -6,6 +6,7 @@ generation sees them (prompt, then answer tokens), so the answer positions are u
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,15 +62,38 @@ def _positions(offsets: list[tuple[int, int]], span: Span) -> list[int]:
     return [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
 
 
+_MEMO: weakref.WeakKeyDictionary[Any, dict[tuple, TokenizedExample]] = weakref.WeakKeyDictionary()
+
+
 def tokenize_example(
     example: Example, tokenizer: Any, *, margin: int = OFF_NEEDLE_MARGIN, max_tokens: int | None = None
 ) -> TokenizedExample:
     """Tokenise `example` and map its spans to token positions.
 
+    Memoised per tokenizer on the example's content, so a run tokenises each example once
+    however many detectors and evaluation units read it.
+
     Raises:
         LocosError: a needle maps to no tokens or does not decode back to its text, the
             answer tokenises to nothing, or the prompt is longer than `max_tokens`.
     """
+    try:
+        memo = _MEMO.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced is not memoised
+        memo = {}
+    key = (example.model_dump_json(), margin)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _tokenize(example, tokenizer, margin)
+    total = len(hit.input_ids)
+    if max_tokens is not None and total > max_tokens:
+        raise LocosError(
+            f"{example.task}[{example.index}]: {total} tokens exceed the model's context of {max_tokens}"
+        )
+    return hit
+
+
+def _tokenize(example: Example, tokenizer: Any, margin: int) -> TokenizedExample:
     where = f"{example.task}[{example.index}]"
     enc = tokenizer(example.prompt, return_offsets_mapping=True)
     ids = list(enc["input_ids"])
@@ -77,10 +101,6 @@ def tokenize_example(
     answer_ids = list(tokenizer(example.target, add_special_tokens=False)["input_ids"])
     if not answer_ids:
         raise LocosError(f"{where}: the answer {example.answers[0]!r} tokenises to zero tokens")
-    if max_tokens is not None and len(ids) + len(answer_ids) > max_tokens:
-        raise LocosError(
-            f"{where}: {len(ids) + len(answer_ids)} tokens exceed the model's context of {max_tokens}"
-        )
     needles = []
     for span in example.needle_spans:
         pos = _positions(offsets, span)

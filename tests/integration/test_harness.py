@@ -15,7 +15,9 @@ import torch
 
 from locos_bench.detectors import Detector, HeadScores, register_detector
 from locos_bench.errors import LocosError
-from locos_bench.harness import Run, RunConfig, Progress
+from locos_bench.config import RunConfig
+from locos_bench.harness import Run
+from locos_bench.progress import Progress
 from locos_bench.records import BASELINE, EvalUnit, RankUnit, RunDir, ScoresUnit
 
 

@@ -12,7 +12,9 @@ import yaml
 
 from locos_bench.baselines import Figure, compare, judge, load_baselines, run_figures, update_records, BaselineRecord, Source
 from locos_bench.errors import LocosError
-from locos_bench.harness import Progress, Run, RunConfig
+from locos_bench.config import RunConfig
+from locos_bench.harness import Run
+from locos_bench.progress import Progress
 from locos_bench.records import RunDir
 
 pytest_plugins = ["pytester"]

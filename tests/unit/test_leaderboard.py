@@ -11,14 +11,19 @@ import pytest
 
 from locos_bench import cli
 from locos_bench.errors import LocosError
-from locos_bench.leaderboard import (
-    LEADERBOARD, analyze_runs, fmt, fmt_ci, load_run, missing_units, render_markdown,
-    write_leaderboard,
-)
+from locos_bench.bootstrap import Estimate
+from locos_bench.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
+from locos_bench.markdown import fmt, fmt_ci, render_markdown
+from locos_bench.plan import RunPlan
 from locos_bench.records import (
     BASELINE, DetectorEntry, EvalUnit, Manifest, Provenance, RankUnit, RunDir, ScoresUnit, TaskEntry,
+    load_run,
 )
-from locos_bench.stats import Estimate
+
+
+def missing_units(manifest, units):
+    plan = RunPlan.from_manifest(manifest)
+    return plan.describe(plan.missing({u.key: u for u in units}))
 
 N_EVAL = 24
 BUDGETS = [1, 2, 4]

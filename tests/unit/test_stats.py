@@ -9,7 +9,8 @@ from locos_bench.errors import LocosError
 from locos_bench.records import (
     BASELINE, DetectorEntry, EvalUnit, Manifest, Provenance, RankUnit, ScoresUnit, TaskEntry,
 )
-from locos_bench.stats import Bootstrap, analyze, combine, curve_weights, task_seed
+from locos_bench.analysis import analyze
+from locos_bench.bootstrap import Bootstrap, combine, curve_weights, task_seed
 
 PROV = Provenance(packages={}, git_commit=None, device="cpu", python="3", platform="x",
                   started_at="2025-01-01T00:00:00Z")
@@ -272,6 +273,7 @@ def test_error_units_are_excluded_and_reported():
 def test_rank_diagnostic_and_cost():
     base = {"lp": [0.0, -1.0]}
     manifest, units = build({"t": ("retrieval", base, {"d": flat({"lp": [-1.0, -2.0]})})})
+    manifest = manifest.model_copy(update={"rank_diagnostic": 2})  # the plan enumerates the ranks
     units += [RankUnit(task="t", detector="d", rank=1, head=[3, 1], values={"lp": [-2.0, -3.0]}),
               RankUnit(task="t", detector="d", rank=2, head=[0, 0], values={"lp": [0.0, -1.0]})]
     res = analyze(manifest, units, n_resamples=50).tasks[0].detectors["d"]

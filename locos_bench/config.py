@@ -1,0 +1,104 @@
+"""Run configuration: the presets by name and `RunConfig`, resolved and validated.
+
+Kept free of torch so the CLI can list and check configurations fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from locos_bench.errors import LocosError, unknown
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # A smoke test: minutes on a laptop CPU.
+    "quick": dict(tasks=["kv-retrieval", "arithmetic"], budgets=[1, 4], n_calib=2, n_ref=4,
+                  n_eval=6, random_draws=2, rank_diagnostic=3),
+    # The embedded default on a 2-core CPU (see README for the measured wall time).
+    "default": dict(tasks=["kv-retrieval", "niah-literal", "arithmetic"], budgets=[1, 4, 8],
+                    n_calib=2, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3),
+    # The paper's configuration, for GPU machines and 7-8B models.
+    "paper": dict(tasks=["nolima-synth", "musique-synth", "babilong-synth", "niah-literal",
+                         "kv-retrieval", "parametric-recall", "arithmetic"],
+                  budgets=[1, 2, 4, 8, 16, 32, 50], n_calib=32, n_ref=32, n_eval=200,
+                  random_draws=5, rank_diagnostic=10),
+}
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run (the CLI flags)."""
+
+    model: str = "gemma3"
+    detectors: list[str] = field(default_factory=lambda: ["all"])
+    preset: str = "default"
+    tasks: list[str] | None = None
+    budgets: list[int] | None = None
+    ablation: str = "mean"
+    positionwise: bool = False
+    n_calib: int | None = None
+    n_ref: int | None = None
+    n_eval: int | None = None
+    random_draws: int | None = None
+    rank_diagnostic: int | None = None
+    seed: int = 0
+    output_dir: Path | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_size: int = 4
+    force: bool = False
+    quiet: bool = False
+
+    def resolved(self) -> RunConfig:
+        """Fill unset fields from the preset and validate names and sizes."""
+        if self.preset not in PRESETS:
+            raise unknown("preset", self.preset, PRESETS)
+        defaults = dict(PRESETS[self.preset])
+        if self.model == "planted":  # its toy vocabulary only speaks its own task
+            defaults["tasks"] = ["planted-kv"]
+        filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
+        cfg = replace(self, **filled)
+        cfg.detectors = _resolve_detectors(cfg.detectors)
+        from locos_bench.tasks import list_tasks
+
+        names = list_tasks()
+        for task in cfg.tasks:
+            if task not in names:
+                raise unknown("task", task, names)
+        for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
+                                  ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
+                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
+            if value < low:
+                raise LocosError(f"{label} must be at least {low} (got {value})")
+        if not cfg.budgets or any(k < 1 for k in cfg.budgets):
+            raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
+        cfg.budgets = sorted(set(cfg.budgets))
+        from locos_bench.ablation import AblationSpec  # torch: only once the names are checked
+
+        AblationSpec.parse(cfg.ablation)
+        if cfg.output_dir is None:
+            cfg.output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
+        return cfg
+
+
+def _resolve_detectors(requested: Sequence[str]) -> list[str]:
+    from locos_bench.detectors.registry import detector_names
+
+    available = detector_names()
+    names: list[str] = []
+    for item in requested:
+        for name in item.split(","):
+            name = name.strip()
+            if not name:
+                continue
+            if name == "all":
+                names.extend(available)
+            elif name not in available:
+                raise unknown("detector", name, [*available, "all"])
+            else:
+                names.append(name)
+    if not names:
+        raise LocosError("no detector given; use --detector all or a comma-separated list")
+    return list(dict.fromkeys(names))

@@ -1,0 +1,233 @@
+"""The run plan: which units a run needs, computed once from its configuration.
+
+A unit is one piece of work with a typed key (`UnitKey`): a detector's head scores on a
+task (`scores`), an evaluation with a detector's top-k heads ablated (`eval`; the unablated
+baseline is detector `baseline`, k = 0), or one of a detector's top heads ablated alone
+(`rank`, a diagnostic). `RunPlan` enumerates them from a manifest: the harness executes
+`todo(done)`, the analysis walks `eval_keys`/`rank_keys`, and the resume and completeness
+checks compare against `missing(done)`. Nothing else spells a unit key.
+
+Control tasks have no needle to detect on: they are evaluated with the heads each detector
+found on the run's first retrieval task (`heads_from`), which is what specificity compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from locos_bench.errors import LocosError
+
+BASELINE = "baseline"
+"""Detector name of the unablated evaluation unit."""
+
+
+@dataclass(frozen=True, order=True)
+class UnitKey:
+    """The identity of one unit of work.
+
+    Attributes:
+        kind: `scores`, `eval` or `rank`.
+        task: The task the unit measures.
+        detector: Detector name, or `baseline` for the unablated evaluation.
+        draw: Random draw index (0 for deterministic detectors).
+        index: The budget k of an `eval` unit, the 1-based rank of a `rank` unit, 0 for `scores`.
+    """
+
+    kind: str
+    task: str
+    detector: str
+    draw: int = 0
+    index: int = 0
+
+    @classmethod
+    def scores(cls, task: str, detector: str, draw: int = 0) -> UnitKey:
+        return cls("scores", task, detector, draw, 0)
+
+    @classmethod
+    def eval(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
+        return cls("eval", task, detector, draw, k)
+
+    @classmethod
+    def rank(cls, task: str, detector: str, draw: int, rank: int) -> UnitKey:
+        return cls("rank", task, detector, draw, rank)
+
+
+class _Done(Protocol):
+    error: str | None
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    name: str
+    kind: str
+    """`retrieval` or `control`."""
+
+
+@dataclass(frozen=True)
+class PlannedDetector:
+    name: str
+    stochastic: bool = False
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Every unit of one run, from the resolved configuration recorded in its manifest.
+
+    Attributes:
+        tasks: The run's tasks in order.
+        detectors: The run's detectors in order.
+        budgets: Increasing numbers of ablated heads k, the same for every detector.
+        random_draws: Draws of each stochastic detector.
+        rank_diagnostic: How many of each detector's top heads are ablated alone.
+        n_heads: Query heads of the model (caps the rank diagnostic); None if unknown.
+    """
+
+    tasks: tuple[PlannedTask, ...]
+    detectors: tuple[PlannedDetector, ...]
+    budgets: tuple[int, ...]
+    random_draws: int
+    rank_diagnostic: int = 0
+    n_heads: int | None = None
+
+    @classmethod
+    def from_manifest(cls, manifest: Any) -> RunPlan:
+        """The plan of the run a `Manifest` describes."""
+        info = manifest.model_info or {}
+        n_heads = None
+        if "n_layers" in info and "n_heads" in info:
+            n_heads = int(info["n_layers"]) * int(info["n_heads"])
+        return cls(
+            tasks=tuple(PlannedTask(t.name, t.kind) for t in manifest.tasks),
+            detectors=tuple(PlannedDetector(d.name, bool(d.stochastic)) for d in manifest.detectors),
+            budgets=tuple(sorted(set(manifest.budgets))),
+            random_draws=int(manifest.random_draws),
+            rank_diagnostic=int(manifest.rank_diagnostic),
+            n_heads=n_heads,
+        )
+
+    # -- the rules -----------------------------------------------------------------------
+
+    def task(self, name: str) -> PlannedTask:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise LocosError(f"task {name!r} is not part of this run")
+
+    @property
+    def retrieval_tasks(self) -> list[str]:
+        return [t.name for t in self.tasks if t.kind == "retrieval"]
+
+    def heads_from(self, task: str) -> str:
+        """The task whose calibration split chooses the heads ablated on `task`: itself for a
+        retrieval task, the run's first retrieval task for a control task."""
+        if self.task(task).kind == "retrieval":
+            return task
+        if not self.retrieval_tasks:
+            raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
+        return self.retrieval_tasks[0]
+
+    def draws(self, detector: PlannedDetector | str) -> range:
+        det = detector if isinstance(detector, PlannedDetector) else self.detector(detector)
+        return range(self.random_draws if det.stochastic else 1)
+
+    def detector(self, name: str) -> PlannedDetector:
+        for d in self.detectors:
+            if d.name == name:
+                return d
+        raise LocosError(f"detector {name!r} is not part of this run")
+
+    @property
+    def n_ranks(self) -> int:
+        if self.n_heads is None:
+            return self.rank_diagnostic
+        return min(self.rank_diagnostic, self.n_heads)
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def scores_keys(self, task: str) -> list[UnitKey]:
+        """The detectors' scores on a retrieval task (none on a control task)."""
+        if self.task(task).kind != "retrieval":
+            return []
+        return [UnitKey.scores(task, d.name, draw) for d in self.detectors for draw in self.draws(d)]
+
+    def scores_key(self, task: str, detector: str, draw: int = 0) -> UnitKey:
+        """The scores unit whose heads `task` ablates for `detector`'s draw."""
+        return UnitKey.scores(self.heads_from(task), detector, draw)
+
+    def baseline_key(self, task: str) -> UnitKey:
+        return UnitKey.eval(task, BASELINE, 0, 0)
+
+    def eval_keys(self, task: str, detector: str, draw: int = 0) -> list[UnitKey]:
+        """One evaluation per budget, smallest k first."""
+        return [UnitKey.eval(task, detector, draw, k) for k in self.budgets]
+
+    def rank_keys(self, task: str, detector: str) -> list[UnitKey]:
+        """The per-rank diagnostic of a retrieval task: the first draw's top heads, one at a time."""
+        if self.task(task).kind != "retrieval":
+            return []
+        return [UnitKey.rank(task, detector, 0, r) for r in range(1, self.n_ranks + 1)]
+
+    def task_units(self, task: str) -> Iterator[UnitKey]:
+        """A task's evaluation and diagnostic units, in execution order."""
+        yield self.baseline_key(task)
+        for d in self.detectors:
+            for draw in self.draws(d):
+                yield from self.eval_keys(task, d.name, draw)
+        for d in self.detectors:
+            yield from self.rank_keys(task, d.name)
+
+    def units(self) -> list[UnitKey]:
+        """Every unit, in execution order: all scores first (controls borrow them), then
+        each task's evaluations and diagnostics."""
+        keys = [k for t in self.retrieval_tasks for k in self.scores_keys(t)]
+        for t in self.tasks:
+            keys += list(self.task_units(t.name))
+        return keys
+
+    # -- against what is done ----------------------------------------------------------------
+
+    def blocked(self, key: UnitKey, done: Mapping[UnitKey, _Done]) -> bool:
+        """An evaluation or diagnostic cannot run when its scores were recorded with an error."""
+        if key.kind == "scores" or key.detector == BASELINE:
+            return False
+        source = done.get(self.scores_key(key.task, key.detector, key.draw))
+        return source is not None and source.error is not None
+
+    def todo(self, done: Mapping[UnitKey, _Done]) -> list[UnitKey]:
+        """Units still to execute, in order (a unit recorded with an error counts as done)."""
+        return [k for k in self.units() if k not in done and not self.blocked(k, done)]
+
+    def missing(self, done: Mapping[UnitKey, _Done]) -> list[UnitKey]:
+        """Units a complete run must hold but `done` lacks. Required: each task's baseline,
+        every scores unit its detectors need, and every evaluation whose scores exist without
+        an error. The rank diagnostic is optional."""
+        out = []
+        for k in self.units():
+            if k in done or k.kind == "rank":
+                continue
+            if k.kind == "eval" and k.detector != BASELINE:
+                source = done.get(self.scores_key(k.task, k.detector, k.draw))
+                if source is None or source.error is not None:
+                    continue  # its missing scores are reported; failed scores need no evaluation
+            out.append(k)
+        return out
+
+    def describe(self, keys: Sequence[UnitKey]) -> list[str]:
+        """Readable labels, evaluations of one detector draw grouped: `eval t/d draw 0 k=2,4`."""
+        labels: dict[tuple, list[int]] = {}
+        for k in keys:
+            stochastic = k.detector != BASELINE and self.detector(k.detector).stochastic
+            draw = f" draw {k.draw}" if stochastic else ""
+            if k.kind == "eval" and k.detector != BASELINE:
+                labels.setdefault(("eval", f"{k.task}/{k.detector}{draw}"), []).append(k.index)
+            elif k.kind == "rank":
+                labels.setdefault(("rank", f"{k.task}/{k.detector}"), []).append(k.index)
+            else:
+                labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), [])
+        out = []
+        for (kind, what), idx in labels.items():
+            at = {"eval": " k=", "rank": " r="}.get(kind, "")
+            out.append(f"{kind} {what}" + (at + ",".join(map(str, idx)) if idx else ""))
+        return out
