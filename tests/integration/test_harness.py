@@ -187,3 +187,46 @@ def test_sigkill_mid_run_then_same_command_resumes(tmp_path):
     kept = {u.key: u.model_dump() for u in after}
     assert all(kept[u.key] == u.model_dump() for u in before)  # nothing recomputed or lost
     assert (out / "leaderboard.md").exists()
+
+
+def test_mangled_middle_line_is_named_then_set_aside_and_recomputed(tmp_path, planted):
+    from locos_bench.records import load_run
+
+    cfg = _cfg(tmp_path, budgets=[1, 2])
+    run_dir = _execute(cfg, planted)
+    lines = run_dir.results_path.read_text().splitlines(keepends=True)
+    good = {u.key: u.model_dump() for u in run_dir.read_units()}
+    mangled = lines[2].replace('"kind"', '"k\x00nd"', 1)[:-20] + "\n"  # a disk error mid-file
+    lost = next(iter(u for i, u in enumerate(run_dir.read_units()) if i == 2)).key
+    run_dir.results_path.write_text("".join(lines[:2] + [mangled] + lines[3:]))
+    with pytest.raises(LocosError, match=r"results\.jsonl:3: not a valid unit record"):
+        load_run(run_dir.path)
+    rerun = _execute(_cfg(tmp_path, budgets=[1, 2]), planted)
+    after = {u.key: u.model_dump() for u in rerun.read_units()}
+    assert set(after) == set(good)  # the lost unit was recomputed
+    assert all(after[k] == v for k, v in good.items() if k != lost)  # nothing valid recomputed
+    aside = [json.loads(line) for line in rerun.corrupt_path.read_text().splitlines()]
+    assert [a["line"] for a in aside] == [3] and aside[0]["text"] == mangled.rstrip("\n")
+    load_run(rerun.path)  # complete again
+
+
+def test_mangled_manifest_is_one_clear_line(tmp_path, planted):
+    from locos_bench.records import load_run
+
+    cfg = _cfg(tmp_path, budgets=[1])
+    run_dir = _execute(cfg, planted)
+    run_dir.manifest_path.write_text(run_dir.manifest_path.read_text()[:-40])
+    for attempt in (lambda: _execute(_cfg(tmp_path, budgets=[1]), planted), lambda: load_run(run_dir.path)):
+        with pytest.raises(LocosError, match=r"manifest\.json: not valid JSON \(line \d+") as err:
+            attempt()
+        assert "different configuration" not in str(err.value) and "\n" not in str(err.value)
+    _execute(_cfg(tmp_path, budgets=[1], force=True), planted)  # --force starts afresh
+    load_run(run_dir.path)
+
+
+def test_a_second_run_on_a_locked_directory_names_the_holder(tmp_path, planted):
+    cfg = _cfg(tmp_path, budgets=[1])
+    with RunDir(cfg.output_dir).lock("locos-bench run --first"):
+        with pytest.raises(LocosError, match=r"in use by another run \(pid \d+ .*locos-bench run --first\)"):
+            _execute(cfg, planted)
+    _execute(cfg, planted)  # released: the same command now runs
