@@ -28,7 +28,7 @@ import numpy as np
 
 from locos_bench.ablation import AblationSpec, HeadAblation, HeadMeans, reference_means
 from locos_bench.config import RunConfig
-from locos_bench.detectors.base import HeadScores, validate_scores
+from locos_bench.detectors.base import run_detector
 from locos_bench.detectors.registry import detector_source, get_detector_class, make_detector
 from locos_bench.errors import LocosError
 from locos_bench.headset import Head, rank_heads
@@ -211,8 +211,7 @@ class Run:
         rng = np.random.default_rng([self.cfg.seed, draw, _stable_int(data.spec.name), _stable_int(name)])
         start = time.perf_counter()
         try:
-            result: HeadScores = detector.score(self.model, data.calibration, rng=rng)
-            validate_scores(result, self.model, name)
+            result = run_detector(detector, self.model, data.calibration, rng=rng)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as exc:  # a crashing detector is recorded; the run goes on
@@ -223,9 +222,9 @@ class Run:
             return ScoresUnit(task=data.spec.name, detector=name, draw=draw, params=detector.get_params(),
                               seconds=time.perf_counter() - start, error=message)
         return ScoresUnit(
-            task=data.spec.name, detector=name, draw=draw, params=result.params or detector.get_params(),
+            task=data.spec.name, detector=name, draw=draw, params=result.params,
             scores=result.scores.double().tolist(), forward_passes=result.forward_passes,
-            seconds=time.perf_counter() - start,
+            seconds=result.seconds,
         )
 
     def _hooks(self, heads: Sequence[Head], means: HeadMeans | None) -> list:

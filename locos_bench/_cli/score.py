@@ -46,7 +46,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from locos_bench.detectors.base import head_name, validate_scores
+    from locos_bench.detectors.base import head_name, run_detector
     from locos_bench.detectors.registry import detector_source, get_detector_class, make_detector
     from locos_bench.models import load_model
     from locos_bench.tasks import load_task, make_examples
@@ -70,15 +70,14 @@ def main(args: argparse.Namespace) -> int:
     if args.top > total:
         raise LocosError(f"--top {args.top} is larger than the {total} heads of {model.name!r}")
     examples = make_examples(spec, n, model=model)
-    result = detector.score(model, examples, rng=np.random.default_rng(args.seed))
-    validate_scores(result, model, args.detector)
+    result = run_detector(detector, model, examples, rng=np.random.default_rng(args.seed))
     top = result.top_k(args.top)
 
     if args.json:
         print_json({
             "detector": args.detector,
             "source": detector_source(args.detector),
-            "params": result.params or detector.get_params(),
+            "params": result.params,
             "model": model.name,
             "task": spec.name,
             "examples": len(examples),

@@ -1,21 +1,18 @@
 """Helpers the built-in read- and write-side detectors share.
 
-Private: the public face is `Detector`/`HeadScores` in `base.py`. These helpers only check
+Private: the public face is `Detector`/`HeadScores` and the SDK's base classes. These only check
 calibration examples up front (so a bad example fails before any forward pass, and the error
 names the detector and the example) and reduce per-answer-token values.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from locos_bench import heads
-from locos_bench.detectors.base import Detector, HeadScores, tokenize_for, validate_scores
+from locos_bench.detectors.base import tokenize_for
 from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
@@ -88,41 +85,3 @@ def contrast(values: Tensor, needle: Sequence[int], off: Sequence[int]) -> Tenso
     n = torch.as_tensor(list(needle), dtype=torch.long, device=values.device)
     o = torch.as_tensor(list(off), dtype=torch.long, device=values.device)
     return values[..., n].mean(-1) - values[..., o].mean(-1)
-
-
-ExampleScores = Callable[[TokenizedExample, Any], Tensor]
-"""`(example, cache) -> [n_layers, n_heads]`: the head scores of one example."""
-
-
-def one_pass_scores(
-    detector: Detector,
-    model: LoadedModel,
-    examples: Sequence[Example],
-    names: Sequence[str],
-    example_scores: ExampleScores,
-    *,
-    off_needle: bool = True,
-) -> HeadScores:
-    """Head scores averaged over examples, from one captured forward pass per example.
-
-    The loop `attention`, `retrieval-head`, `locos` and `locos-argmax` share: check the
-    examples, capture `names` once per example, add its `example_scores`, divide by the
-    number of examples, validate.
-    """
-    start = time.perf_counter()
-    name = detector.name or type(detector).__name__
-    tokenized = prepare(model, examples, name, off_needle=off_needle)
-    geo = model.geometry
-    total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-    for t in tokenized:
-        _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=t.answer_positions[-1:])
-        total += example_scores(t, cache).double().cpu()
-        del cache
-    result = HeadScores(
-        scores=total / len(tokenized),
-        detector=name,
-        params=detector.get_params(),
-        forward_passes=len(tokenized),
-        seconds=time.perf_counter() - start,
-    )
-    return validate_scores(result, model, name)

@@ -23,19 +23,17 @@ the answer positions `q_j`, clean and under a per-head intervention, one example
 from __future__ import annotations
 
 import copy
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from locos_bench.detectors import _common
-from locos_bench.detectors.base import Detector, HeadScores, validate_scores
+from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
@@ -166,9 +164,8 @@ def mean_drops(
     answer_tokens: str,
     corrupt: bool,
 ) -> HeadScores:
-    """Per-example drops (`drops_of`) averaged into validated `HeadScores`: the loop the
-    four intervention detectors share."""
-    start = time.perf_counter()
+    """Per-example drops (`drops_of`) averaged into `HeadScores`: the loop the intervention
+    detectors share."""
     name = detector.name or type(detector).__name__
     preps = prepare(model, examples, name, answer_tokens=answer_tokens, corrupt=corrupt)
     geo = model.geometry
@@ -178,46 +175,8 @@ def mean_drops(
         drops = drops_of(prep)
         total += drops.scores
         passes += drops.forward_passes
-    result = HeadScores(
-        scores=(total / len(preps)).float(),
-        detector=name,
-        params=detector.get_params(),
-        forward_passes=passes,
-        seconds=time.perf_counter() - start,
-    )
-    return validate_scores(result, model, name)
-
-
-class BatchedHeads(Detector):
-    """Base of the detectors that intervene on `batch_size` heads per pass (one batch row each).
-
-    Args:
-        batch_size: Heads per forward pass. Larger is faster per head (on gemma3 on a 2-core
-            CPU the cost per head kept falling up to all 72 heads in one pass); memory grows
-            as batch x answer tokens x vocabulary for the logits, which 32 keeps under
-            ~0.2 GB for gemma3.
-        answer_tokens: `"mean"` over all answer tokens (default) or `"first"` only.
-        prefix_cache: Run the clean prompt before the first answer position once and each
-            batched pass over the answer positions only (same numbers as full passes, much
-            cheaper).
-    """
-
-    corrupt: ClassVar[bool] = False
-    """Whether the intervention needs the corrupted run (patching) or not (knockout)."""
-
-    def __init__(self, batch_size: int = 32, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
-        self.batch_size = batch_size
-        self.answer_tokens = answer_tokens
-        self.prefix_cache = prefix_cache
-
-    def drops(self, model: LoadedModel, prep: Prepared, chunks: list[list[Head]]) -> Drops:
-        """`[n_layers, n_heads]` log-prob drops of one example."""
-        raise NotImplementedError
-
-    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        chunks = head_chunks(model, self.batch_size, self.name)
-        return mean_drops(self, model, examples, lambda prep: self.drops(model, prep, chunks),
-                          answer_tokens=self.answer_tokens, corrupt=self.corrupt)
+    return HeadScores(scores=(total / len(preps)).float(), detector=name, params=detector.get_params(),
+                      forward_passes=passes)
 
 
 def gold_logprob(logits: Tensor, answer_ids: Tensor) -> Tensor:

@@ -8,23 +8,18 @@ writes something else (the planted model's read-only decoy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
 import torch
 
 from locos_bench import heads
 from locos_bench.detectors import _common
-from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
+from locos_bench.detectors.sdk import OnePassDetector
 from locos_bench.models import LoadedModel
-from locos_bench.tasks.spec import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 
 @register_detector("attention")
-class AttentionMass(Detector):
+class AttentionMass(OnePassDetector):
     """Attention from the answer positions onto the needle minus onto off-needle context.
 
     Per-position means (like LOCOS), so a long needle does not dominate:
@@ -40,24 +35,17 @@ class AttentionMass(Detector):
     def __init__(self, answer_tokens: str = "mean") -> None:
         self.answer_tokens = answer_tokens
 
-    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        _common.check_answer_tokens(self.answer_tokens, self.name)
-
-        layers = range(model.geometry.n_layers)
-
-        def example_scores(t: TokenizedExample, cache: Any) -> torch.Tensor:
-            positions, _ = _common.answer_slice(t, self.answer_tokens)
-            return torch.stack([
-                _common.contrast(heads.attention_rows(model, cache, layer, positions),  # [H, P, T]
-                                 t.needle_positions, t.off_needle).mean(-1)
-                for layer in layers
-            ])
-
-        return _common.one_pass_scores(self, model, examples, heads.hooks_for_rows(layers), example_scores)
+    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, torch.Tensor]) -> torch.Tensor:
+        positions, _ = _common.answer_slice(t, self.answer_tokens)
+        return torch.stack([
+            _common.contrast(heads.attention_rows(model, cache, layer, positions),  # [H, P, T]
+                             t.needle_positions, t.off_needle).mean(-1)
+            for layer in range(model.geometry.n_layers)
+        ])
 
 
 @register_detector("retrieval-head")
-class RetrievalHead(Detector):
+class RetrievalHead(OnePassDetector):
     """Copy-paste retrieval score: credit when the top-attended token is the one produced.
 
     At each answer position `q_j`, `s* = argmax_s A_h[q_j, s]`; the head earns credit when
@@ -67,20 +55,15 @@ class RetrievalHead(Detector):
     """
 
     cost = "1"
+    needs_off_needle = False
 
-    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        layers = range(model.geometry.n_layers)
-
-        def example_scores(t: TokenizedExample, cache: Any) -> torch.Tensor:
-            ids = torch.as_tensor(t.input_ids)
-            in_needle = torch.zeros(len(t.input_ids), dtype=torch.bool)
-            in_needle[t.needle_positions] = True
-            gold = torch.as_tensor(t.answer_ids)  # [P]
-            out = []
-            for layer in layers:
-                top = heads.attention_rows(model, cache, layer, t.answer_positions).argmax(-1).cpu()  # [H, P]
-                out.append((in_needle[top] & (ids[top] == gold[None, :])).double().mean(-1))
-            return torch.stack(out)
-
-        return _common.one_pass_scores(self, model, examples, heads.hooks_for_rows(layers), example_scores,
-                                       off_needle=False)
+    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, torch.Tensor]) -> torch.Tensor:
+        ids = torch.as_tensor(t.input_ids)
+        in_needle = torch.zeros(len(t.input_ids), dtype=torch.bool)
+        in_needle[t.needle_positions] = True
+        gold = torch.as_tensor(t.answer_ids)  # [P]
+        out = []
+        for layer in range(model.geometry.n_layers):
+            top = heads.attention_rows(model, cache, layer, t.answer_positions).argmax(-1).cpu()  # [H, P]
+            out.append((in_needle[top] & (ids[top] == gold[None, :])).double().mean(-1))
+        return torch.stack(out)

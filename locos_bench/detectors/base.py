@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -135,5 +134,18 @@ def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> He
     return result
 
 
-def finite_mean(values: list[float]) -> float:
-    return float(np.mean(values)) if values else math.nan
+def run_detector(detector: Detector, model: LoadedModel, examples: Sequence[Example], *,
+                 rng: np.random.Generator) -> HeadScores:
+    """Score heads with `detector`, timed, with its parameters recorded and its output
+    validated: the part every caller (harness, `locos-bench score`, conformance) shares, so a
+    detector's `score` only computes scores."""
+    import time
+
+    name = detector.name or type(detector).__name__
+    start = time.perf_counter()
+    result = detector.score(model, examples, rng=rng)
+    validate_scores(result, model, name)
+    result.detector = result.detector or name
+    result.params = result.params or detector.get_params()
+    result.seconds = time.perf_counter() - start
+    return result

@@ -17,37 +17,29 @@ answer positions.
 
 from __future__ import annotations
 
-import torch
+from typing import Any
 
 from locos_bench.detectors import _interventions as iv
 from locos_bench.detectors.registry import register_detector
+from locos_bench.detectors.sdk import InterventionDetector
 from locos_bench.models import LoadedModel
 
 
 @register_detector("attention-knockout")
-class AttentionKnockout(iv.BatchedHeads):
+class AttentionKnockout(InterventionDetector):
     """Per head, block attention from the answer positions to the needle; score = log-prob drop.
 
-    Parameters as `BatchedHeads`: `batch_size` (heads knocked out per pass),
+    Parameters as `InterventionDetector`: `batch_size` (heads knocked out per pass),
     `answer_tokens`, `prefix_cache`.
     """
 
     cost = "2 + ceil(n_heads_total / batch_size) (the batched passes cover only the answer positions)"
 
-    def drops(self, model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]]) -> iv.Drops:
-        return knockout_drops(model, prep, chunks, prefix_cache=self.prefix_cache)
+    def intervention(self, model: LoadedModel, prep: iv.Prepared, chunk: list[iv.Head], state: Any,
+                     end: int) -> list[iv.Hook]:
+        return iv.knockout_hooks(chunk, prep.positions, prep.needle_positions, end)
 
 
 def knockout_drops(model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]], *, prefix_cache: bool) -> iv.Drops:
     """`[n_layers, n_heads]` log-prob drops of one example (float64)."""
-    geo = model.geometry
-    runner = iv.Runner(model, prep, prefix_cache=prefix_cache)
-    out = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-    with torch.no_grad():
-        clean = iv.gold_logprob(runner.run(1), prep.answer_ids)[0].double().cpu()
-        for chunk in chunks:
-            hooks = iv.knockout_hooks(chunk, prep.positions, prep.needle_positions, runner.end)
-            logp = iv.gold_logprob(runner.run(len(chunk), hooks), prep.answer_ids).double().cpu()
-            for (layer, head), value in zip(chunk, logp):
-                out[layer, head] = clean - value
-    return iv.Drops(out, runner.forward_passes)
+    return AttentionKnockout(prefix_cache=prefix_cache).drops(model, prep, chunks)

@@ -24,18 +24,15 @@ Cost: one forward pass per example caching only `hook_v`, the rotated queries an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from locos_bench import heads
 from locos_bench.detectors import _common
-from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
+from locos_bench.detectors.sdk import OnePassDetector
 from locos_bench.models import LoadedModel
-from locos_bench.tasks.spec import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 
@@ -93,7 +90,7 @@ def contributions(
 
 
 @register_detector("locos")
-class Locos(Detector):
+class Locos(OnePassDetector):
     """Write-side: what each head writes from the needle toward the answer's unembedding.
 
     Args:
@@ -108,24 +105,22 @@ class Locos(Detector):
         self.answer_tokens = answer_tokens
         self.final_norm = final_norm
 
-    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        _common.check_answer_tokens(self.answer_tokens, self.name)
+    def capture(self, model: LoadedModel) -> list[str]:
+        return capture_names(model)
 
-        def example_scores(t: TokenizedExample, cache: Any) -> Tensor:
-            positions, ids = _common.answer_slice(t, self.answer_tokens)
-            return torch.stack([
-                _common.contrast(
-                    contributions(model, cache, layer, positions, ids, final_norm=self.final_norm),
-                    t.needle_positions, t.off_needle,
-                ).mean(-1)
-                for layer in range(model.geometry.n_layers)
-            ])
-
-        return _common.one_pass_scores(self, model, examples, capture_names(model), example_scores)
+    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor]) -> Tensor:
+        positions, ids = _common.answer_slice(t, self.answer_tokens)
+        return torch.stack([
+            _common.contrast(
+                contributions(model, cache, layer, positions, ids, final_norm=self.final_norm),
+                t.needle_positions, t.off_needle,
+            ).mean(-1)
+            for layer in range(model.geometry.n_layers)
+        ])
 
 
 @register_detector("locos-argmax")
-class LocosArgmax(Detector):
+class LocosArgmax(OnePassDetector):
     """The seed paper's pseudo-code taken literally (kept as a registered variant).
 
     For each needle position s *as a query row*: `a = argmax_t A_h[s, t]` and the
@@ -148,25 +143,23 @@ class LocosArgmax(Detector):
         self.answer_tokens = answer_tokens
         self.final_norm = final_norm
 
-    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        _common.check_answer_tokens(self.answer_tokens, self.name)
+    def capture(self, model: LoadedModel) -> list[str]:
+        return capture_names(model)
+
+    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor]) -> Tensor:
         kv = heads.kv_head_map(model)
-
-        def example_scores(t: TokenizedExample, cache: Any) -> Tensor:
-            _, ids = _common.answer_slice(t, self.answer_tokens)
-            u = heads.answer_directions(model, ids, final_norm=self.final_norm)  # [P, D]
-            needle, off = t.needle_positions, t.off_needle
-            rows_at = needle + off  # R query rows
-            out = []
-            for layer in range(model.geometry.n_layers):
-                rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
-                weight, src = rows.max(dim=-1)  # [H, R]
-                v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
-                v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
-                write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
-                write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
-                c = weight * (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
-                out.append(c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1))
-            return torch.stack(out)
-
-        return _common.one_pass_scores(self, model, examples, capture_names(model), example_scores)
+        _, ids = _common.answer_slice(t, self.answer_tokens)
+        u = heads.answer_directions(model, ids, final_norm=self.final_norm)  # [P, D]
+        needle, off = t.needle_positions, t.off_needle
+        rows_at = needle + off  # R query rows
+        out = []
+        for layer in range(model.geometry.n_layers):
+            rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
+            weight, src = rows.max(dim=-1)  # [H, R]
+            v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
+            v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
+            write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
+            write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
+            c = weight * (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
+            out.append(c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1))
+        return torch.stack(out)

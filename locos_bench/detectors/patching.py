@@ -34,6 +34,7 @@ from locos_bench import heads as H
 from locos_bench.detectors import _interventions as iv
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
+from locos_bench.detectors.sdk import InterventionDetector
 from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
@@ -49,37 +50,31 @@ reconstruction of it from the final residual stream."""
 
 
 @register_detector("activation-patching")
-class ActivationPatching(iv.BatchedHeads):
+class ActivationPatching(InterventionDetector):
     """Per head, patch its output at the answer positions from the corrupted run; score = drop.
 
-    Parameters as `BatchedHeads`: `batch_size` (heads patched per pass), `answer_tokens`,
-    `prefix_cache`.
+    Parameters as `InterventionDetector`: `batch_size` (heads patched per pass),
+    `answer_tokens`, `prefix_cache`.
     """
 
     cost = "3 + ceil(n_heads_total / batch_size) (the batched passes cover only the answer positions)"
     corrupt = True
 
-    def drops(self, model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]]) -> iv.Drops:
-        return activation_patching_drops(model, prep, chunks, prefix_cache=self.prefix_cache)
+    def setup(self, model: LoadedModel, prep: iv.Prepared) -> tuple[Any, int]:
+        assert prep.corrupted is not None
+        _, z_corrupted = iv.capture_z(model, prep.corrupted, prep.positions)
+        return z_corrupted, 1
+
+    def intervention(self, model: LoadedModel, prep: iv.Prepared, chunk: list[iv.Head], state: Any,
+                     end: int) -> list[iv.Hook]:
+        return iv.patch_z_hooks(chunk, state, prep.positions, end)
 
 
 def activation_patching_drops(
     model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]], *, prefix_cache: bool
 ) -> iv.Drops:
     """`[n_layers, n_heads]` log-prob drops of one example (float64)."""
-    geo = model.geometry
-    assert prep.corrupted is not None
-    _, z_corrupted = iv.capture_z(model, prep.corrupted, prep.positions)
-    runner = iv.Runner(model, prep, prefix_cache=prefix_cache)
-    out = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
-    with torch.no_grad():
-        clean = iv.gold_logprob(runner.run(1), prep.answer_ids)[0].double().cpu()
-        for chunk in chunks:
-            hooks = iv.patch_z_hooks(chunk, z_corrupted, prep.positions, runner.end)
-            logp = iv.gold_logprob(runner.run(len(chunk), hooks), prep.answer_ids).double().cpu()
-            for (layer, head), value in zip(chunk, logp):
-                out[layer, head] = clean - value
-    return iv.Drops(out, runner.forward_passes + 1)
+    return ActivationPatching(prefix_cache=prefix_cache).drops(model, prep, chunks)
 
 
 # ---------------------------------------------------------------------------------------

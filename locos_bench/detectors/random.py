@@ -6,13 +6,12 @@ draw), so a draw is reproducible and the harness can report several draws.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from locos_bench.detectors.base import Detector, HeadScores, validate_scores
+from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
@@ -26,15 +25,6 @@ class RandomHeads(Detector):
     stochastic = True
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
-        start = time.perf_counter()
-        name = self.name or "random"
         geo = model.geometry
         scores = torch.from_numpy(rng.random((geo.n_layers, geo.n_heads)))
-        result = HeadScores(
-            scores=scores,
-            detector=name,
-            params=self.get_params(),
-            forward_passes=0,
-            seconds=time.perf_counter() - start,
-        )
-        return validate_scores(result, model, name)
+        return HeadScores(scores=scores, detector=self.name or "random", params=self.get_params())

@@ -129,7 +129,9 @@ def test_locos_is_one_narrow_forward_per_example(model, examples, monkeypatch):
         return real(m, ids, names, logits_at=logits_at)
 
     monkeypatch.setattr(heads, "run_and_capture", spy)
-    result = make_detector("locos").score(model, examples, rng=RNG(0))
+    from locos_bench.detectors.base import run_detector
+
+    result = run_detector(make_detector("locos"), model, examples, rng=RNG(0))  # timed by the caller
     assert len(calls) == len(examples) == result.forward_passes
     for names, logits_at in calls:
         assert not any(n.endswith(("hook_pattern", "hook_attn_scores", "hook_z", "hook_result")) for n in names)

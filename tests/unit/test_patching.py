@@ -34,6 +34,7 @@ from locos_bench.conformance import hook_snapshot, state_snapshot
 from locos_bench.detectors import _interventions as iv
 from locos_bench.detectors import get_detector_class
 from locos_bench.detectors import patching
+from locos_bench.detectors.base import run_detector
 from locos_bench.detectors.knockout import knockout_drops
 from locos_bench.detectors.patching import (
     activation_patching_drops,
@@ -57,7 +58,7 @@ def examples(planted):
 
 @pytest.fixture(scope="module")
 def results(planted, examples):
-    return {name: get_detector_class(name)().score(planted, examples, rng=RNG) for name in DETECTORS}
+    return {name: run_detector(get_detector_class(name)(), planted, examples, rng=RNG) for name in DETECTORS}
 
 
 @pytest.fixture(scope="module")
