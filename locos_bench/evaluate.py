@@ -32,6 +32,24 @@ def _torch():
     return torch
 
 
+def token_logprobs(logits: Any, targets: Any) -> Any:
+    """`[..., P]` log-prob of each target token: `logits[..., p, targets[..., p]]` minus the
+    log-sum-exp over the vocabulary, without materialising a `[..., P, V]` log-softmax.
+
+    The one gold log-prob formula: evaluation, the rank diagnostic and the intervention
+    detectors all use it.
+
+    Args:
+        logits: `[..., P, V]` logits at the predicting positions.
+        targets: `[..., P]` (or broadcastable) token ids.
+    """
+    torch = _torch()
+    logits = logits.float()  # no copy for float32 models
+    targets = torch.as_tensor(targets, device=logits.device).expand(logits.shape[:-1])
+    gold = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return gold - torch.logsumexp(logits, dim=-1)
+
+
 def stop_token_ids(tokenizer: Any) -> set[int]:
     """EOS and end-of-turn token ids of `tokenizer` (generation stops at any of them)."""
     ids = set()
@@ -199,12 +217,10 @@ def gold_logprobs(
                 ids.to(device), attention_mask=mask.to(device),
                 logits_to_keep=torch.tensor(keep, device=device),
             )
-            logprobs = torch.log_softmax(logits.float(), dim=-1)
             for row, i in enumerate(batch):
                 item = items[i]
                 cols = [where[p] for p in item.answer_positions]
-                values = logprobs[row, cols, item.answer_ids]
-                out[i] = float(values.mean())
+                out[i] = float(token_logprobs(logits[row, cols], item.answer_ids).mean())
     return out
 
 
@@ -243,10 +259,10 @@ def answers_and_logprobs(
                 ids, attention_mask=mask, position_ids=positions,
                 return_type="logits_and_cache", logits_to_keep=1,
             )
-            first = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # [B, vocab]
+            firsts = token_logprobs(logits[:, -1, :], [items[i].answer_ids[0] for i in batch])  # [B]
             # Gold answer tokens after the first, teacher-forced on a copy of the cache.
             longest = max(len(items[i].answer_ids) for i in batch)
-            per_token = [[float(first[row, items[i].answer_ids[0]])] for row, i in enumerate(batch)]
+            per_token = [[float(firsts[row])] for row in range(len(batch))]
             if longest > 1:
                 gold = torch.full((len(batch), longest - 1), pad, dtype=torch.long)
                 for row, i in enumerate(batch):
@@ -258,12 +274,10 @@ def answers_and_logprobs(
                     gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
                     past_key_values=copy.deepcopy(cache), logits_to_keep=0,
                 )
-                lp = torch.log_softmax(gold_logits.float(), dim=-1)
                 for row, i in enumerate(batch):
                     targets = items[i].answer_ids[1:]
                     if targets:
-                        cols = torch.arange(len(targets), device=lp.device)
-                        per_token[row] += lp[row, cols, torch.tensor(targets, device=lp.device)].tolist()
+                        per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
             for row, i in enumerate(batch):
                 scores[i] = float(sum(per_token[row]) / len(per_token[row]))
             # Greedy generation from the prompt's cache.

@@ -35,6 +35,7 @@ from torch import Tensor
 from locos_bench.detectors import _common
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.errors import LocosError
+from locos_bench.evaluate import token_logprobs
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.spec import Example
 from locos_bench.tasks.tokenize import TokenizedExample
@@ -186,10 +187,7 @@ def gold_logprob(logits: Tensor, answer_ids: Tensor) -> Tensor:
         logits: `[B, P, V]` logits at the answer positions.
         answer_ids: `[P]` gold tokens.
     """
-    logits = logits.float()  # no copy for float32 models
-    index = answer_ids.to(logits.device).expand(logits.shape[0], -1).unsqueeze(-1)
-    gold = logits.gather(-1, index).squeeze(-1)
-    return (gold - torch.logsumexp(logits, dim=-1)).mean(-1)  # no [B, P, V] log-softmax copy
+    return token_logprobs(logits, answer_ids).mean(-1)
 
 
 def head_chunks(model: LoadedModel, batch_size: int, detector: str) -> list[list[Head]]:
