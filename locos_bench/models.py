@@ -209,7 +209,7 @@ def offline_models() -> list[str]:
 
 def _whereabouts(spec: ModelSpec) -> tuple[str, bool]:
     if spec.source == "builtin":
-        return "built in memory by locos_bench.testing", True
+        return "built in memory by locos_bench.planted", True
     if spec.source in ("hub", "local"):
         return f"Hugging Face hub: {spec.resolves_to}", False
     cached = _cache_dir(spec)
@@ -370,7 +370,7 @@ def load_model(
     info: dict[str, Any] = {}
     cached = False
     if spec.source == "builtin":
-        from locos_bench.testing import build_planted
+        from locos_bench.planted import build_planted
 
         hf_model, tokenizer, truth = build_planted(planted_config)
         hf_model = hf_model.to(torch_dtype)

@@ -1,6 +1,6 @@
 """Ground truth: on the planted model LOCOS ranks the true retrieval heads first.
 
-The planted model's head roles are set by hand (locos_bench/testing.py), so this is the one
+The planted model's head roles are set by hand (locos_bench/planted.py), so this is the one
 place where a detector's ranking can be checked against the truth rather than against
 another detector. Both decoys must rank below every retrieval head: the read-only decoy
 reads the needle as strongly but writes nothing the unembedding reads; the parametric decoy

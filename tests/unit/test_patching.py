@@ -1,6 +1,6 @@
 """The intervention detectors on the planted model: knockout and the three patching ones.
 
-What the planted model predicts (`locos_bench/testing.py`), and what these tests hold them to:
+What the planted model predicts (`locos_bench/planted.py`), and what these tests hold them to:
 
 * The two retrieval heads (L1H0, L2H3) are redundant copies of the needle's value into the
   answer direction, so removing either alone costs some log-prob (the other still answers):

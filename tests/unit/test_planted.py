@@ -21,7 +21,7 @@ from locos_bench.models import load_model
 from locos_bench.tasks.generators import get_generator
 from locos_bench.tasks.spec import Example, TaskSpec
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
-from locos_bench.testing import (
+from locos_bench.planted import (
     PlantedConfig,
     build_planted,
     build_planted_tokenizer,

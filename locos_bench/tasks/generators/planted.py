@@ -5,7 +5,7 @@ the answer is that key's value:
 
     f3 f1 k3 v5 f0 f2 k1 v2 f7 ... f4 ? k3   ->   " v5"
 
-Every word is one token of the planted tokenizer (`locos_bench.testing.planted_vocab`).
+Every word is one token of the planted tokenizer (`locos_bench.planted.planted_vocab`).
 Keys in one prompt are distinct (so the query has exactly one match) and so are values (so
 answering a distractor's value is detectably wrong). Gold values are balanced: every block of
 `n_values` consecutive indices uses each value once (in a seeded order), so any fixed guess
@@ -63,9 +63,9 @@ def planted_kv(
     Raises:
         ValueError: more pairs than keys or values, or a context too short for the pairs.
     """
-    # Imported here: `locos_bench.testing` may grow imports (detectors, harness) that import
+    # Imported here: `locos_bench.planted` may grow imports (detectors, harness) that import
     # the task package, and generators are imported on first task lookup.
-    from locos_bench.testing import (
+    from locos_bench.planted import (
         QUESTION_MARK,
         PlantedConfig,
         filler_word,

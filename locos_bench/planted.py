@@ -1,4 +1,4 @@
-"""Testing helpers: the planted ground-truth model (and the detector conformance suite).
+"""The planted ground-truth model: a hand-built Llama whose retrieval heads are known by construction.
 
 # The planted model
 
