@@ -8,8 +8,17 @@ from locos_bench.detectors.registry import (
     make_detector,
     register_detector,
 )
-from locos_bench.detectors.sdk import InterventionDetector, OnePassDetector
 from locos_bench.headset import head_name
+
+
+def __getattr__(name: str):
+    # The SDK's base classes load the forward-pass machinery: only when asked for, so that
+    # listing detector names stays light.
+    if name in ("InterventionDetector", "OnePassDetector"):
+        from locos_bench.detectors import sdk
+
+        return getattr(sdk, name)
+    raise AttributeError(f"module 'locos_bench.detectors' has no attribute {name!r}")
 
 __all__ = [
     "Detector",

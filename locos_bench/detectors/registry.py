@@ -1,4 +1,4 @@
-"""One generic registry: lazy `module:Class` entries, collision errors, did-you-mean.
+"""The detector registry (a `locos_bench.registry.Registry`).
 
 Detectors come from three places: the built-ins below (lazy, so listing them imports
 nothing heavy), `@register_detector("name")` in a notebook or script, and the entry-point
@@ -9,69 +9,15 @@ import warns and the rest still work.
 
 from __future__ import annotations
 
-import importlib
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from locos_bench.errors import LocosError, unknown
+from locos_bench.errors import LocosError
+from locos_bench.registry import Registry
 
-T = TypeVar("T")
 ENTRY_POINT_GROUP = "locos_bench.detectors"
-
-
-@dataclass
-class _Entry:
-    target: Any  # a class, or a "module:attr" string until first use
-    source: str  # "built-in", "dist==version", or "runtime"
-
-
-class Registry(Generic[T]):
-    """Name -> object, with lazy string targets resolved on first `get`."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self._entries: dict[str, _Entry] = {}
-
-    def add(self, name: str, target: T | str, *, source: str = "runtime", replace: bool = False) -> None:
-        if name in self._entries and not replace:
-            existing = self._entries[name]
-            if _same_definition(existing.target, target):
-                replace = True  # a notebook cell re-run redefines the same class
-            elif existing.target is not target:
-                raise LocosError(
-                    f"{self.kind} {name!r} is already registered (from {existing.source}); "
-                    "choose another name"
-                )
-        self._entries[name] = _Entry(target, source)
-
-    def get(self, name: str) -> T:
-        if name not in self._entries:
-            raise unknown(self.kind, name, self._entries)
-        entry = self._entries[name]
-        if isinstance(entry.target, str):
-            module, _, attr = entry.target.partition(":")
-            entry.target = getattr(importlib.import_module(module), attr)
-        return entry.target
-
-    def source(self, name: str) -> str:
-        return self._entries[name].source
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._entries))
-
-    def names(self) -> list[str]:
-        return sorted(self._entries)
-
-
-def _same_definition(a: Any, b: Any) -> bool:
-    return (isinstance(a, type) and isinstance(b, type)
-            and (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__))
 
 
 DETECTORS: Registry[Any] = Registry("detector")

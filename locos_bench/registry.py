@@ -1,0 +1,69 @@
+"""One generic registry: lazy `module:attr` entries, collision errors, did-you-mean.
+
+Detectors, task generators, dataset loaders and model aliases each live in one `Registry`,
+so every lookup fails the same way (`unknown X 'y' (did you mean 'z'?)`) and listing names
+imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from locos_bench.errors import LocosError, unknown
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Entry:
+    target: Any  # a class, or a "module:attr" string until first use
+    source: str  # "built-in", "dist==version", or "runtime"
+
+
+class Registry(Generic[T]):
+    """Name -> object, with lazy string targets resolved on first `get`."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, _Entry] = {}
+
+    def add(self, name: str, target: T | str, *, source: str = "runtime", replace: bool = False) -> None:
+        if name in self._entries and not replace:
+            existing = self._entries[name]
+            if _same_definition(existing.target, target):
+                replace = True  # a notebook cell re-run redefines the same class
+            elif existing.target is not target:
+                raise LocosError(
+                    f"{self.kind} {name!r} is already registered (from {existing.source}); "
+                    "choose another name"
+                )
+        self._entries[name] = _Entry(target, source)
+
+    def get(self, name: str) -> T:
+        if name not in self._entries:
+            raise unknown(self.kind, name, self._entries)
+        entry = self._entries[name]
+        if isinstance(entry.target, str):
+            module, _, attr = entry.target.partition(":")
+            entry.target = getattr(importlib.import_module(module), attr)
+        return entry.target
+
+    def source(self, name: str) -> str:
+        return self._entries[name].source
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+
+def _same_definition(a: Any, b: Any) -> bool:
+    return (isinstance(a, type) and isinstance(b, type)
+            and (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__))
