@@ -20,8 +20,9 @@ import shlex
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,6 @@ from locos_bench.records import (
     RankUnit,
     RunDir,
     ScoresUnit,
-    TaskEntry,
     provenance,
 )
 from locos_bench.splits import TaskData, build_task_data
@@ -51,20 +51,25 @@ _PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic"}
 
 
 class Run:
-    """One benchmark run bound to a run directory."""
+    """One benchmark run bound to a run directory: the driver.
 
-    def __init__(self, cfg: RunConfig, model: Any, progress: Progress) -> None:
+    It builds the plan, opens (or resumes) the directory, turns each unit still to do into a
+    `Job` (the unit key and the heads it ablates), hands jobs to an executor and alone
+    writes what comes back. An evaluation whose head set was already evaluated on the task
+    is copied rather than dispatched, so records are the same whichever executor ran them.
+    """
+
+    def __init__(self, cfg: RunConfig, model: Any, progress: Progress, executor: Any = None) -> None:
         self.cfg = cfg
         self.model = model
         self.progress = progress
+        self.executor = executor
         self.dir = RunDir(cfg.output_dir)
         self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise)
         self.timings: dict[str, float] = {}
         self.done: dict[UnitKey, Any] = {}
-        self._evaluated: dict[tuple, EvalUnit] = {}
-        """(task, head set) -> the unit that evaluated it: an identical head set is not rerun."""
-        self._ranked: dict[tuple, RankUnit] = {}
-        self._means: dict[str, HeadMeans | None] = {}
+        self._evaluated: dict[tuple, Any] = {}
+        """(kind, task, head set) -> the unit that evaluated it first."""
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -129,6 +134,9 @@ class Run:
             merged[phase] = round(merged.get(phase, 0.0) + seconds, 3)
         self.timings = merged
         self.dir.write_manifest(manifest)
+        for unit in self.done.values():  # resumed units seed the identical-head-set cache
+            if not isinstance(unit, ScoresUnit) and not unit.error:
+                self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
 
     @contextmanager
     def _timed(self, phase: str) -> Iterator[None]:
@@ -148,40 +156,99 @@ class Run:
     def execute(self) -> RunDir:
         """Execute every unit the plan still needs; the directory is locked meanwhile."""
         tasks = self.prepare()
+        executor = self.executor or LocalExecutor(Worker(self.cfg, self.model, tasks, self.progress.log))
         command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         with self.dir.lock(command):
             self._open()
-            for task in self.plan.tasks:  # resumed units seed the identical-head-set caches
-                self._seed_caches(task.name)
             todo = self.plan.todo(self.done)
             for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
-                keys = list(group)
+                keys = [k for k in group if not self.plan.blocked(k, self.done)]
                 label = f"{_PHASES[kind].replace('_', '-'):9s}{task}"
                 with self.progress.phase(label, len(keys)) as advance:
-                    for key in keys:
-                        if self.plan.blocked(key, self.done):  # its scores failed meanwhile
-                            advance(1)
-                            continue
-                        self._save(self._execute(key, tasks[key.task]))
-                        advance(1)
+                    self._run_group(executor, [self._job(k) for k in keys], advance)
+            self.timings = _add(self.timings, executor.timings())
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
         return self.dir
 
-    def _execute(self, key: UnitKey, data: TaskData) -> Any:
+    def _job(self, key: UnitKey) -> Job:
+        if key.kind == "scores":
+            return Job(key, [])
+        source = self.plan.heads_from(key.task)
+        if key.detector == BASELINE:
+            return Job(key, [], source)
+        ranking = rank_heads(self.done[self.plan.scores_key(key.task, key.detector, key.draw)].scores)
+        heads = ranking[: key.index] if key.kind == "eval" else [ranking[key.index - 1]]
+        return Job(key, heads, source)
+
+    def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
+        """Dispatch the group's distinct head sets; copy the evaluation of a repeated one."""
+        fresh, seen = [], set()
+        for job in jobs:
+            jk = _job_key(job.key, job.heads)
+            if job.key.kind == "scores" or (jk not in self._evaluated and jk not in seen):
+                fresh.append(job)
+                seen.add(jk)
+        results = {unit.key: unit for unit in executor.run(fresh)}
+        for job in jobs:
+            unit = results.get(job.key)
+            source = self._evaluated.get(_job_key(job.key, job.heads))
+            if unit is None and source is None:  # the identical head set's unit failed
+                unit = next(iter(executor.run([job])))
+            if unit is None:  # an identical head set was evaluated: copy its values
+                unit = _reused(job, source)
+            elif job.key.kind != "scores" and not unit.error:
+                self._evaluated.setdefault(_job_key(job.key, job.heads), unit)
+            self._save(unit)
+            advance(1)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit to compute: its key and the heads it ablates (none for scores and baseline)."""
+
+    key: UnitKey
+    heads: list[Head]
+    heads_from: str | None = None
+    """The task whose scores chose `heads` (an evaluation's record names it)."""
+
+
+class Worker:
+    """Computes units for one run: holds the model, the task splits and their reference means.
+
+    Stateless between jobs apart from those means, so any worker holding the same
+    configuration computes the same unit from the same job.
+    """
+
+    def __init__(self, cfg: RunConfig, model: Any, tasks: dict[str, TaskData],
+                 log: Callable[[str], None] | None = None) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.tasks = tasks
+        self.log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+        self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise)
+        self.timings: dict[str, float] = {}
+        self._means: dict[str, HeadMeans | None] = {}
+
+    @contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[phase] = round(self.timings.get(phase, 0.0) + time.perf_counter() - start, 3)
+
+    def run(self, job: Job) -> Any:
+        key, data = job.key, self.tasks[job.key.task]
         if key.kind == "scores":
             with self._timed("detect"):
                 return self._score(data, key.detector, key.draw)
         means = self._reference(data)
         if key.kind == "eval":
             with self._timed("evaluate"):
-                heads = [] if key.detector == BASELINE else self._ranking(key)[: key.index]
-                return self._eval_unit(data, key, heads, means)
+                return self._eval_unit(data, key, job.heads, means, job.heads_from)
         with self._timed("rank_diagnostic"):
-            return self._rank_unit(data, key, self._ranking(key)[key.index - 1], means)
-
-    def _ranking(self, key: UnitKey) -> list[Head]:
-        return rank_heads(self.done[self.plan.scores_key(key.task, key.detector, key.draw)].scores)
+            return self._rank_unit(data, key, job.heads[0], means)
 
     def _reference(self, data: TaskData) -> HeadMeans | None:
         """The task's mean activations, computed once when its first ablation needs them."""
@@ -195,15 +262,6 @@ class Run:
             self._means[name] = means
         return self._means[name]
 
-    def _seed_caches(self, task: str) -> None:
-        for unit in self.done.values():
-            if unit.task != task or unit.error:
-                continue
-            if isinstance(unit, EvalUnit):
-                self._evaluated.setdefault((task, _head_key(unit.heads)), unit)
-            elif isinstance(unit, RankUnit):
-                self._ranked.setdefault((task, tuple(unit.head)), unit)
-
     # -- units -------------------------------------------------------------------------------
 
     def _score(self, data: TaskData, name: str, draw: int) -> ScoresUnit:
@@ -216,7 +274,7 @@ class Run:
             raise
         except Exception as exc:  # a crashing detector is recorded; the run goes on
             message = str(exc) if isinstance(exc, LocosError) else f"{type(exc).__name__}: {exc}"
-            self.progress.log(f"detector {name!r} failed on {data.spec.name}: {message}")
+            self.log(f"detector {name!r} failed on {data.spec.name}: {message}")
             if not isinstance(exc, LocosError):
                 traceback.print_exc(file=sys.stderr)
             return ScoresUnit(task=data.spec.name, detector=name, draw=draw, params=detector.get_params(),
@@ -232,24 +290,20 @@ class Run:
             return []
         return HeadAblation([tuple(h) for h in heads], self.ablation, means).hooks()
 
-    def _eval_unit(self, data: TaskData, key: UnitKey, heads: list[Head], means: HeadMeans | None) -> EvalUnit:
-        """Evaluate with `heads` ablated; an identical head set reuses its evaluation."""
+    def _eval_unit(self, data: TaskData, key: UnitKey, heads: list[Head], means: HeadMeans | None,
+                   heads_from: str | None) -> EvalUnit:
+        """The evaluation split with `heads` ablated."""
         from locos_bench.evaluate import evaluate_task
 
         task = data.spec.name
         base = dict(task=task, detector=key.detector, draw=key.draw, k=key.index,
-                    heads=[list(h) for h in heads], heads_from=self.plan.heads_from(task))
-        cached = self._evaluated.get((task, _head_key(heads)))
-        if cached is not None:
-            return EvalUnit(**base, values=cached.values, generations=cached.generations, seconds=0.0, reused=True)
+                    heads=[list(h) for h in heads], heads_from=heads_from)
         start = time.perf_counter()
         rows = evaluate_task(self.model, data.spec, data.evaluation,
                              hooks=self._hooks(heads, means), batch_size=self.cfg.batch_size)
-        metrics = self._task_entry(task).metrics
-        unit = EvalUnit(**base, values={m: [float(r[m]) for r in rows] for m in metrics},
+        metrics = data.entry.metrics
+        return EvalUnit(**base, values={m: [float(r[m]) for r in rows] for m in metrics},
                         generations=[r["generation"] for r in rows], seconds=time.perf_counter() - start)
-        self._evaluated[(task, _head_key(heads))] = unit
-        return unit
 
     def _rank_unit(self, data: TaskData, key: UnitKey, head: Head, means: HeadMeans | None) -> RankUnit:
         """One head ablated alone: teacher-forced gold log-prob only (no generation)."""
@@ -257,22 +311,53 @@ class Run:
 
         task = data.spec.name
         base = dict(task=task, detector=key.detector, rank=key.index, head=list(head))
-        cached = self._ranked.get((task, tuple(head)))
-        if cached is not None:
-            return RankUnit(**base, values=cached.values)
         start = time.perf_counter()
         values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
                                hooks=self._hooks([head], means), batch_size=self.cfg.batch_size)
-        unit = RankUnit(**base, values={"gold_logprob": values}, seconds=time.perf_counter() - start)
-        self._ranked[(task, tuple(head))] = unit
-        return unit
-
-    def _task_entry(self, name: str) -> TaskEntry:
-        return next(t for t in self.manifest.tasks if t.name == name)
+        return RankUnit(**base, values={"gold_logprob": values}, seconds=time.perf_counter() - start)
 
 
-def _head_key(heads: Sequence[Sequence[int]]) -> tuple:
-    return tuple(sorted(tuple(int(x) for x in h) for h in heads))
+class LocalExecutor:
+    """Runs jobs one after another in this process (the default executor)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[Any]:
+        for job in jobs:
+            yield self.worker.run(job)
+
+    def timings(self) -> dict[str, float]:
+        """Seconds per phase spent by the workers (taken once: the count restarts)."""
+        out, self.worker.timings = self.worker.timings, {}
+        return out
+
+
+def _job_key(key: UnitKey, heads: Sequence[Sequence[int]]) -> tuple:
+    """What makes two evaluations identical: kind, task and the set of ablated heads."""
+    return (key.kind, key.task, tuple(sorted(tuple(int(x) for x in h) for h in heads)))
+
+
+def _unit_heads(unit: Any) -> list[list[int]]:
+    return [unit.head] if isinstance(unit, RankUnit) else list(unit.heads)
+
+
+def _reused(job: Job, source: Any) -> Any:
+    """The unit of `job`, with the per-example values of an identical head set's unit."""
+    key = job.key
+    if key.kind == "rank":
+        return RankUnit(task=key.task, detector=key.detector, rank=key.index, head=list(job.heads[0]),
+                        values=source.values)
+    return EvalUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
+                    heads=[list(h) for h in job.heads], heads_from=job.heads_from,
+                    values=source.values, generations=source.generations, seconds=0.0, reused=True)
+
+
+def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    out = dict(a)
+    for phase, seconds in b.items():
+        out[phase] = round(out.get(phase, 0.0) + seconds, 3)
+    return out
 
 
 def _stable_int(text: str) -> int:
