@@ -84,7 +84,7 @@ class RunConfig:
 
 
 def _resolve_detectors(requested: Sequence[str]) -> list[str]:
-    from locos_bench.detectors.registry import detector_names
+    from locos_bench.detectors import detector_names
 
     available = detector_names()
     names: list[str] = []

@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from locos_bench.detectors.base import Detector, HeadScores, check_params_serialisable, validate_scores
+from locos_bench.detectors import Detector, HeadScores, validate_scores
+from locos_bench.detectors.base import check_params_serialisable
 from locos_bench.errors import LocosError
 
 N_EXAMPLES = 2
@@ -81,7 +82,7 @@ def conformance_examples() -> tuple[Any, ...]:
 def make_instance(detector: DetectorLike) -> Detector:
     """A fresh detector: by name, from a class, a factory, or cloned from an instance."""
     if isinstance(detector, str):
-        from locos_bench.detectors.registry import make_detector
+        from locos_bench.detectors import make_detector
 
         return make_detector(detector)
     if isinstance(detector, Detector):

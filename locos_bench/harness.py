@@ -29,8 +29,7 @@ import numpy as np
 
 from locos_bench.ablation import AblationSpec, HeadAblation, HeadMeans, reference_means
 from locos_bench.config import RunConfig
-from locos_bench.detectors.base import run_detector
-from locos_bench.detectors.registry import detector_source, get_detector_class, make_detector
+from locos_bench.detectors import detector_source, get_detector_class, make_detector, run_detector
 from locos_bench.errors import LocosError
 from locos_bench.headset import Head, rank_heads
 from locos_bench.plan import BASELINE, RunPlan, UnitKey

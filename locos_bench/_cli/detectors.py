@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def collect() -> list[dict[str, Any]]:
     """One row per detector; plugin warnings go to stderr as one line each."""
-    from locos_bench.detectors.registry import detector_names, detector_source, get_detector_class
+    from locos_bench.detectors import detector_names, detector_source, get_detector_class
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -46,8 +46,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from locos_bench.detectors.base import head_name, run_detector
-    from locos_bench.detectors.registry import detector_source, get_detector_class, make_detector
+    from locos_bench.detectors import detector_source, get_detector_class, head_name, make_detector, run_detector
     from locos_bench.models import load_model
     from locos_bench.tasks import load_task, make_examples
 

@@ -1,9 +1,10 @@
 """Head detectors: one interface (`Detector` -> `HeadScores`), one registry, and the SDK's
 two base classes (`OnePassDetector`, `InterventionDetector`)."""
 
-from locos_bench.detectors.base import Detector, HeadScores, run_detector
+from locos_bench.detectors.base import Detector, HeadScores, run_detector, validate_scores
 from locos_bench.detectors.registry import (
     detector_names,
+    detector_source,
     get_detector_class,
     make_detector,
     register_detector,
@@ -26,9 +27,11 @@ __all__ = [
     "InterventionDetector",
     "OnePassDetector",
     "detector_names",
+    "detector_source",
     "get_detector_class",
     "head_name",
     "make_detector",
     "register_detector",
     "run_detector",
+    "validate_scores",
 ]
