@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from locos_bench.errors import LocosError
-from locos_bench.plan import BASELINE, RunPlan, UnitKey
+from locos_bench.plan import BASELINE, RunPlan, UnitKey  # noqa: F401  (BASELINE: re-exported with the records)
 
 SCHEMA_VERSION = 1
 
