@@ -47,7 +47,8 @@ from locos_bench.records import (
     ScoresUnit,
     TaskEntry,
 )
-from locos_bench.tasks import Example, TaskSpec, list_tasks, load_task, make_examples
+from locos_bench.tasks import Example, TaskSpec, load_task, make_examples
+from locos_bench.tasks.registry import resolve_tasks
 from locos_bench.tasks.tokenize import tokenize_example
 
 Head = tuple[int, int]
@@ -75,6 +76,8 @@ class RunConfig:
     batch_size: int = 4
     force: bool = False
     quiet: bool = False
+    data: Path | None = None
+    """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
 
     def resolved(self) -> RunConfig:
         """Fill unset fields from the preset and validate names and sizes."""
@@ -86,10 +89,8 @@ class RunConfig:
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
         cfg = replace(self, **filled)
         cfg.detectors = _resolve_detectors(cfg.detectors)
-        names = list_tasks()
         for task in cfg.tasks:
-            if task not in names:
-                raise unknown("task", task, names)
+            load_task(task)  # a name or a YAML path; unknown names fail here
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
                                   ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
@@ -250,7 +251,8 @@ class Run:
     def prepare(self) -> list[TaskData]:
         cfg = self.cfg
         with self._timed("prepare"):
-            tasks = [build_task_data(load_task(name), cfg, self.model) for name in cfg.tasks]
+            specs, fallbacks = resolve_tasks(cfg.tasks, data=cfg.data, prefer_real=cfg.preset == "paper")
+            tasks = [build_task_data(spec, cfg, self.model) for spec in specs]
         if not any(t.spec.kind == "retrieval" for t in tasks):
             raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
         max_heads = self.model.geometry.n_total_heads
@@ -262,7 +264,7 @@ class Run:
             detectors=[self._detector_entry(n) for n in cfg.detectors], budgets=cfg.budgets,
             ablation=str(self.ablation), positionwise=self.ablation.positionwise,
             random_draws=cfg.random_draws, seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
-            batch_size=cfg.batch_size, provenance=provenance(cfg.device),
+            batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
         )
         self._open(manifest)
         return tasks
