@@ -183,8 +183,8 @@ def resolve_tasks(names: list[str], *, data: str | Path | None = None,
 
     Args:
         names: Task names or YAML paths.
-        data: A directory of local datasets: a loader task reads `DATA/<task>` when that
-            exists, else `DATA` itself.
+        data: A directory of local datasets: a real twin reads `DATA/<task>`; a loader task
+            named explicitly reads `DATA/<task>` when that exists, else `DATA` itself.
         prefer_real: Replace each synthetic twin (`REAL_TWINS`) by its real benchmark when
             that benchmark's data is present (under `data`, or on a reachable hub).
 
@@ -200,7 +200,7 @@ def resolve_tasks(names: list[str], *, data: str | Path | None = None,
         if real is not None:
             candidate = load_task(real)
             if data is not None:
-                candidate = with_data(candidate, _data_for(real, Path(data)))
+                candidate = with_data(candidate, Path(data) / real)
             reason = _usable(candidate)
             if reason is None:
                 specs.append(candidate)
