@@ -111,6 +111,24 @@ def _offline(args: dict[str, Any], hub: str | None) -> tuple[bool, str]:
     return False, f"needs {where} or source.args.path (--data PATH)"
 
 
+def _dataset_rows(args: dict[str, Any], where: str, *, hub: str, config: str | None, hub_split: str,
+                  key: str, layout: Callable[[Path], dict[str, list[Path]]],
+                  hint: str) -> tuple[tuple[dict[str, Any], ...], str]:
+    """(rows, source name): from the hub without `path`, from one file, or from the files
+    that a release directory's `layout` maps `key` (`config/split`) to."""
+    local = _local_path(args, where)
+    if local is None:
+        hub = args.get("hub", hub)
+        return read_hub(hub, config, hub_split, where, f"the release's layout: {hint}"), hub
+    if local.is_file():
+        return read_files([local]), str(local)
+    found = layout(local)
+    if not found:
+        raise LocosError(f"{local}: no {hint}")
+    files = choose_split(found, key, str(local))
+    return read_files(files), str(files[0]) if len(files) == 1 else str(local)
+
+
 def _tables(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*")
                   if p.is_file() and p.suffix.lower() in (".json", ".jsonl", ".parquet"))
@@ -123,36 +141,26 @@ _LENGTH = re.compile(r"^(\d+k|\d+M)$")
 _QA = re.compile(r"^qa\d+$")
 
 
-def babilong_layout(root: Path) -> dict[tuple[str, str], list[Path]]:
-    """(config = length, split = qaN) -> files, for the raw and the parquet layouts."""
-    found: dict[tuple[str, str], list[Path]] = {}
+def babilong_layout(root: Path) -> dict[str, list[Path]]:
+    """`<length>/<qaN>` (config/split) -> files, for the raw and the parquet layouts."""
+    found: dict[str, list[Path]] = {}
     for path in _tables(root):
         parent = path.parent.name
         stem = path.name.split(".")[0]
         head = re.split(r"-\d{5}-of-\d{5}$", stem)[0]
         if _QA.match(parent) and _LENGTH.match(head):  # raw <qaN>/<len>.json, hub qaN/<len>-*.parquet
-            found.setdefault((head, parent), []).append(path)
+            found.setdefault(f"{head}/{parent}", []).append(path)
         elif _LENGTH.match(parent) and _QA.match(head):  # <len>/<qaN>-*.parquet
-            found.setdefault((parent, head), []).append(path)
+            found.setdefault(f"{parent}/{head}", []).append(path)
     return found
 
 
 def _babilong_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
     config, split = str(args.get("config", "0k")), str(args.get("split", "qa1"))
-    local = _local_path(args, where)
-    if local is None:
-        hub = args.get("hub", "RMT-team/babilong")
-        hint = "a directory in the raw layout (<qaN>/<length>.json) or the hub's parquet layout"
-        return read_hub(hub, config, split, where, hint), hub
-    if local.is_file():
-        return read_files([local]), str(local)
-    layout = babilong_layout(local)
-    if not layout:
-        raise LocosError(f"{local}: no BABILong files (expected <qaN>/<length>.json or "
-                         f"<length>/<qaN>-*.parquet)")
-    pairs = {f"{c}/{s}": files for (c, s), files in layout.items()}
-    files = choose_split(pairs, f"{config}/{split}", str(local))
-    return read_files(files), str(files[0]) if len(files) == 1 else str(local)
+    return _dataset_rows(args, where, hub="RMT-team/babilong", config=config, hub_split=split,
+                         key=f"{config}/{split}", layout=babilong_layout,
+                         hint="BABILong files in the raw layout (<qaN>/<length>.json) or the hub's "
+                              "parquet layout (<length>/<qaN>-*.parquet)")
 
 
 def load_babilong(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
@@ -189,26 +197,18 @@ _HUB_SPLITS = {"dev": "validation"}
 """MuSiQue's release says `dev`; `dgslibisey/MuSiQue` on the hub calls it `validation`."""
 
 
-def musique_layout(root: Path) -> dict[str, Path]:
+def musique_layout(root: Path) -> dict[str, list[Path]]:
     """`<variant>/<split>` -> file, for a release directory (or its `data/`)."""
-    return {f"{m.group(1)}/{m.group(2)}": p for p in sorted(root.rglob("musique_*.jsonl"))
+    return {f"{m.group(1)}/{m.group(2)}": [p] for p in sorted(root.rglob("musique_*.jsonl"))
             if (m := _MUSIQUE_FILE.match(p.name))}
 
 
 def _musique_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
     variant, split = str(args.get("variant", "ans")), str(args.get("split", "dev"))
-    local = _local_path(args, where)
-    if local is None:
-        hub = args.get("hub", "dgslibisey/MuSiQue")
-        hint = "the release directory (musique_ans_v1.0_dev.jsonl ...)"
-        return read_hub(hub, None, _HUB_SPLITS.get(split, split), where, hint), hub
-    if local.is_file():
-        return read_files([local]), str(local)
-    layout = musique_layout(local)
-    if not layout:
-        raise LocosError(f"{local}: no MuSiQue release files (musique_ans_v1.0_dev.jsonl ...)")
-    path = choose_split(layout, f"{variant}/{split}", str(local))
-    return read_files([path]), str(path)
+    return _dataset_rows(args, where, hub="dgslibisey/MuSiQue", config=None,
+                         hub_split=_HUB_SPLITS.get(split, split), key=f"{variant}/{split}",
+                         layout=musique_layout,
+                         hint="MuSiQue release files (musique_ans_v1.0_dev.jsonl ...)")
 
 
 def _musique_paragraphs(row: dict[str, Any], source: str, n: int) -> list[dict[str, Any]]:
