@@ -388,3 +388,11 @@ def test_nolima_without_path_explains_the_licence():
 def test_with_data_is_for_loader_tasks():
     with pytest.raises(LocosError, match="--data is for loader tasks"):
         with_data(load_task("kv-retrieval"), "x")
+
+
+def test_a_file_datasets_cannot_read_is_one_line(tmp_path):
+    path = tmp_path / "qa1.json"
+    path.write_text("[{\"input\": ")
+    with pytest.raises(LocosError) as info:
+        make_example(with_args("babilong", path=str(path)), 0)
+    assert str(info.value).startswith(f"{path}: cannot read rows (") and "\n" not in str(info.value)
