@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import datasets
 import pytest
@@ -153,9 +154,13 @@ def test_babilong_schema_errors_name_file_row_and_field(tmp_path):
     spec = with_args("babilong", path=str(path))
     with pytest.raises(LocosError, match=rf"{path}: row 1 has no field 'question'$"):
         make_example(spec, 1)
-    with pytest.warns(UserWarning, match="row 1 has no field 'question'"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         got = make_examples(spec, 3, skip_errors=True)
-    assert [e.index for e in got] == [0]  # row 2 does not exist: skipped with a warning too
+    assert [e.index for e in got] == [0]
+    messages = [str(w.message) for w in caught]  # every skipped row is counted by a warning
+    assert len(messages) == 2 and "row 1 has no field 'question'" in messages[0]
+    assert "the dataset has only 2 rows" in messages[1]
 
 
 def test_babilong_story_that_contradicts_its_target_fails(tmp_path):
