@@ -50,6 +50,8 @@ class RunConfig:
     batch_size: int = 4
     force: bool = False
     quiet: bool = False
+    data: Path | None = None
+    """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
 
     def resolved(self) -> RunConfig:
         """Fill unset fields from the preset and validate names and sizes."""
@@ -61,12 +63,10 @@ class RunConfig:
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
         cfg = replace(self, **filled)
         cfg.detectors = _resolve_detectors(cfg.detectors)
-        from locos_bench.tasks import list_tasks
+        from locos_bench.tasks import load_task
 
-        names = list_tasks()
         for task in cfg.tasks:
-            if task not in names:
-                raise unknown("task", task, names)
+            load_task(task)  # a name or a YAML path; unknown names fail here, with did-you-mean
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
                                   ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):

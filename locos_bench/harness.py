@@ -43,8 +43,7 @@ from locos_bench.records import (
     ScoresUnit,
     provenance,
 )
-from locos_bench.splits import TaskData, build_task_data
-from locos_bench.tasks import load_task
+from locos_bench.splits import TaskData, build_run_tasks
 
 _PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic"}
 
@@ -76,7 +75,7 @@ class Run:
         """Build the splits, the manifest and the plan (nothing is written yet)."""
         cfg = self.cfg
         with self._timed("prepare"):
-            tasks = {name: build_task_data(load_task(name), cfg, self.model) for name in cfg.tasks}
+            tasks, fallbacks = build_run_tasks(cfg, self.model)
         if not any(t.spec.kind == "retrieval" for t in tasks.values()):
             raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
         max_heads = self.model.geometry.n_total_heads
@@ -88,7 +87,7 @@ class Run:
             detectors=[self._detector_entry(n) for n in cfg.detectors], budgets=cfg.budgets,
             ablation=str(self.ablation), positionwise=self.ablation.positionwise,
             random_draws=cfg.random_draws, seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
-            batch_size=cfg.batch_size, provenance=provenance(cfg.device),
+            batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
         )
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks

@@ -115,6 +115,9 @@ class Manifest(BaseModel):
     provenance: Provenance
     timings: dict[str, float] = Field(default_factory=dict)
     """Wall seconds per phase, filled as the run goes (`detect`, `evaluate`, ...)."""
+    fallbacks: dict[str, str] = Field(default_factory=dict)
+    """Synthetic tasks run in place of their real benchmark (`--preset paper`), with why the
+    real one was not used (its data absent, the hub unreachable)."""
 
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""

@@ -14,6 +14,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.records import TaskEntry, data_hash
 from locos_bench.tasks import Example, TaskSpec, make_examples
+from locos_bench.tasks.registry import resolve_tasks
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 SPLITS = ("calibration", "reference", "evaluation")
@@ -67,3 +68,13 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
     c, r = cfg.n_calib, cfg.n_calib + cfg.n_ref
     return TaskData(spec, examples[:c], examples[c:r], examples[r:])
 
+
+def build_run_tasks(cfg: Any, model: Any) -> tuple[dict[str, TaskData], dict[str, str]]:
+    """Every task of a resolved `RunConfig`, by task name, and the synthetic fallbacks taken.
+
+    `--preset paper` prefers the real benchmark of a synthetic task when its data is under
+    `cfg.data` (or on a reachable hub); `fallbacks` maps each synthetic task that ran anyway to
+    why. Any worker that holds the same configuration builds the same splits.
+    """
+    specs, fallbacks = resolve_tasks(cfg.tasks, data=cfg.data, prefer_real=cfg.preset == "paper")
+    return {spec.name: build_task_data(spec, cfg, model) for spec in specs}, fallbacks

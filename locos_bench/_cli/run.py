@@ -25,8 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="gemma3", help="model alias, HF id or local dir (default gemma3)")
     parser.add_argument("--detector", action="append", default=None, metavar="all|NAME[,NAME]",
                         help="detectors to compare (default all)")
-    parser.add_argument("--tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
-                        help="comma-separated task names (default: the preset's)")
+    parser.add_argument("--tasks", "--task", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
+                        help="comma-separated task names or task YAML paths (default: the preset's)")
+    parser.add_argument("--data", type=Path,
+                        help="local datasets: DATA/<task> in each release's layout (paper preset: "
+                             "real benchmarks found there replace their synthetic twins)")
     parser.add_argument("--budgets", type=_int_list, help="numbers of ablated heads, e.g. 1,2,4,8,16")
     parser.add_argument("--ablation", default="mean", help="mean, zero or scale:ALPHA (default mean)")
     parser.add_argument("--positionwise", action="store_true", help="mean ablation per position")
@@ -58,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
         n_calib=args.n_calib, n_ref=args.n_ref, n_eval=args.n_eval, random_draws=args.random_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
-        quiet=args.quiet,
+        quiet=args.quiet, data=args.data,
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():
@@ -82,6 +85,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nlocos-bench run finished in {time.perf_counter() - start:.0f} s")
     print(f"  model       {manifest.model}  ({manifest.ablation} ablation, budgets {manifest.budgets})")
     print(f"  tasks       {', '.join(t.name for t in manifest.tasks)}")
+    for task, why in manifest.fallbacks.items():
+        print(f"  fallback    {task} (synthetic twin) ran instead of {why}")
     print(f"  detectors   {', '.join(d.name for d in manifest.detectors)}")
     print(f"  phases (s)  " + ", ".join(f"{k} {v:.0f}" for k, v in manifest.timings.items()))
     print(f"  records     {run_dir.results_path}")

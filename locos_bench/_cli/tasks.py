@@ -97,14 +97,10 @@ def _list(args: argparse.Namespace) -> int:
 
 def _spec_with_data(name: str, data: str | None) -> Any:
     from locos_bench.tasks import load_task
+    from locos_bench.tasks.registry import with_data
 
     spec = load_task(name)
-    if data:
-        if spec.source.loader is None:
-            raise LocosError(f"task {spec.name!r} is built by a generator; --data is for loader tasks")
-        source = spec.source.model_copy(update={"args": {**spec.source.args, "path": data}})
-        spec = spec.model_copy(update={"source": source})
-    return spec
+    return with_data(spec, data) if data else spec
 
 
 def _load(args: argparse.Namespace) -> Any:

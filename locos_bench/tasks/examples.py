@@ -13,6 +13,10 @@ prompt format is applied here:
 An example that is not in the raw form (its question is not the end of the prompt after
 `\n\nQuestion: `, as for `planted-kv`'s toy vocabulary) or that sets
 `metadata["formatted"] = True` is already final and passes through untouched.
+
+A *user turn* (`metadata["user_turn"] = True`, as NoLiMa's task template builds it) carries its
+own instruction and an optional `metadata["system_prompt"]`: completion prepends the system
+prompt and appends `\nAnswer:`; chat sends a system and a user message.
 """
 
 from __future__ import annotations
@@ -95,19 +99,22 @@ def is_raw(example: Example) -> bool:
 
 
 def format_example(example: Example, fmt: str, model: Any = None) -> Example:
-    """Apply the prompt format `fmt` (`completion` or `chat`) to a raw example."""
-    if example.metadata.get("formatted") or not is_raw(example):
+    """Apply the prompt format `fmt` (`completion` or `chat`) to a raw example (or a user
+    turn)."""
+    user_turn = bool(example.metadata.get("user_turn"))
+    if example.metadata.get("formatted") or not (user_turn or is_raw(example)):
         return example
     meta = {**example.metadata, "prompt_format": fmt}
+    system = str(example.metadata.get("system_prompt") or "") if user_turn else ""
     if fmt == "completion":
-        return example.model_copy(
-            update={"prompt": example.prompt + COMPLETION_SUFFIX, "target_prefix": " ",
-                    "metadata": meta}
-        )
+        head = system + "\n\n" if system else ""
+        shifted = example.shifted(head + example.prompt + COMPLETION_SUFFIX, len(head), target_prefix=" ")
+        return shifted.model_copy(update={"metadata": meta})
     tok = _tokenizer(model)
-    content = example.prompt + CHAT_INSTRUCTION
+    content = example.prompt if user_turn else example.prompt + CHAT_INSTRUCTION
+    messages = [{"role": "system", "content": system}] if system else []
     templated = tok.apply_chat_template(
-        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        [*messages, {"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
     )
     # The tokenizer adds BOS itself: drop a BOS the template wrote, or it would appear twice.
     bos = getattr(tok, "bos_token", None)

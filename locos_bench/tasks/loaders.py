@@ -1,43 +1,38 @@
-"""Loaders for the real long-context benchmarks: NoLiMa, BABILong and MuSiQue.
+"""Loaders for the real long-context benchmarks (NoLiMa, BABILong, MuSiQue) and a user's JSONL.
 
-None of their data ships with this project and nothing here downloads anything unless a user
-names a Hugging Face dataset *and* the hub is reachable. Each loader reads a local copy when
-`source.args.path` is set (the usual way: copy the task YAML into `LOCOS_BENCH_TASKS_DIR` and
-add `path`, or pass `locos-bench tasks ... --data PATH`).
+Every loader reads through `datasets.load_dataset` (`locos_bench.tasks.reading`): a hub id
+when the hub is reachable, or a local copy in the release's own layout, set by
+`source.args.path` or `--data DIR`. None of the benchmarks' data ships with this project.
 
-A loader has the generator signature `fn(spec, index, rng, **args) -> Example` and returns the
-raw form `<context>\\n\\nQuestion: <q>` (the prompt format is applied later, as for the
-generators). Rows are read once per process and cached.
+A loader has the generator signature `fn(spec, index, rng, **args) -> Example`.
 
-* `nolima`: a directory downloaded by the user from the NoLiMa release (needle-set JSON under
-  `needlesets/`, haystack books under `haystack/rand_shuffle/`). NoLiMa's needle set is under
-  the Adobe Research License (non-commercial research use, no redistribution), so the project
-  never ships or fetches it. The needle is placed in a book excerpt at the example's depth;
-  its span is the needle span; the answer is the character's name (`contains`).
-* `babilong`: rows of `RMT-team/babilong` (configs `0k` ... `128k`, splits `qa1` ... `qa20`;
-  fields `input`, `question`, `target`) from a local parquet / JSON / JSONL file or directory,
-  or from the hub. Needle spans are the bAbI fact sentences found inside the PG19 text (a
-  pattern over bAbI's closed vocabulary of actors, places and verbs).
-* `musique`: rows of `dgslibisey/MuSiQue` (`paragraphs[idx, title, paragraph_text,
-  is_supporting]`, `question`, `answer`, `answer_aliases`, `answerable`) from a local JSON /
-  JSONL file or the hub. Needle spans are the supporting paragraphs; the other paragraphs are
-  distractors. Unanswerable rows are skipped by default (`answerable_only`).
+* `nolima`: the NoLiMa release (`amodaresi/NoLiMa`: `needlesets/*.json`, haystack books under
+  `haystack/rand_shuffle/`), under the Adobe Research License, so never fetched for the user.
+  Built as upstream's `evaluation/run_tests.py` and `data/book_haystack.py` build it.
+* `babilong`: `RMT-team/babilong` (config = length `0k` ... `128k`, split = `qa1` ...) from the
+  hub, its parquet layout (`<length>/<qaN>-*.parquet` or `<qaN>/<length>-*.parquet`), the
+  raw layout of booydar/babilong's `data/create_tasks.py` (`<qaN>/<length>.json`), or one file.
+  Needles are the supporting facts (`locos_bench.tasks.babi`); the other facts are distractors.
+* `musique`: the MuSiQue release directory (`musique_{ans,full}_v1.0_{train,dev,test}.jsonl`,
+  StonyBrookNLP/musique `download_data.sh`), one file, or `dgslibisey/MuSiQue` on the hub.
+  Supporting paragraphs are needles; the other paragraphs are distractors.
+* `jsonl`: a user's own file (see `load_jsonl`).
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError, unknown
+from locos_bench.tasks import babi
+from locos_bench.tasks.reading import choose_split, read_files, read_hub, read_text, require
 from locos_bench.tasks.spec import Example, Span
-from locos_bench.tasks.text import TOKENS_PER_WORD, QUESTION_PREFIX, grid
+from locos_bench.tasks.text import QUESTION_PREFIX, TOKENS_PER_WORD, grid
 
 
 @dataclass(frozen=True)
@@ -58,7 +53,7 @@ class Loader:
 
 
 # ---------------------------------------------------------------------------------------
-# Reading rows
+# Shared helpers
 
 
 def _local_path(args: dict[str, Any], where: str) -> Path | None:
@@ -71,114 +66,18 @@ def _local_path(args: dict[str, Any], where: str) -> Path | None:
     return p
 
 
-def _read_table(path: Path) -> list[dict[str, Any]]:
-    """Rows of a parquet, JSON (list, or {"data": [...]}) or JSONL file."""
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path).to_pylist()
-        text = path.read_text(encoding="utf-8")
-        if suffix == ".jsonl":
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        data = json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise LocosError(f"{path}: cannot read rows: {exc}") from None
-    except ImportError:
-        raise LocosError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
-    if isinstance(data, dict):
-        for key in ("data", "rows", "examples"):
-            if isinstance(data.get(key), list):
-                return data[key]
-        raise LocosError(f"{path}: a JSON file must hold a list of rows")
-    if not isinstance(data, list):
-        raise LocosError(f"{path}: a JSON file must hold a list of rows")
-    return data
-
-
-_TABLE_SUFFIXES = (".parquet", ".jsonl", ".json")
-
-
-def _find_table(directory: Path, config: str | None, split: str | None) -> Path:
-    """In a directory, the file for (config, split): `<config>/<split>*.*`, `<split>*.*`,
-    or the directory's only table."""
-    candidates = [p for p in directory.rglob("*") if p.suffix.lower() in _TABLE_SUFFIXES]
-    if split:
-        named = [p for p in candidates if p.name.startswith(split + ".") or p.name.startswith(split + "-")
-                 or p.stem == split]
-        if config:
-            in_config = [p for p in named if config in p.parts]
-            named = in_config or named
-        if named:
-            return sorted(named)[0]
-    if len(candidates) == 1:
-        return candidates[0]
-    raise LocosError(
-        f"{directory}: no table for config {config!r} split {split!r} "
-        f"(looked for <config>/<split>.parquet|.json|.jsonl)"
-    )
-
-
-@lru_cache(maxsize=16)
-def _cached_rows(path: str, mtime: float, config: str | None, split: str | None) -> tuple[Any, ...]:
-    p = Path(path)
-    table = _find_table(p, config, split) if p.is_dir() else p
-    return tuple(_read_table(table))
-
-
-@lru_cache(maxsize=8)
-def _hub_rows(hub: str, config: str | None, split: str, where: str) -> tuple[Any, ...]:
-    try:
-        import datasets
-    except ImportError:
-        raise LocosError(
-            f"{where}: loading {hub} from the hub needs `pip install datasets`, or set "
-            f"source.args.path to a local copy"
-        ) from None
-    try:
-        ds = datasets.load_dataset(hub, config, split=split)
-    except Exception as exc:  # network errors come in many types
-        raise LocosError(
-            f"{where}: cannot load {hub} ({config}, {split}) from the Hugging Face hub "
-            f"({type(exc).__name__}); without the hub, set source.args.path to a local copy"
-        ) from None
-    return tuple(ds)
-
-
-def rows_for(args: dict[str, Any], where: str, *, default_hub: str, default_split: str,
-             default_config: str | None = None) -> tuple[Any, ...]:
-    """The rows a loader reads: the local `path` when given, else `hub` from the hub."""
-    config = args.get("config", default_config)
-    split = args.get("split", default_split)
-    local = _local_path(args, where)
-    if local is not None:
-        return _cached_rows(str(local.resolve()), local.stat().st_mtime, config, split)
-    hub = args.get("hub", default_hub)
-    return _hub_rows(hub, config, split, where.split("[")[0])
-
-
-def _row(rows: tuple[Any, ...], index: int, where: str) -> dict[str, Any]:
+def _row(rows: tuple[dict[str, Any], ...], index: int, source: str) -> dict[str, Any]:
     if not rows:
-        raise LocosError(f"{where}: the dataset has no rows")
+        raise LocosError(f"{source}: the dataset has no rows")
     if index >= len(rows):
-        raise LocosError(f"{where}: the dataset has only {len(rows)} rows")
-    row = rows[index]
-    if not isinstance(row, dict):
-        raise LocosError(f"{where}: row {index} is not a mapping of fields")
-    return row
+        raise LocosError(f"{source}: the dataset has only {len(rows)} rows (asked for row {index})")
+    return rows[index]
 
 
-def _field(row: dict[str, Any], name: str, where: str, index: int) -> Any:
-    if name not in row or row[name] is None:
-        raise LocosError(f"{where}: row {index} has no field {name!r}")
-    return row[name]
-
-
-def _answer_list(values: list[Any], where: str, index: int) -> list[str]:
+def _answer_list(values: list[Any], source: str, index: int | str) -> list[str]:
     answers = [str(v).strip() for v in values if v is not None and str(v).strip()]
     if not answers:
-        raise LocosError(f"{where}: row {index} has no answer")
+        raise LocosError(f"{source}: row {index} has no answer")
     return list(dict.fromkeys(answers))
 
 
@@ -212,213 +111,424 @@ def _offline(args: dict[str, Any], hub: str | None) -> tuple[bool, str]:
     return False, f"needs {where} or source.args.path (--data PATH)"
 
 
+def _dataset_rows(args: dict[str, Any], where: str, *, hub: str, config: str | None, hub_split: str,
+                  key: str, layout: Callable[[Path], dict[str, list[Path]]],
+                  hint: str) -> tuple[tuple[dict[str, Any], ...], str]:
+    """(rows, source name): from the hub without `path`, from one file, or from the files
+    that a release directory's `layout` maps `key` (`config/split`) to."""
+    local = _local_path(args, where)
+    if local is None:
+        hub = args.get("hub", hub)
+        return read_hub(hub, config, hub_split, where, f"the release's layout: {hint}"), hub
+    if local.is_file():
+        return read_files([local]), str(local)
+    found = layout(local)
+    if not found:
+        raise LocosError(f"{local}: no {hint}")
+    files = choose_split(found, key, str(local))
+    return read_files(files), str(files[0]) if len(files) == 1 else str(local)
+
+
+def _tables(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*")
+                  if p.is_file() and p.suffix.lower() in (".json", ".jsonl", ".parquet"))
+
+
 # ---------------------------------------------------------------------------------------
 # BABILong
 
-_BABI_ACTORS = (
-    "Mary John Sandra Daniel Fred Jeff Bill Julie Emily Winona Gertrude Jessica Lily "
-    "Bernhard Brian Greg Julius Sumit Yann Jason Antoine"
-).split()
-_BABI_PLURALS = "Mice Cats Sheep Wolves Lions Swans Frogs Rhinos".split()
-_BABI_THINGS = (
-    "kitchen bathroom hallway garden office bedroom football apple milk box chest "
-    "suitcase chocolate container chocolates triangle square rectangle sphere park school "
-    "cinema"
-).split()
-_BABI_VERBS = (
-    r"moved|went|journeyed|travelled|traveled|got|grabbed|took|picked|dropped|discarded|put|"
-    r"left|handed|passed|gave|is|are|was|fits|afraid"
-)
-_BABI_SENTENCE = re.compile(
-    rf"(?:(?:{'|'.join(_BABI_ACTORS)})(?: and (?:{'|'.join(_BABI_ACTORS)}))?"
-    rf"|{'|'.join(_BABI_PLURALS)}"
-    rf"|The (?:(?:red|blue|pink|yellow) )?(?:{'|'.join(_BABI_THINGS)}))"
-    rf" (?:{_BABI_VERBS})\b[^.!?\n]{{0,80}}[.!?]"
-)
+_LENGTH = re.compile(r"^(\d+k|\d+M)$")
+_QA = re.compile(r"^qa\d+$")
 
 
-def babi_fact_spans(text: str) -> list[Span]:
-    """Spans of bAbI fact sentences in `text` (short sentences over bAbI's vocabulary that
-    start a sentence)."""
-    spans = []
-    for match in _BABI_SENTENCE.finditer(text):
-        start = match.start()
-        before = text[:start].rstrip(" \t")
-        if before and before[-1] not in ".!?\n\"'":
-            continue  # not at a sentence start
-        if len(match.group(0).split()) <= 14:
-            spans.append((start, match.end()))
-    return spans
+def babilong_layout(root: Path) -> dict[str, list[Path]]:
+    """`<length>/<qaN>` (config/split) -> files, for the raw and the parquet layouts."""
+    found: dict[str, list[Path]] = {}
+    for path in _tables(root):
+        parent = path.parent.name
+        stem = path.name.split(".")[0]
+        head = re.split(r"-\d{5}-of-\d{5}$", stem)[0]
+        if _QA.match(parent) and _LENGTH.match(head):  # raw <qaN>/<len>.json, hub qaN/<len>-*.parquet
+            found.setdefault(f"{head}/{parent}", []).append(path)
+        elif _LENGTH.match(parent) and _QA.match(head):  # <len>/<qaN>-*.parquet
+            found.setdefault(f"{parent}/{head}", []).append(path)
+    return found
+
+
+def _babilong_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
+    config, split = str(args.get("config", "0k")), str(args.get("split", "qa1"))
+    return _dataset_rows(args, where, hub="RMT-team/babilong", config=config, hub_split=split,
+                         key=f"{config}/{split}", layout=babilong_layout,
+                         hint="BABILong files in the raw layout (<qaN>/<length>.json) or the hub's "
+                              "parquet layout (<length>/<qaN>-*.parquet)")
 
 
 def load_babilong(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
     where = spec.name
-    rows = rows_for(args, where, default_hub="RMT-team/babilong", default_split="qa1",
-                    default_config="0k")
-    row = _row(rows, index, f"{where}[{index}]")
-    context = str(_field(row, "input", where, index))
-    question = str(_field(row, "question", where, index)).strip()
-    answers = _answer_list([row.get("target")], where, index)
-    needles = babi_fact_spans(context)
-    return _raw(spec, index, context, question, answers, needles, [], {
+    rows, source = _babilong_rows(args, where)
+    row = _row(rows, index, source)
+    require(row, ("input", "question", "target"), source, index)
+    context, question = str(row["input"]), str(row["question"]).strip()
+    answers = _answer_list([row["target"]], source, index)
+    task = str(args.get("split", "qa1"))
+    needles, others = babi.supporting_facts(context, question, answers[0], task, f"{source}: row {index}")
+    return _raw(spec, index, context, question, answers, needles, others, {
         "context_length": _approx_tokens(context),
-        "depth": round(needles[0][0] / max(1, len(context)), 3) if needles else None,
+        "depth": round(needles[0][0] / max(1, len(context)), 3),
         "config": args.get("config", "0k"),
-        "split": args.get("split", "qa1"),
+        "split": task,
         "row": index,
     })
+
+
+def _babilong_available(args: dict[str, Any]) -> tuple[bool, str]:
+    split = str(args.get("split", "qa1"))
+    if split not in babi.SUPPORTED_TASKS:
+        return False, (f"{split} has no supporting-fact rule (needles are computed for "
+                       f"{', '.join(babi.SUPPORTED_TASKS)})")
+    return _offline(args, "RMT-team/babilong")
 
 
 # ---------------------------------------------------------------------------------------
 # MuSiQue
 
+_MUSIQUE_FILE = re.compile(r"^musique_(ans|full)_v1\.0_(\w+)\.jsonl$")
+_HUB_SPLITS = {"dev": "validation"}
+"""MuSiQue's release says `dev`; `dgslibisey/MuSiQue` on the hub calls it `validation`."""
 
-def _answerable_rows(rows: tuple[Any, ...], answerable_only: bool) -> tuple[Any, ...]:
-    if not answerable_only:
-        return rows
-    return tuple(r for r in rows if not isinstance(r, dict) or r.get("answerable", True))
+
+def musique_layout(root: Path) -> dict[str, list[Path]]:
+    """`<variant>/<split>` -> file, for a release directory (or its `data/`)."""
+    return {f"{m.group(1)}/{m.group(2)}": [p] for p in sorted(root.rglob("musique_*.jsonl"))
+            if (m := _MUSIQUE_FILE.match(p.name))}
+
+
+def _musique_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
+    variant, split = str(args.get("variant", "ans")), str(args.get("split", "dev"))
+    return _dataset_rows(args, where, hub="dgslibisey/MuSiQue", config=None,
+                         hub_split=_HUB_SPLITS.get(split, split), key=f"{variant}/{split}",
+                         layout=musique_layout,
+                         hint="MuSiQue release files (musique_ans_v1.0_dev.jsonl ...)")
+
+
+def _musique_paragraphs(row: dict[str, Any], source: str, n: int) -> list[dict[str, Any]]:
+    paragraphs = row["paragraphs"]
+    if not isinstance(paragraphs, list) or not paragraphs:
+        raise LocosError(f"{source}: row {n} has no paragraphs")
+    for k, para in enumerate(paragraphs):
+        if not isinstance(para, dict):
+            raise LocosError(f"{source}: row {n} paragraph {k} is not a mapping")
+        require(para, ("idx", "title", "paragraph_text", "is_supporting"), source, f"{n} paragraph {k}")
+    return paragraphs
 
 
 def load_musique(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
     where = spec.name
-    rows = rows_for(args, where, default_hub="dgslibisey/MuSiQue", default_split="validation")
-    rows = _answerable_rows(rows, bool(args.get("answerable_only", True)))
-    row = _row(rows, index, f"{where}[{index}]")
-    row_id = row.get("id", index)
-    if row.get("answerable") is False:
-        raise LocosError(f"{where}: row {row_id} is unanswerable (set answerable_only: true)")
-    question = str(_field(row, "question", where, index)).strip()
-    answers = _answer_list([row.get("answer"), *(row.get("answer_aliases") or [])], where, index)
-    paragraphs = _field(row, "paragraphs", where, index)
-    if not isinstance(paragraphs, list) or not paragraphs:
-        raise LocosError(f"{where}: row {row_id} has no paragraphs")
+    rows, source = _musique_rows(args, where)
+    for n, r in enumerate(rows):  # MuSiQue-Full mixes unanswerable rows in; the test split hides labels
+        require(r, ("id", "paragraphs", "question", "answerable"), source, n)
+    answerable_only = bool(args.get("answerable_only", True))
+    kept = [n for n, r in enumerate(rows) if r["answerable"] or not answerable_only]
+    skipped = len(rows) - len(kept)
+    if index >= len(kept):
+        raise LocosError(f"{source}: only {len(kept)} usable rows ({skipped} unanswerable skipped); "
+                         f"asked for example {index}")
+    n = kept[index]
+    row = rows[n]
+    if not row["answerable"]:
+        raise LocosError(f"{source}: row {n} ({row['id']}) is unanswerable (set answerable_only: true)")
+    require(row, ("answer",), source, n)
+    answers = _answer_list([row["answer"], *(row.get("answer_aliases") or [])], source, n)
     parts: list[str] = []
     needles: list[Span] = []
     distractors: list[Span] = []
     length = 0
-    for para in paragraphs:
-        block = f"{para.get('title', '')}\n{para.get('paragraph_text', '')}".strip()
+    for para in _musique_paragraphs(row, source, n):
+        block = f"{para['title']}\n{para['paragraph_text']}".strip()
         if parts:
             parts.append("\n\n")
             length += 2
         span = (length, length + len(block))
         parts.append(block)
         length += len(block)
-        (needles if para.get("is_supporting") else distractors).append(span)
+        (needles if para["is_supporting"] else distractors).append(span)
     if not needles:
-        raise LocosError(f"{where}: row {row_id} has no supporting paragraph")
+        raise LocosError(f"{source}: row {n} ({row['id']}) has no supporting paragraph")
     context = "".join(parts)
-    return _raw(spec, index, context, question, answers, needles, distractors, {
+    return _raw(spec, index, context, str(row["question"]).strip(), answers, needles, distractors, {
         "context_length": _approx_tokens(context),
         "depth": round(needles[0][0] / max(1, len(context)), 3),
-        "id": row_id,
-        "row": index,
+        "id": row["id"],
+        "row": n,
+        "unanswerable_skipped": skipped,
     })
 
 
 # ---------------------------------------------------------------------------------------
 # NoLiMa
 
+NOLIMA_DEFAULT_TASK_TEMPLATE = (
+    "You will answer a question based on the following book snippet:\n\n{haystack}\n\n"
+    "Use the information provided in the book snippet to answer the question. Your answer "
+    "should be short and based on either explicitly stated facts or strong, logical "
+    "inferences.\n\nQuestion: {question}\n\n Return only the final answer with no additional "
+    "explanation or reasoning."
+)
+"""Upstream's `DEFAULT_TASK_TEMPLATE` (evaluation/run_tests.py), used when a needle set has
+no `task_template`."""
 
-@lru_cache(maxsize=4)
-def _nolima_data(root: str, needle_set: str, haystack: str) -> tuple[list[Any], list[str]]:
-    base = Path(root)
-    candidates = [base / needle_set, base / "needlesets" / needle_set]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise LocosError(f"{root}: no needle set {needle_set!r} (looked in . and needlesets/)")
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise LocosError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(entries, list) or not entries:
-        raise LocosError(f"{path}: a needle set must be a non-empty JSON list")
-    hay_dir = base / haystack
-    books = sorted(hay_dir.glob("*.txt")) if hay_dir.is_dir() else []
-    if not books:
-        raise LocosError(f"{root}: no haystack books (*.txt) under {haystack}/")
-    return entries, [b.read_text(encoding="utf-8") for b in books]
+_PIECE = re.compile(r"\n|[^\S\n]*[^\s]+")
 
 
-def _nolima_items(entries: list[Any], question_types: list[str], path: str) -> list[tuple[Any, ...]]:
-    items = []
+def _pieces(text: str) -> list[str]:
+    """The haystack in model-independent units: words (with their leading spaces) and
+    newlines. Upstream counts the evaluated model's tokens; these units keep an example the
+    same for every model, and `TOKENS_PER_WORD` converts token budgets to them."""
+    return _PIECE.findall(text)
+
+
+def _line_end(breaks: list[int], depth: float, length: int) -> int:
+    """Upstream `_generate_w_needle_placement`: the first line break at or after `depth` of
+    the window (`(pos - shift) / (L + 1) >= depth`, shift 0)."""
+    for pos in breaks:
+        if pos / (length + 1) >= depth:
+            return pos
+    raise LocosError(f"the haystack has no line break past depth {depth:.3f}")
+
+
+def _place(pieces: list[str], length: int, depth: float, inserts: list[tuple[float, str]],
+           where: str) -> tuple[str, list[Span]]:
+    """Upstream's placement (data/book_haystack.py): a window of `length` units ending
+    `(1 - depth)` past the needle's line break; each insert goes at the end of the line at its
+    own depth (`" " + text + "\\n"` in place of that line's newline). Returns the text and the
+    spans of the inserts, in the order given."""
+    breaks = [0] + [i for i, p in enumerate(pieces) if p == "\n"]
+    needle_at = _line_end(breaks, depth, length)
+    start = needle_at - int(round(length * depth))
+    end = start + length
+    if start < 0 or end > len(pieces):
+        raise LocosError(f"{where}: the book is too short for {length} units at depth {depth:.3f}")
+    at: dict[int, int] = {}
+    for k, (d, _) in enumerate(inserts):
+        pos = needle_at if k == 0 else _line_end(breaks, d, length)
+        if not start <= pos <= end or pos in at:
+            raise LocosError(f"{where}: the distractor's line break at depth {d:.3f} lies "
+                             f"outside the window or on the needle's line")
+        at[pos] = k
+    out: list[str] = []
+    size = 0
+    spans: list[Span] = [(0, 0)] * len(inserts)
+    for i in range(start, end + 1):  # a needle at depth 1 goes after the last unit
+        if i in at:
+            if i == start and pieces[i] != "\n":  # upstream drops the first unit at depth 0
+                out, size = [], 0
+            text = inserts[at[i]][1]
+            out.append(" ")
+            spans[at[i]] = (size + 1, size + 1 + len(text))
+            out.append(text + "\n")
+            size += 2 + len(text)
+        elif i < end:
+            out.append(pieces[i])
+            size += len(pieces[i])
+    return "".join(out), spans
+
+
+def _distractor_depth(depth: float, length_tokens: int, rng: random.Random, free: float = 0.2) -> float:
+    """Upstream `generate_w_needle_placement`: a depth outside a free zone around the needle
+    (fixed depths below 500 tokens)."""
+    if length_tokens < 500:
+        return 0.7 if depth < 0.6 else (0.6 if depth > 0.75 else 0.5)
+    left = max(0.0, depth - 2 * free)
+    right = max(0.0, 1 - (depth + 2 * free))
+    d = rng.uniform(0, left + right)
+    return depth + free + (d - left) if d > left else d + free
+
+
+def _nolima_root(root: Path) -> Path:
+    return root / "data" if not (root / "needlesets").is_dir() and (root / "data" / "needlesets").is_dir() else root
+
+
+def _nolima_tests(entries: tuple[dict[str, Any], ...], qtypes: list[str] | None, source: str) -> list[dict[str, Any]]:
+    """Upstream run_tests.py: one test per (entry, question type, test), placeholders
+    `{1}`, `{2}`, ... filled from `input_args` in the needle, the question and the distractor."""
+    tests = []
     for n, entry in enumerate(entries):
-        for key in ("needle", "questions", "character_set", "tests"):
-            if key not in entry:
-                raise LocosError(f"{path}: needle-set entry {entry.get('id', n)} has no {key!r}")
-        for test_id, test in sorted(entry["tests"].items()):
-            for qtype in question_types:
-                if qtype in entry["questions"]:
-                    items.append((entry, test_id, test.get("input_args", []), qtype))
-    if not items:
-        raise LocosError(f"{path}: no test has a question of type {', '.join(question_types)}")
-    return items
+        require(entry, ("id", "needle", "questions", "tests"), source, n)
+        for qtype, question in sorted(entry["questions"].items()):
+            if question is None or (qtypes and qtype not in qtypes):
+                continue
+            for test_id, test in sorted(entry["tests"].items()):
+                if test is None:
+                    continue
+                require(test, ("input_args",), source, f"{n} test {test_id}")
+                needle, q = entry["needle"], question
+                distractors = entry.get("distractors") or {}
+                distractor = None
+                for k, arg in enumerate(test["input_args"], start=1):
+                    mark = "{" + str(k) + "}"
+                    q, needle = q.replace(mark, arg), needle.replace(mark, arg)
+                    if mark in (distractors.get(qtype) or ""):
+                        distractor = distractors[qtype].replace(mark, arg)
+                tests.append({
+                    "name": f"{entry['id']}_{test_id}_{qtype}", "needle": needle, "question": q,
+                    "distractor": distractor, "gold_answers": test.get("gold_answers"),
+                    "character_set": entry.get("character_set"),
+                    "system_prompt": entry.get("system_prompt") or "",
+                    "task_template": entry.get("task_template") or NOLIMA_DEFAULT_TASK_TEMPLATE,
+                    "reasoning_type": entry.get("reasoning_type"), "row": n,
+                })
+    if not tests:
+        raise LocosError(f"{source}: no test with a question of type {', '.join(qtypes or ['any'])}")
+    return tests
 
 
-def _fill(template: str, character: str, args: list[str]) -> str:
-    text = template.replace("{CHAR}", character)
-    for i, arg in enumerate(args, start=1):
-        text = text.replace("{" + str(i) + "}", str(arg))
-    return text
-
-
-def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
-    where = f"{spec.name}[{index}]"
+def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]], str]:
     root = _local_path(args, where)
     if root is None:
         raise LocosError(
             f"{where}: NoLiMa is not redistributable (Adobe Research License); download it "
-            f"yourself and set source.args.path (or --data) to its directory"
+            f"yourself (amodaresi/NoLiMa) and pass --data DIR (or source.args.path)"
         )
-    entries, books = _nolima_data(str(root), args.get("needle_set", "needle_set.json"),
-                                  args.get("haystack", "haystack/rand_shuffle"))
-    qtypes = args.get("question_types", ["onehop"])
-    qtypes = [qtypes] if isinstance(qtypes, str) else list(qtypes)
-    items = _nolima_items(entries, qtypes, str(root))
-    cells = len(spec.context_lengths) * len(spec.depths)
-    entry, test_id, input_args, qtype = items[(index // cells) % len(items)]
-    context_tokens, depth = grid(spec, index)
-    character = rng.choice(entry["character_set"])
-    needle = _fill(entry["needle"], character, input_args)
-    question = _fill(entry["questions"][qtype], character, input_args)
-    book = books[rng.randrange(len(books))]
-    # Cut the book to the word budget at a sentence end, then insert the needle at `depth`.
-    budget = max(1, int(context_tokens / TOKENS_PER_WORD) - len(needle.split()))
-    words = book.split(" ")
-    excerpt = " ".join(words[:budget])
-    last = max(excerpt.rfind(". "), excerpt.rfind(".\n"))
-    if last > len(excerpt) // 2:
-        excerpt = excerpt[: last + 1]
-    target = int(depth * len(excerpt))
-    cut = excerpt.rfind(". ", 0, target) + 1 if target > 0 else 0
-    before, after = excerpt[:cut].rstrip(), excerpt[cut:].lstrip()
-    sep_before = " " if before else ""
-    context = f"{before}{sep_before}{needle} {after}".rstrip()
-    start = len(before) + len(sep_before)
-    return _raw(spec, index, context, question, [character], [(start, start + len(needle))], [], {
-        "context_length": context_tokens,
-        "depth": depth,
-        "needle_id": entry.get("id"),
-        "test_id": test_id,
-        "question_type": qtype,
-        "reasoning_type": entry.get("reasoning_type"),
-    })
+    root = _nolima_root(root)
+    name = str(args.get("needle_set", "needle_set.json"))
+    path = next((p for p in (root / "needlesets" / name, root / name) if p.is_file()), None)
+    if path is None:
+        sets = sorted(p.name for p in (root / "needlesets").glob("*.json")) if (root / "needlesets").is_dir() else []
+        raise LocosError(f"{root}: no needle set {name!r}; needle sets here: {', '.join(sets) or 'none'}")
+    qtypes = args.get("question_types")
+    qtypes = [qtypes] if isinstance(qtypes, str) else (list(qtypes) if qtypes else None)
+    tests = _nolima_tests(read_files([path]), qtypes, str(path))
+    hay = root / str(args.get("haystack", "haystack/rand_shuffle"))
+    books = sorted(hay.glob("*.txt")) if hay.is_dir() else []
+    if not books:
+        raise LocosError(f"{root}: no haystack books (*.txt) under {hay.relative_to(root)}/")
+    return tests, [(b.name, read_text(b)) for b in books], str(path)
+
+
+def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
+    """Example `index`: tests vary fastest, then haystack books (used in turn, as upstream's
+    outer loop), then the (context length, depth) grid of the task."""
+    where = f"{spec.name}[{index}]"
+    tests, books, source = _nolima_data(args, where)
+    test = tests[index % len(tests)]
+    book_name, book = books[(index // len(tests)) % len(books)]
+    length_tokens, depth = grid(spec, index // (len(tests) * len(books)))
+    needle, question = test["needle"], test["question"]
+    if "{CHAR}" in needle:  # upstream evaluate(): the drawn character is the gold answer
+        characters = test["character_set"]
+        if not characters:
+            raise LocosError(f"{source}: row {test['row']} has {{CHAR}} in its needle but no 'character_set'")
+        character = str(rng.choice(list(characters)))
+        needle, question = needle.replace("{CHAR}", character), question.replace("{CHAR}", character)
+        answers = [character]
+    else:
+        gold = test["gold_answers"]
+        if not gold:
+            raise LocosError(f"{source}: row {test['row']} ({test['name']}) has neither {{CHAR}} in "
+                             f"its needle nor 'gold_answers'")
+        answers = _answer_list([gold] if isinstance(gold, str) else list(gold), source, test["row"])
+    units = max(1, int(round(length_tokens / TOKENS_PER_WORD)))
+    inserts = [(depth, needle)]
+    if test["distractor"]:
+        inserts.append((_distractor_depth(depth, length_tokens, rng), test["distractor"]))
+    haystack, spans = _place(_pieces(book), units, depth, inserts, f"{where} ({book_name})")
+    template = test["task_template"]
+    if template.count("{haystack}") != 1 or template.count("{question}") != 1:
+        raise LocosError(f"{source}: task_template needs one {{haystack}} and one {{question}}")
+    head, tail = template.split("{haystack}")
+    tail_head, tail_end = tail.split("{question}")
+    prompt = head + haystack + tail_head + question + tail_end
+    offset = len(head)
+    q_start = offset + len(haystack) + len(tail_head)
+    move = lambda s: (s[0] + offset, s[1] + offset)  # noqa: E731
+    return Example(
+        task=spec.name, index=index, prompt=prompt, answers=answers,
+        needle_spans=[move(spans[0])], distractor_spans=[move(s) for s in spans[1:]],
+        question_span=(q_start, q_start + len(question)),
+        context_span=(offset, offset + len(haystack)),
+        metadata={"seed": spec.seed, "task_version": spec.version, "context_length": length_tokens,
+                  "depth": depth, "test": test["name"], "book": book_name,
+                  "reasoning_type": test["reasoning_type"], "user_turn": True,
+                  "system_prompt": test["system_prompt"]},
+    )
 
 
 def _nolima_available(args: dict[str, Any]) -> tuple[bool, str]:
     ok, note = _offline(args, None)
     if not ok and not args.get("path"):
         note = ("not redistributable (Adobe Research License): download NoLiMa yourself and "
-                "set source.args.path (--data DIR)")
+                "pass --data DIR")
     return ok, note
 
 
+# ---------------------------------------------------------------------------------------
+# A user's JSONL
+
+
+def _locate(text: str, needles: list[Any], spans: list[Any], what: str, source: str, n: int) -> list[Span]:
+    """Spans of exact strings (each must occur exactly once) plus explicit [start, end) spans."""
+    out: list[Span] = []
+    for s in needles or []:
+        count = text.count(s) if s else 0
+        if count != 1:
+            raise LocosError(f"{source}: row {n}: {what} {s!r} occurs {count} times (must occur exactly once)")
+        out.append((text.index(s), text.index(s) + len(s)))
+    for span in spans or []:
+        if not (isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, int) for v in span)):
+            raise LocosError(f"{source}: row {n}: {what} span {span!r} is not [start, end]")
+        if not 0 <= span[0] < span[1] <= len(text):
+            raise LocosError(f"{source}: row {n}: {what} span {list(span)} lies outside the text "
+                             f"({len(text)} characters)")
+        out.append((span[0], span[1]))
+    return out
+
+
+def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
+    """Row `index` of a user's JSON Lines file (`source.args.path`, relative to the YAML).
+
+    Each line holds `answers` (a list of strings) and either `prompt` (final text, used as
+    is) or `context` plus `question` (formatted like every raw task). Needles are `needles`
+    (exact strings that must occur exactly once) and/or `needle_spans` (`[start, end)`
+    character offsets into the prompt, or into the context); `distractors` and
+    `distractor_spans` likewise.
+    """
+    where = spec.name
+    local = _local_path(args, where)
+    if local is None:
+        raise LocosError(f"{where}: the jsonl loader needs source.args.path (a .jsonl file)")
+    rows = read_files([local])
+    source = str(local)
+    row = _row(rows, index, source)
+    require(row, ("answers",), source, index)
+    answers = _answer_list(list(row["answers"]), source, index)
+    prompt_only = row.get("prompt") is not None
+    if prompt_only:
+        text = str(row["prompt"])
+    else:
+        require(row, ("context", "question"), source, index)
+        text = str(row["context"])
+    needles = _locate(text, row.get("needles"), row.get("needle_spans"), "needle", source, index)
+    distractors = _locate(text, row.get("distractors"), row.get("distractor_spans"), "distractor", source, index)
+    if not needles and spec.kind == "retrieval":
+        raise LocosError(f"{source}: row {index} has no needle (needles or needle_spans)")
+    meta = {"context_length": _approx_tokens(text), "row": index,
+            "depth": round(needles[0][0] / max(1, len(text)), 3) if needles else None}
+    if not prompt_only:
+        return _raw(spec, index, text, str(row["question"]).strip(), answers, needles, distractors, meta)
+    return Example(task=spec.name, index=index, prompt=text, answers=answers, needle_spans=needles,
+                   distractor_spans=sorted(distractors), context_span=(0, len(text)),
+                   metadata={"seed": spec.seed, "task_version": spec.version, "formatted": True, **meta})
+
+
+# ---------------------------------------------------------------------------------------
+# Registry
+
 LOADERS: dict[str, Loader] = {
     "nolima": Loader("nolima", load_nolima, _nolima_available),
-    "babilong": Loader("babilong", load_babilong,
-                       lambda a: _offline(a, "RMT-team/babilong"), hub="RMT-team/babilong"),
+    "babilong": Loader("babilong", load_babilong, _babilong_available, hub="RMT-team/babilong"),
     "musique": Loader("musique", load_musique,
                       lambda a: _offline(a, "dgslibisey/MuSiQue"), hub="dgslibisey/MuSiQue"),
+    "jsonl": Loader("jsonl", load_jsonl, lambda a: _offline(a, None)),
 }
 
 

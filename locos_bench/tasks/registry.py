@@ -4,7 +4,8 @@ Tasks live as one flat YAML per task in the repository's `tasks/` directory (fou
 this package, so an editable install is assumed; a wheel carries no `tasks/`, and then only
 `LOCOS_BENCH_TASKS_DIR` and explicit paths work). `LOCOS_BENCH_TASKS_DIR` adds directories
 (separated by the OS path separator); they are searched first, so a user's YAML can shadow a
-built-in one of the same name.
+built-in one of the same name. Anywhere a task name is accepted, a path to a task YAML is
+accepted too; a relative `source.args.path` in such a file is relative to the file.
 """
 
 from __future__ import annotations
@@ -107,7 +108,18 @@ def read_task_file(path: str | Path) -> TaskSpec:
     if spec.name != path.stem:
         raise LocosError(f"{where}: name {spec.name!r} differs from the file name {path.stem!r}")
     _check_references(spec, where)
+    data = spec.source.args.get("path")
+    if spec.source.loader is not None and isinstance(data, str) and data and not Path(data).expanduser().is_absolute():
+        spec = with_data(spec, path.resolve().parent / data)
     return spec
+
+
+def with_data(spec: TaskSpec, data: str | Path) -> TaskSpec:
+    """`spec` reading its dataset from `data` (`source.args.path`)."""
+    if spec.source.loader is None:
+        raise LocosError(f"task {spec.name!r} is built by a generator; --data is for loader tasks")
+    source = spec.source.model_copy(update={"args": {**spec.source.args, "path": str(data)}})
+    return spec.model_copy(update={"source": source})
 
 
 def _check_references(spec: TaskSpec, where: str) -> None:
@@ -136,6 +148,68 @@ def load_task(name: str | Path) -> TaskSpec:
     if text not in files:
         raise unknown("task", text, files)
     return read_task_file(files[text])
+
+
+REAL_TWINS = {"nolima-synth": "nolima", "musique-synth": "musique", "babilong-synth": "babilong"}
+"""Synthetic task -> the real benchmark it stands in for."""
+
+
+def _usable(spec: TaskSpec) -> str | None:
+    """None when example 0 of a loader task can be made, else why not (one line)."""
+    from locos_bench.tasks.examples import raw_example
+    from locos_bench.tasks.loaders import LOADERS, availability
+    from locos_bench.tasks.reading import hub_offline
+
+    ok, note = availability(spec)
+    hub_may_serve = (not spec.source.args.get("path") and LOADERS[spec.source.loader].hub is not None
+                     and not hub_offline())
+    if not ok and not hub_may_serve:
+        return note
+    try:
+        raw_example(spec, 0)
+    except LocosError as exc:
+        return str(exc)
+    return None
+
+
+def _data_for(name: str, data: Path) -> Path:
+    sub = data / name
+    return sub if sub.exists() else data
+
+
+def resolve_tasks(names: list[str], *, data: str | Path | None = None,
+                  prefer_real: bool = False) -> tuple[list[TaskSpec], dict[str, str]]:
+    """The task specs of a run, and the synthetic twins it fell back to.
+
+    Args:
+        names: Task names or YAML paths.
+        data: A directory of local datasets: a real twin reads `DATA/<task>`; a loader task
+            named explicitly reads `DATA/<task>` when that exists, else `DATA` itself.
+        prefer_real: Replace each synthetic twin (`REAL_TWINS`) by its real benchmark when
+            that benchmark's data is present (under `data`, or on a reachable hub).
+
+    Returns:
+        (specs, fallbacks): `fallbacks` maps each synthetic task that was kept to why its
+        real twin was not used.
+    """
+    specs: list[TaskSpec] = []
+    fallbacks: dict[str, str] = {}
+    for name in names:
+        spec = load_task(name)
+        real = REAL_TWINS.get(spec.name) if prefer_real else None
+        if real is not None:
+            candidate = load_task(real)
+            if data is not None:
+                candidate = with_data(candidate, Path(data) / real)
+            reason = _usable(candidate)
+            if reason is None:
+                specs.append(candidate)
+                continue
+            fallbacks[spec.name] = f"{real}: {reason}"
+        elif data is not None and spec.source.loader is not None and not spec.source.args.get("path"):
+            spec = with_data(spec, _data_for(spec.name, Path(data)))
+        specs.append(spec)
+    return specs, fallbacks
 
 
 def task_path(name: str) -> Path:

@@ -1,14 +1,28 @@
-"""Dataset loaders on small files written here in each benchmark's real format (no network)."""
+"""Dataset loaders on fixtures written here in each release's exact schema and layout
+(no network: the hub is switched off for the whole module)."""
 
 from __future__ import annotations
 
 import json
+import warnings
 
+import datasets
 import pytest
 
 from locos_bench.errors import LocosError
 from locos_bench.tasks import load_task, make_example, make_examples
-from locos_bench.tasks.loaders import availability, babi_fact_spans
+from locos_bench.tasks.babi import fact_spans
+from locos_bench.tasks.loaders import availability
+from locos_bench.tasks.registry import with_data
+
+
+@pytest.fixture(autouse=True)
+def offline_hub(monkeypatch, tmp_path_factory):
+    """HF_HUB_OFFLINE as `datasets` reads it at import, and a private Arrow cache."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf-cache"))
 
 
 def with_args(name, **args):
@@ -17,54 +31,150 @@ def with_args(name, **args):
     return spec.model_copy(update={"source": source})
 
 
-BABILONG_ROWS = [
-    {
-        "input": "The ship sailed on through the night. Mary moved to the bathroom. It was a dark "
-                 "and quiet sea, and the men slept. John went to the hallway. The captain said "
-                 "nothing. Mary travelled to the office.",
-        "question": "Where is Mary?",
-        "target": "office",
-    },
-    {"input": "Daniel journeyed to the garden.", "question": "Where is Daniel?", "target": "garden"},
-    {"input": "Sandra went to the kitchen.", "question": "Where is Sandra?", "target": ""},
-]
+def texts(example, spans):
+    return [example.prompt[a:b] for a, b in spans]
 
 
-def test_babilong_jsonl_spans_are_the_facts(tmp_path):
-    path = tmp_path / "qa1.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in BABILONG_ROWS))
-    spec = with_args("babilong", path=str(path))
-    e = make_example(spec, 0)
-    facts = [e.prompt[a:b] for a, b in e.needle_spans]
-    assert facts == ["Mary moved to the bathroom.", "John went to the hallway.",
-                     "Mary travelled to the office."]
-    assert e.answers == ["office"]
-    assert e.prompt.endswith("Question: Where is Mary?\nAnswer:")
-    assert e.prompt[slice(*e.question_span)] == "Where is Mary?"
+def write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
 
 
-def test_babilong_parquet_directory_by_config_and_split(tmp_path):
-    pa = pytest.importorskip("pyarrow")
+# ---------------------------------------------------------------------------------------
+# BABILong: rows {input, question, target}; bAbI facts in order inside PG19 noise.
+
+NOISE = "The ship sailed on through the night. It was a dark and quiet sea, and the men slept."
+QA1 = [{
+    "input": f"{NOISE} Mary moved to the bathroom. {NOISE} John went to the hallway. The captain "
+             f"said nothing. Mary travelled to the office. {NOISE} John journeyed to the garden.",
+    "question": "Where is Mary?",
+    "target": "office",
+}, {
+    "input": f"Daniel journeyed to the garden. {NOISE} Sandra went back to the kitchen.",
+    "question": "Where is Daniel?",
+    "target": "garden",
+}]
+QA2 = [{
+    "input": f"Mary got the football there. {NOISE} Mary went to the garden. John went to the kitchen. "
+             f"{NOISE} Mary moved to the hallway.",
+    "question": "Where is the football?",
+    "target": "hallway",
+}, {
+    "input": f"John picked up the apple. John went to the office. {NOISE} John dropped the apple. "
+             f"John went to the kitchen.",
+    "question": "Where is the apple?",
+    "target": "office",
+}]
+QA3 = [{
+    "input": f"Daniel grabbed the milk. Daniel went to the office. {NOISE} Sandra moved to the hallway. "
+             f"Daniel journeyed to the kitchen. {NOISE} Daniel travelled to the garden.",
+    "question": "Where was the milk before the kitchen?",
+    "target": "office",
+}]
+
+
+def write_babilong_raw(root):
+    """booydar/babilong data/create_tasks.py: <out>/<qaN>/<length>.json, a JSON list."""
+    for task, rows in (("qa1", QA1), ("qa2", QA2), ("qa3", QA3)):
+        (root / task).mkdir(parents=True)
+        (root / task / "0k.json").write_text(json.dumps(rows))
+    return root
+
+
+def write_babilong_parquet(root, by_length=True):
+    """The hub's parquet layout: <length>/<qaN>-00000-of-00001.parquet (or qaN/<length>-...)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    (tmp_path / "0k").mkdir()
-    pq.write_table(pa.Table.from_pylist(BABILONG_ROWS[:2]), tmp_path / "0k" / "qa1.parquet")
-    pq.write_table(pa.Table.from_pylist(BABILONG_ROWS[1:2]), tmp_path / "0k" / "qa2.parquet")
-    spec = with_args("babilong", path=str(tmp_path), config="0k", split="qa2")
+    for task, rows in (("qa1", QA1), ("qa2", QA2)):
+        folder, stem = ("0k", task) if by_length else (task, "0k")
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), root / folder / f"{stem}-00000-of-00001.parquet")
+    return root
+
+
+def test_babilong_qa1_needle_is_exactly_the_supporting_fact(tmp_path):
+    spec = with_args("babilong", path=str(write_babilong_raw(tmp_path)), split="qa1")
     e = make_example(spec, 0)
-    assert e.answers == ["garden"] and len(e.needle_spans) == 1
+    assert texts(e, e.needle_spans) == ["Mary travelled to the office."]
+    assert texts(e, e.distractor_spans) == ["Mary moved to the bathroom.", "John went to the hallway.",
+                                            "John journeyed to the garden."]
+    assert e.answers == ["office"]
+    assert e.prompt.endswith("Question: Where is Mary?\nAnswer:")
+    e1 = make_example(spec, 1)
+    assert texts(e1, e1.needle_spans) == ["Daniel journeyed to the garden."]
+
+
+def test_babilong_qa2_take_and_drop(tmp_path):
+    spec = with_args("babilong", path=str(write_babilong_raw(tmp_path)), split="qa2")
+    held, dropped = make_examples(spec, 2)
+    assert texts(held, held.needle_spans) == ["Mary got the football there.", "Mary moved to the hallway."]
+    assert texts(dropped, dropped.needle_spans) == ["John went to the office.", "John dropped the apple."]
+    assert "John went to the kitchen." in texts(dropped, dropped.distractor_spans)
+
+
+def test_babilong_qa3_three_supporting_facts(tmp_path):
+    spec = with_args("babilong", path=str(write_babilong_raw(tmp_path)), split="qa3")
+    e = make_example(spec, 0)
+    assert texts(e, e.needle_spans) == ["Daniel grabbed the milk.", "Daniel went to the office.",
+                                        "Daniel journeyed to the kitchen."]
+    assert texts(e, e.distractor_spans) == ["Sandra moved to the hallway.", "Daniel travelled to the garden."]
+
+
+@pytest.mark.parametrize("by_length", [True, False])
+def test_babilong_parquet_layouts(tmp_path, by_length):
+    spec = with_args("babilong", path=str(write_babilong_parquet(tmp_path, by_length)), config="0k", split="qa2")
+    e = make_example(spec, 1)
+    assert e.answers == ["office"] and len(e.needle_spans) == 2
     assert availability(spec)[0] is True
 
 
-def test_babilong_row_without_answer_names_row_and_keeps_others(tmp_path):
+def test_babilong_missing_split_lists_the_existing_ones(tmp_path):
+    spec = with_args("babilong", path=str(write_babilong_raw(tmp_path)), config="4k", split="qa1")
+    with pytest.raises(LocosError, match=r"no split '4k/qa1'; splits here: 0k/qa1, 0k/qa2, 0k/qa3$"):
+        make_example(spec, 0)
+
+
+def test_babilong_task_without_a_rule_says_so(tmp_path):
+    (tmp_path / "qa4").mkdir()
+    (tmp_path / "qa4" / "0k.json").write_text(json.dumps([{"input": "The office is east of the hallway.",
+                                                           "question": "What is east of the hallway?",
+                                                           "target": "office"}]))
+    spec = with_args("babilong", path=str(tmp_path), split="qa4")
+    ok, note = availability(spec)
+    assert ok is False and note.startswith("qa4 has no supporting-fact rule")
+    with pytest.raises(LocosError, match="bAbI task qa4 has no supporting-fact rule"):
+        make_example(spec, 0)
+
+
+def test_babilong_schema_errors_name_file_row_and_field(tmp_path):
     path = tmp_path / "qa1.json"
-    path.write_text(json.dumps(BABILONG_ROWS))
+    path.write_text(json.dumps([QA1[0], {"input": "Mary went to the office.", "target": "office"}]))
     spec = with_args("babilong", path=str(path))
-    with pytest.raises(LocosError, match=r"babilong: row 2 has no answer"):
-        make_example(spec, 2)
-    with pytest.warns(UserWarning, match="row 2 has no answer"):
-        got = make_examples(spec, 4, skip_errors=True)
-    assert [e.index for e in got] == [0, 1]  # row 3 does not exist: also skipped
+    with pytest.raises(LocosError, match=rf"{path}: row 1 has no field 'question'$"):
+        make_example(spec, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = make_examples(spec, 3, skip_errors=True)
+    assert [e.index for e in got] == [0]
+    messages = [str(w.message) for w in caught]  # every skipped row is counted by a warning
+    assert len(messages) == 2 and "row 1 has no field 'question'" in messages[0]
+    assert "the dataset has only 2 rows" in messages[1]
+
+
+def test_babilong_story_that_contradicts_its_target_fails(tmp_path):
+    path = write_jsonl(tmp_path / "qa1.jsonl", [{**QA1[0], "target": "kitchen"}])
+    with pytest.raises(LocosError, match="the story gives 'office' but the target is 'kitchen'"):
+        make_example(with_args("babilong", path=str(path)), 0)
+
+
+def test_hub_without_network_says_how_to_point_at_local_files():
+    with pytest.raises(LocosError) as info:
+        make_example(load_task("babilong"), 0)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "hub is offline" in message and "--data DIR" in message and "<qaN>/<length>.json" in message
 
 
 def test_missing_path_is_a_clear_error(tmp_path):
@@ -77,100 +187,217 @@ def test_missing_path_is_a_clear_error(tmp_path):
 def test_loader_tasks_are_not_offline_without_a_path():
     for name in ("nolima", "babilong", "musique"):
         ok, note = availability(load_task(name))
-        assert ok is False and "path" in note
+        assert ok is False and ("path" in note or "--data" in note)
 
 
 def test_babi_fact_pattern_ignores_book_prose():
     text = ("Mary went home early, tired. \"John went to the kitchen.\" He said Mary moved to the "
             "bathroom. The kitchen is north of the garden. The kitchen was warm and bright and full "
             "of people talking about the war and the weather and the harvest and the king.")
-    spans = [text[a:b] for a, b in babi_fact_spans(text)]
+    spans = [text[a:b] for a, b in fact_spans(text)]
     assert "John went to the kitchen." in spans
     assert "The kitchen is north of the garden." in spans
     assert all("said" not in s and "warm" not in s for s in spans)
 
 
-MUSIQUE_ROWS = [
-    {
-        "id": "2hop__1",
+# ---------------------------------------------------------------------------------------
+# MuSiQue: StonyBrookNLP/musique raw_data_to_official_format.py's official format.
+
+
+def musique_row(n, answerable=True, answer="Brightport"):
+    return {
+        "id": f"2hop__{n}_{n + 1}",
         "paragraphs": [
             {"idx": 0, "title": "Green Hill", "paragraph_text": "Green Hill is a town in Avalon.", "is_supporting": True},
             {"idx": 1, "title": "Red Lake", "paragraph_text": "Red Lake lies north of here.", "is_supporting": False},
-            {"idx": 2, "title": "Avalon", "paragraph_text": "The capital of Avalon is Brightport.", "is_supporting": True},
+            {"idx": 2, "title": "Avalon", "paragraph_text": "The capital of Avalon is Brightport.", "is_supporting": answerable},
         ],
         "question": "What is the capital of the country where Green Hill is?",
-        "answer": "Brightport",
+        "question_decomposition": [
+            {"id": n, "question": "Green Hill >> country", "answer": "Avalon", "paragraph_support_idx": 0},
+            {"id": n + 1, "question": "capital of #1", "answer": answer, "paragraph_support_idx": 2},
+        ],
+        "answer": answer,
         "answer_aliases": ["Bright Port"],
-        "answerable": True,
-    },
-    {"id": "2hop__2", "paragraphs": [], "question": "?", "answer": "", "answer_aliases": [], "answerable": False},
-    {
-        "id": "2hop__3",
-        "paragraphs": [{"idx": 0, "title": "T", "paragraph_text": "Text.", "is_supporting": True}],
-        "question": "Q?",
-        "answer": "",
-        "answer_aliases": [],
-        "answerable": True,
-    },
-]
+        "answerable": answerable,
+    }
 
 
-def test_musique_supporting_paragraphs_are_needles(tmp_path):
-    path = tmp_path / "musique_ans_v1.0_dev.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in MUSIQUE_ROWS))
-    spec = with_args("musique", path=str(path))
+def hide_labels(row):
+    """The test split: raw_data_to_official_format.py's hide_labels."""
+    row = {k: v for k, v in row.items() if k not in ("answer", "answer_aliases", "answerable", "question_decomposition")}
+    row["paragraphs"] = [{k: v for k, v in p.items() if k != "is_supporting"} for p in row["paragraphs"]]
+    return row
+
+
+def write_musique(root):
+    data = root / "data"
+    write_jsonl(data / "musique_ans_v1.0_train.jsonl", [musique_row(1)])
+    write_jsonl(data / "musique_ans_v1.0_dev.jsonl", [musique_row(3), {**musique_row(5, answer=""), "answer_aliases": []}])
+    write_jsonl(data / "musique_ans_v1.0_test.jsonl", [hide_labels(musique_row(7))])
+    write_jsonl(data / "musique_full_v1.0_dev.jsonl", [musique_row(9, answerable=False), musique_row(11)])
+    return root
+
+
+def test_musique_release_directory_and_split_names(tmp_path):
+    spec = with_args("musique", path=str(write_musique(tmp_path)))
     e = make_example(spec, 0)
-    assert [e.prompt[a:b] for a, b in e.needle_spans] == [
-        "Green Hill\nGreen Hill is a town in Avalon.", "Avalon\nThe capital of Avalon is Brightport."]
-    assert [e.prompt[a:b] for a, b in e.distractor_spans] == ["Red Lake\nRed Lake lies north of here."]
+    assert e.metadata["id"] == "2hop__3_4"
+    assert texts(e, e.needle_spans) == ["Green Hill\nGreen Hill is a town in Avalon.",
+                                        "Avalon\nThe capital of Avalon is Brightport."]
+    assert texts(e, e.distractor_spans) == ["Red Lake\nRed Lake lies north of here."]
     assert e.answers == ["Brightport", "Bright Port"]
-    # the unanswerable row is skipped; the next answerable one has no answer
-    with pytest.raises(LocosError, match=r"musique: row 1 has no answer"):
+    train = make_example(with_args("musique", path=str(tmp_path), split="train"), 0)
+    assert train.metadata["id"] == "2hop__1_2"
+    with pytest.raises(LocosError, match=r"musique_ans_v1.0_dev.jsonl: row 1 has no answer"):
         make_example(spec, 1)
-    everything = with_args("musique", path=str(path), answerable_only=False)
-    with pytest.raises(LocosError, match="2hop__2 is unanswerable"):
-        make_example(everything, 1)
+
+
+def test_musique_full_counts_the_unanswerable_rows_it_skips(tmp_path):
+    spec = with_args("musique", path=str(write_musique(tmp_path)), variant="full")
+    e = make_example(spec, 0)
+    assert e.metadata["id"] == "2hop__11_12" and e.metadata["unanswerable_skipped"] == 1
+    with pytest.raises(LocosError, match=r"only 1 usable rows \(1 unanswerable skipped\)"):
+        make_example(spec, 1)
+    everything = with_args("musique", path=str(tmp_path), variant="full", answerable_only=False)
+    with pytest.raises(LocosError, match=r"row 0 \(2hop__9_10\) is unanswerable"):
+        make_example(everything, 0)
+
+
+def test_musique_bad_split_and_hidden_labels(tmp_path):
+    write_musique(tmp_path)
+    with pytest.raises(LocosError, match=r"no split 'ans/validation'; splits here: ans/dev, ans/test, ans/train, full/dev$"):
+        make_example(with_args("musique", path=str(tmp_path), split="validation"), 0)
+    with pytest.raises(LocosError, match=r"musique_ans_v1.0_test.jsonl: row 0 has no field 'answerable'$"):
+        make_example(with_args("musique", path=str(tmp_path), split="test"), 0)
+
+
+def test_musique_paragraph_missing_a_field(tmp_path):
+    row = musique_row(1)
+    del row["paragraphs"][1]["is_supporting"]
+    path = write_jsonl(tmp_path / "musique_ans_v1.0_dev.jsonl", [row])
+    with pytest.raises(LocosError, match=r"row 0 paragraph 1 has no field 'is_supporting'$"):
+        make_example(with_args("musique", path=str(path)), 0)
+
+
+# ---------------------------------------------------------------------------------------
+# NoLiMa: data/needlesets/*.json and data/haystack/rand_shuffle/*.txt as amodaresi/NoLiMa.
+
+SYSTEM = "You are a helpful assistant"
+NEEDLE_SET = [{
+    "id": "0401",
+    "reasoning_type": "world_knowledge",
+    "system_prompt": SYSTEM,
+    "needle": "Actually, {CHAR} lives next to the {1}.",
+    "questions": {"onehop": "Which character has been to {2}?", "twohop": "Which character has been to {3}?"},
+    "character_set": ["Yuki", "Stuart", "Katie"],
+    "tests": {"T01_C01": {"input_args": ["Kiasma museum", "Helsinki", "Finland"]},
+              "T02_C01": {"input_args": ["Semper Opera House", "Dresden", "the state of Saxony"]}},
+}]
+MC_SET = [{
+    "id": "0501",
+    "reasoning_type": "world_knowledge",
+    "system_prompt": SYSTEM,
+    "task_template": "Book:\n{haystack}\n\nQ: {question}\nChoose A or B.",
+    "needle": "Actually, the captain lives next to the {1}.",
+    "questions": {"onehop": "Has the captain been to {2}? A) yes B) no"},
+    "tests": {"T01": {"input_args": ["Kiasma museum", "Helsinki"], "gold_answers": ["A"]}},
+}]
+DISTRACTOR_SET = [{**NEEDLE_SET[0], "id": "0402",
+                   "distractors": {"onehop": "There was an article about {2} in the daily newspaper."}}]
 
 
 def write_nolima(root):
-    (root / "needlesets").mkdir(parents=True)
-    needle_set = [{
-        "id": "0401",
-        "reasoning_type": "world_knowledge",
-        "system_prompt": "You will answer a question based on the following book snippet:",
-        "task_template": "{haystack}\n\nQuestion: {question}",
-        "needle": "Actually, {CHAR} lives next to the {1}.",
-        "questions": {"onehop": "Which character has been to {2}?",
-                      "twohop": "Which character has been to {3}?"},
-        "character_set": ["Ayla", "Bertrand", "Cosima"],
-        "tests": {"T01_C01": {"input_args": ["Blue Spire", "Lowtown", "Nowhereland"]},
-                  "T02_C01": {"input_args": ["Glass Arch", "Hightown", "Elsewhere"]}},
-    }]
-    (root / "needlesets" / "needle_set.json").write_text(json.dumps(needle_set))
-    books = root / "haystack" / "rand_shuffle"
+    sets = root / "data" / "needlesets"
+    sets.mkdir(parents=True)
+    (sets / "needle_set.json").write_text(json.dumps(NEEDLE_SET))
+    (sets / "needle_set_MC.json").write_text(json.dumps(MC_SET))
+    (sets / "needle_set_w_distractor.json").write_text(json.dumps(DISTRACTOR_SET))
+    books = root / "data" / "haystack" / "rand_shuffle"
     books.mkdir(parents=True)
-    sentence = "The old road wound past the mill and the river ran slow. "
-    (books / "rand_book_1.txt").write_text(sentence * 400)
-    (books / "rand_book_2.txt").write_text(sentence.replace("old", "long") * 400)
+    for n, word in ((1, "mill"), (2, "barn")):
+        lines = [f"Line {i} of the road past the {word}, where the river ran slow." for i in range(400)]
+        (books / f"rand_book_{n}.txt").write_text("\n".join(lines) + "\n")
+    return root
 
 
-def test_nolima_local_directory(tmp_path):
-    write_nolima(tmp_path)
-    spec = with_args("nolima", path=str(tmp_path))
+def test_nolima_upstream_placement_prompt_and_grid(tmp_path):
+    spec = with_args("nolima", path=str(write_nolima(tmp_path)))
     assert availability(spec)[0] is True
-    examples = make_examples(spec, 6)
+    assert len(spec.depths) == 26 and spec.context_lengths[0] == 250 and spec.context_lengths[-1] == 32000
+    examples = make_examples(spec, 8)
+    assert [e.metadata["book"] for e in examples[:4]] == ["rand_book_1.txt"] * 2 + ["rand_book_2.txt"] * 2
+    assert [e.metadata["depth"] for e in examples] == [0.0] * 4 + [0.04] * 4
     for e in examples:
         (a, b), = e.needle_spans
         needle = e.prompt[a:b]
-        assert needle.startswith("Actually, ") and e.answers[0] in needle
-        assert e.answers[0] in ("Ayla", "Bertrand", "Cosima")
+        assert needle.startswith("Actually, ") and needle.endswith(".") and e.answers[0] in needle
+        assert e.answers[0] in ("Yuki", "Stuart", "Katie")
+        assert e.prompt[a - 1] == " " and e.prompt[b] == "\n"  # at the end of a line, upstream style
+        assert e.prompt.startswith(SYSTEM + "\n\nYou will answer a question based on the following book snippet:")
         assert e.prompt[slice(*e.question_span)].startswith("Which character has been to ")
-        assert e.metadata["question_type"] == "onehop"
-    tests = {e.metadata["test_id"] for e in make_examples(spec, 2 * 3)}
-    assert tests == {"T01_C01", "T02_C01"}
+        assert e.prompt.endswith("Return only the final answer with no additional explanation or reasoning.\nAnswer:")
+    deep = make_example(spec, 4 * 25)  # depth 1.0: the needle closes the window
+    c0, c1 = deep.context_span
+    assert deep.prompt[c0:c1].endswith(deep.prompt[slice(*deep.needle_spans[0])] + "\n")
     assert make_examples(spec, 3) == examples[:3]
+
+
+def test_nolima_gold_answers_when_the_needle_has_no_character(tmp_path):
+    spec = with_args("nolima", path=str(write_nolima(tmp_path)), needle_set="needle_set_MC.json")
+    e = make_example(spec, 0)
+    assert e.answers == ["A"]
+    assert e.prompt.startswith(SYSTEM + "\n\nBook:\n")
+    assert e.prompt[slice(*e.question_span)] == "Has the captain been to Helsinki? A) yes B) no"
+
+
+def test_nolima_distractor_is_placed_for_the_distractor_set(tmp_path):
+    spec = with_args("nolima", path=str(write_nolima(tmp_path)), needle_set="needle_set_w_distractor.json")
+    for e in make_examples(spec, 4, start=4 * 10):
+        (d0, d1), = e.distractor_spans
+        assert e.prompt[d0:d1].startswith("There was an article about ") and e.prompt[d1] == "\n"
+        (n0, _), = e.needle_spans
+        assert abs(d0 - n0) > 20
+
+
+def test_nolima_character_set_is_optional_but_needed_for_char(tmp_path):
+    write_nolima(tmp_path)
+    entry = {k: v for k, v in NEEDLE_SET[0].items() if k != "character_set"}
+    (tmp_path / "data" / "needlesets" / "no_chars.json").write_text(json.dumps([entry]))
+    spec = with_args("nolima", path=str(tmp_path), needle_set="no_chars.json")
+    with pytest.raises(LocosError, match=r"no_chars.json: row 0 has \{CHAR\} in its needle but no 'character_set'"):
+        make_example(spec, 0)
+    with pytest.raises(LocosError, match=r"no needle set 'nope.json'; needle sets here: needle_set.json, needle_set_MC.json"):
+        make_example(with_args("nolima", path=str(tmp_path), needle_set="nope.json"), 0)
+
+
+def test_nolima_chat_format_sends_the_system_prompt(tmp_path):
+    class Template:  # the smallest tokenizer with a chat template
+        bos_token = None
+
+        def apply_chat_template(self, messages, **_):
+            return "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages) + "<assistant>"
+
+    spec = with_args("nolima", path=str(write_nolima(tmp_path)), ).model_copy(update={"prompt_format": "chat"})
+    e = make_example(spec, 0, model=Template())
+    assert e.prompt.startswith(f"<system>{SYSTEM}</system><user>You will answer")
+    (a, b), = e.needle_spans
+    assert e.prompt[a:b].startswith("Actually, ") and e.target_prefix == ""
 
 
 def test_nolima_without_path_explains_the_licence():
     with pytest.raises(LocosError, match="Adobe Research License"):
         make_example(load_task("nolima"), 0)
+
+
+def test_with_data_is_for_loader_tasks():
+    with pytest.raises(LocosError, match="--data is for loader tasks"):
+        with_data(load_task("kv-retrieval"), "x")
+
+
+def test_a_file_datasets_cannot_read_is_one_line(tmp_path):
+    path = tmp_path / "qa1.json"
+    path.write_text("[{\"input\": ")
+    with pytest.raises(LocosError) as info:
+        make_example(with_args("babilong", path=str(path)), 0)
+    assert str(info.value).startswith(f"{path}: cannot read rows (") and "\n" not in str(info.value)

@@ -1,0 +1,126 @@
+"""The one way loaders read data: `datasets.load_dataset`.
+
+A hub id (`RMT-team/babilong`) goes to the Hugging Face hub when it is reachable; a local file
+or directory in the release's own layout goes through the same call with the `json`, `parquet`
+or `text` builder. Either way the loader sees a list of row dicts, and every failure is one
+`LocosError` line that names the file (or hub id) and what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from locos_bench.errors import LocosError
+
+_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
+
+
+def _builder(files: Sequence[Path]) -> str:
+    kinds = {_BUILDERS.get(p.suffix.lower()) for p in files}
+    if None in kinds or len(kinds) != 1:
+        names = ", ".join(p.name for p in files)
+        raise LocosError(f"{names}: expected .json, .jsonl or .parquet files of one kind")
+    return kinds.pop()  # type: ignore[return-value]
+
+
+def _rows(ds: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(dict(row) for row in ds)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """No `Generating train split` bars on stderr while a loader reads (restored after)."""
+    import datasets
+
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
+@lru_cache(maxsize=32)
+def _cached_local(files: tuple[str, ...], stamp: tuple[float, ...]) -> tuple[dict[str, Any], ...]:
+    import datasets
+
+    paths = [Path(f) for f in files]
+    builder = _builder(paths)
+    kwargs = {"sample_by": "document"} if builder == "text" else {}
+    try:
+        with _quiet():
+            ds = datasets.load_dataset(builder, data_files=list(files), split="train", **kwargs)
+    except Exception as exc:  # arrow, json and parquet errors come in many types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise LocosError(f"{', '.join(files)}: cannot read rows ({type(exc).__name__}: {first})") from None
+    return _rows(ds)
+
+
+def read_files(files: Iterable[Path]) -> tuple[dict[str, Any], ...]:
+    """Rows of local JSON (a list of rows), JSONL or parquet files, read by `datasets`
+    (one table; cached per process while the files are unchanged)."""
+    paths = sorted(Path(f).resolve() for f in files)
+    if not paths:
+        raise LocosError("no data files given")
+    for p in paths:
+        if not p.is_file():
+            raise LocosError(f"{p}: no such data file")
+    return _cached_local(tuple(str(p) for p in paths), tuple(p.stat().st_mtime for p in paths))
+
+
+def read_text(path: Path) -> str:
+    """A whole text file (a haystack book), read by `datasets`' `text` builder."""
+    (row,) = read_files([path])
+    return str(row["text"])
+
+
+def hub_offline() -> bool:
+    """Whether `HF_HUB_OFFLINE` / `HF_DATASETS_OFFLINE` forbid contacting the hub."""
+    import datasets
+
+    return bool(datasets.config.HF_HUB_OFFLINE)
+
+
+@lru_cache(maxsize=8)
+def read_hub(hub: str, config: str | None, split: str, where: str, local_hint: str) -> tuple[dict[str, Any], ...]:
+    """Rows of `hub` (config, split) from the Hugging Face hub.
+
+    Raises:
+        LocosError: the hub is unreachable (or offline mode is on): one line saying how to
+            point the task at local files instead (`local_hint`).
+    """
+    import datasets
+
+    what = f"{hub} ({config or 'default'}, {split})"
+    hint = f"without the hub, pass --data DIR (or source.args.path) with {local_hint}"
+    if hub_offline():
+        raise LocosError(f"{where}: the hub is offline (HF_HUB_OFFLINE) so {what} cannot be loaded; {hint}")
+    try:
+        with _quiet():
+            ds = datasets.load_dataset(hub, config, split=split)
+    except ValueError as exc:  # an unknown split lists the ones that exist
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LocosError(f"{where}: {what}: {message}") from None
+    except Exception as exc:  # network errors come in many types
+        raise LocosError(f"{where}: cannot load {what} from the hub ({type(exc).__name__}); {hint}") from None
+    return _rows(ds)
+
+
+def require(row: dict[str, Any], fields: Iterable[str], source: str, row_no: int | str) -> None:
+    """Raise one line naming the file, the row and the first missing field."""
+    for name in fields:
+        if row.get(name) is None:
+            raise LocosError(f"{source}: row {row_no} has no field {name!r}")
+
+
+def choose_split(available: dict[str, Any], split: str, source: str) -> Any:
+    """`available[split]`, or one line listing the splits that exist."""
+    if split not in available:
+        names = ", ".join(sorted(available)) or "none"
+        raise LocosError(f"{source}: no split {split!r}; splits here: {names}")
+    return available[split]

@@ -1,0 +1,158 @@
+"""A user's own JSONL task given by path, and `--preset paper`'s real-or-synthetic resolution."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import datasets
+import pytest
+
+from locos_bench.cli import main
+from locos_bench.errors import LocosError
+from locos_bench.harness import RunConfig
+from locos_bench.records import RunDir
+from locos_bench.tasks import load_task, make_example, make_examples
+from locos_bench.tasks.registry import resolve_tasks
+
+
+@pytest.fixture(autouse=True)
+def offline_hub(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path_factory.mktemp("hf-cache"))
+
+
+def write_task(tmp_path, rows, name="my-docs", **extra):
+    (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    body = {"name": name, "version": 1, "kind": "retrieval",
+            "source": {"loader": "jsonl", "args": {"path": f"{name}.jsonl"}},  # relative to the YAML
+            "metrics": ["contains", "rouge_l"], **extra}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps(body))  # JSON is YAML
+    return path
+
+
+DOCS = [
+    {"context": "Invoices are due in 30 days. The refund window is 14 days. Support answers within a day.",
+     "question": "How long is the refund window?", "answers": ["14 days"],
+     "needles": ["The refund window is 14 days."], "distractors": ["Invoices are due in 30 days."]},
+    {"context": "Our office is in Lyon. The server room is in the basement.",
+     "question": "Where is the server room?", "answers": ["the basement", "basement"],
+     "needle_spans": [[23, 58]]},
+]
+
+
+def test_context_and_question_rows_are_formatted_like_every_task(tmp_path):
+    spec = load_task(str(write_task(tmp_path, DOCS)))
+    first, second = make_examples(spec, 2)
+    assert first.prompt.endswith("\n\nQuestion: How long is the refund window?\nAnswer:")
+    assert [first.prompt[a:b] for a, b in first.needle_spans] == ["The refund window is 14 days."]
+    assert [first.prompt[a:b] for a, b in first.distractor_spans] == ["Invoices are due in 30 days."]
+    assert [second.prompt[a:b] for a, b in second.needle_spans] == ["The server room is in the basement."]
+    assert second.answers == ["the basement", "basement"]
+
+
+def test_prompt_rows_are_used_as_given(tmp_path):
+    rows = [{"prompt": "k1 v2 f3 k4 v5 ? k4", "answers": ["v5"], "needles": ["k4 v5"], "needle_spans": [[0, 5]]}]
+    e = make_example(load_task(str(write_task(tmp_path, rows, prompt_format="completion"))), 0)
+    assert e.prompt == "k1 v2 f3 k4 v5 ? k4"
+    assert [e.prompt[a:b] for a, b in e.needle_spans] == ["k4 v5", "k1 v2"]
+
+
+@pytest.mark.parametrize("row, message", [
+    ({**DOCS[0], "needles": ["The refund window is 15 days."]}, r"row 0: needle 'The refund window is 15 days.' occurs 0 times"),
+    ({**DOCS[0], "needles": ["days."]}, r"row 0: needle 'days.' occurs 2 times \(must occur exactly once\)"),
+    ({**DOCS[1], "needle_spans": [[50, 500]]}, r"row 0: needle span \[50, 500\] lies outside the text \(58 characters\)"),
+    ({k: v for k, v in DOCS[0].items() if k != "answers"}, r"my-docs.jsonl: row 0 has no field 'answers'$"),
+    ({k: v for k, v in DOCS[0].items() if k != "question"}, r"my-docs.jsonl: row 0 has no field 'question'$"),
+    ({**DOCS[0], "needles": None}, r"row 0 has no needle \(needles or needle_spans\)"),
+])
+def test_bad_rows_are_one_line_errors(tmp_path, row, message):
+    spec = load_task(str(write_task(tmp_path, [row])))
+    with pytest.raises(LocosError, match=message):
+        make_example(spec, 0)
+
+
+def test_tasks_show_takes_a_path(tmp_path, capsys):
+    path = write_task(tmp_path, DOCS)
+    assert main(["tasks", "show", str(path), "--n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "[[NEEDLE: The refund window is 14 days.]]" in out and "[[distractor: Invoices" in out
+    assert main(["tasks", "show", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such task file" in capsys.readouterr().err
+
+
+def planted_rows(n, seed=0):
+    """Key-value prompts in the planted model's vocabulary, as a user would write them."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        keys, values = rng.sample(range(12), 4), rng.sample(range(10), 4)
+        units = [f"f{rng.randrange(20)}" for _ in range(16)]
+        for k, v in zip(keys, values):
+            units.insert(rng.randrange(len(units) + 1), f"k{k} v{v}")
+        rows.append({"prompt": " ".join(units) + f" ? k{keys[0]}", "answers": [f"v{values[0]}"],
+                     "needles": [f"k{keys[0]} v{values[0]}"],
+                     "distractors": [f"k{k} v{v}" for k, v in zip(keys[1:], values[1:])]})
+    return rows
+
+
+@pytest.mark.slow
+def test_run_takes_a_task_path_end_to_end(tmp_path, capsys):
+    path = write_task(tmp_path, planted_rows(6), name="my-kv", prompt_format="completion",
+                      metrics=["exact_match"], max_new_tokens=1)
+    code = main(["run", "--model", "planted", "--task", str(path), "--detector", "locos,retrieval-head",
+                 "--budgets", "1", "--n-calib", "2", "--n-ref", "2", "--n-eval", "2", "--random-draws", "1",
+                 "--rank-diagnostic", "0", "--output-dir", str(tmp_path / "run"), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    manifest = RunDir(tmp_path / "run").read_manifest()
+    assert [t.name for t in manifest.tasks] == ["my-kv"] and manifest.fallbacks == {}
+    assert "my-kv" in (tmp_path / "run" / "leaderboard.md").read_text()
+
+
+def test_run_config_rejects_an_unknown_task_name():
+    with pytest.raises(LocosError, match="unknown task 'kv-retreival' .*did you mean 'kv-retrieval'"):
+        RunConfig(model="planted", tasks=["kv-retreival"]).resolved()
+
+
+# ---------------------------------------------------------------------------------------
+# --preset paper
+
+
+PAPER = ["nolima-synth", "musique-synth", "babilong-synth", "arithmetic"]
+
+
+def test_paper_falls_back_to_synthetic_twins_and_says_why(tmp_path):
+    specs, fallbacks = resolve_tasks(PAPER, prefer_real=True)
+    assert [s.name for s in specs] == PAPER
+    assert set(fallbacks) == {"nolima-synth", "musique-synth", "babilong-synth"}
+    assert fallbacks["nolima-synth"].startswith("nolima: not redistributable")
+    assert fallbacks["babilong-synth"].startswith("babilong: needs the Hugging Face hub")
+
+
+def test_paper_uses_the_real_tasks_found_under_data(tmp_path):
+    from test_loaders import write_babilong_raw, write_musique
+
+    write_babilong_raw(tmp_path / "babilong")
+    write_musique(tmp_path / "musique")
+    specs, fallbacks = resolve_tasks(PAPER, data=tmp_path, prefer_real=True)
+    assert [s.name for s in specs] == ["nolima-synth", "musique", "babilong", "arithmetic"]
+    assert list(fallbacks) == ["nolima-synth"] and "does not exist" in fallbacks["nolima-synth"]
+    assert make_example(specs[2], 0).answers == ["office"]
+    # without the paper preset, the synthetic tasks stay
+    assert [s.name for s in resolve_tasks(PAPER, data=tmp_path)[0]] == PAPER
+
+
+def test_hub_offline_from_the_environment_is_one_line(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_DATASETS_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "locos_bench.cli", "tasks", "show", "musique"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    err = done.stderr.strip()
+    assert len(err.splitlines()) == 1
+    assert "hub is offline" in err and "dgslibisey/MuSiQue" in err and "--data DIR" in err
