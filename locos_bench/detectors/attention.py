@@ -23,6 +23,20 @@ from locos_bench.tasks.spec import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 
+def token_scores(model: LoadedModel, cache: dict[str, Any], t: TokenizedExample,
+                 answer_positions: Sequence[int]) -> torch.Tensor:
+    """`[n_layers, n_heads, P]` attention mass contrast of one example, per answer position.
+
+    The `attention` detector averages it over answer tokens and examples; `locos-bench
+    explain` shows it beside LOCOS for one example.
+    """
+    return torch.stack([
+        _common.contrast(heads.attention_rows(model, cache, layer, answer_positions),  # [H, P, T]
+                         t.needle_positions, t.off_needle)
+        for layer in range(model.geometry.n_layers)
+    ])
+
+
 @register_detector("attention")
 class AttentionMass(Detector):
     """Attention from the answer positions onto the needle minus onto off-needle context.
@@ -42,16 +56,11 @@ class AttentionMass(Detector):
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
         _common.check_answer_tokens(self.answer_tokens, self.name)
-
         layers = range(model.geometry.n_layers)
 
         def example_scores(t: TokenizedExample, cache: Any) -> torch.Tensor:
             positions, _ = _common.answer_slice(t, self.answer_tokens)
-            return torch.stack([
-                _common.contrast(heads.attention_rows(model, cache, layer, positions),  # [H, P, T]
-                                 t.needle_positions, t.off_needle).mean(-1)
-                for layer in layers
-            ])
+            return token_scores(model, cache, t, positions).mean(-1)
 
         return _common.one_pass_scores(self, model, examples, heads.hooks_for_rows(layers), example_scores)
 
