@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,6 @@ class Explanation:
     verdict: dict[str, Any]
     greedy: str
     ablation: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         ex = self.example
@@ -107,7 +106,6 @@ class Explanation:
             "sources": self.sources,
             "verdict": self.verdict,
             "ablation": self.ablation,
-            "notes": self.notes,
         }
 
 
