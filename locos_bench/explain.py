@@ -326,3 +326,57 @@ def page_data(html_text: str) -> dict[str, Any]:
     start = html_text.index(">", start) + 1
     end = html_text.index("</script>", start)
     return json.loads(html_text[start:end])
+
+
+# ---------------------------------------------------------------------------------------
+# Pages of a benchmark run (`locos-bench run --explain N`)
+
+PAGES_DIR = "explain"
+
+
+def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any], n: int, *, top: int = 5) -> list[Path]:
+    """Explain pages for the first `n` evaluation examples of each retrieval task of a run.
+
+    Each page ablates over the run's own reference split. A page that exists is kept (a
+    resumed run does not redo it); an example that cannot be explained warns and is skipped.
+
+    Args:
+        tasks: The run's `harness.TaskData` (spec, reference and evaluation examples).
+    """
+    import warnings
+
+    out = []
+    for data in tasks:
+        if data.spec.kind != "retrieval":
+            continue
+        for example in data.evaluation[:n]:
+            path = Path(run_dir) / PAGES_DIR / f"{example.task}-{example.index}.html"
+            if not path.exists():
+                try:
+                    result = explain(model, example, top=min(top, model.geometry.n_total_heads),
+                                     reference=data.reference, max_new_tokens=data.spec.max_new_tokens)
+                except LocosError as exc:
+                    warnings.warn(f"no explain page for {example.task}[{example.index}]: {exc}", stacklevel=2)
+                    continue
+                write_page(result, path)
+            out.append(path)
+    return out
+
+
+def leaderboard_section(run_dirs: Sequence[Path | str], out_dir: Path | str) -> str:
+    """Markdown links from a leaderboard in `out_dir` to the runs' explain pages ('' if none)."""
+    import os
+
+    lines = []
+    for run_dir in run_dirs:
+        pages = sorted(Path(run_dir, PAGES_DIR).glob("*.html"),
+                       key=lambda p: (p.stem.rsplit("-", 1)[0], int(p.stem.rsplit("-", 1)[-1])
+                                      if p.stem.rsplit("-", 1)[-1].isdigit() else -1))
+        for page in pages:
+            task, _, index = page.stem.rpartition("-")
+            link = Path(os.path.relpath(page, out_dir)).as_posix()
+            lines.append(f"- `{task}[{index}]` (`{Path(run_dir).resolve().name}`): [{link}]({link})")
+    if not lines:
+        return ""
+    return ("## Explained examples\n\nWhich heads wrote each answer, from which tokens "
+            "(`locos-bench explain`; self-contained HTML, open in a browser):\n\n" + "\n".join(lines) + "\n")

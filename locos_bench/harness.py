@@ -75,6 +75,7 @@ class RunConfig:
     batch_size: int = 4
     force: bool = False
     quiet: bool = False
+    explain: int = 0
 
     def resolved(self) -> RunConfig:
         """Fill unset fields from the preset and validate names and sizes."""
@@ -92,7 +93,8 @@ class RunConfig:
                 raise unknown("task", task, names)
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
-                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
+                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0),
+                                  ("--explain", cfg.explain, 0)):
             if value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
@@ -322,6 +324,11 @@ class Run:
         for data in tasks:
             heads_from = data.spec.name if data.spec.kind == "retrieval" else source.spec.name
             self.evaluate(data, scores[heads_from], heads_from)
+        if self.cfg.explain:
+            from locos_bench.explain import write_run_pages
+
+            with self._timed("explain"):
+                write_run_pages(self.model, self.dir.path, tasks, self.cfg.explain)
         self.manifest.timings = self.timings
         self.dir.write_manifest(self.manifest)
         return self.dir
