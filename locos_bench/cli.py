@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "the benchmark: detect, ablate the top-k heads, evaluate, leaderboard"),
     "leaderboard": ("leaderboard", "write the Markdown leaderboard of run directories"),
     "check": ("check", "compare a run against baselines; non-zero exit on any failure"),
+    "explain": ("explain", "explain one answer: which heads wrote it, from which tokens (HTML page)"),
 }
 
 

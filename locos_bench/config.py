@@ -50,6 +50,8 @@ class RunConfig:
     batch_size: int = 4
     force: bool = False
     quiet: bool = False
+    explain: int = 0
+    """Write explain pages for the first N evaluation examples of each retrieval task."""
     data: Path | None = None
     """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
 
@@ -69,7 +71,8 @@ class RunConfig:
             load_task(task)  # a name or a YAML path; unknown names fail here, with did-you-mean
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
-                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
+                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0),
+                                  ("--explain", cfg.explain, 0)):
             if value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):

@@ -165,6 +165,11 @@ class Run:
                 with self.progress.phase(label, len(keys)) as advance:
                     self._run_group(executor, [self._job(k) for k in keys], advance)
             self.timings = _add(self.timings, executor.timings())
+            if self.cfg.explain:
+                from locos_bench.explain import write_run_pages
+
+                with self._timed("explain"):
+                    write_run_pages(self.model, self.dir.path, list(tasks.values()), self.cfg.explain)
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
         return self.dir

@@ -36,15 +36,16 @@ def analyze_runs(run_dirs: Sequence[Path | str] | Path | str, *, n_resamples: in
     return runs
 
 
-def write_stats(runs: Sequence[RunStats], out_dir: Path | str, *, plots: bool = True) -> Path:
-    """Write `leaderboard.md` (and the PNGs) for analysed runs into `out_dir`."""
+def write_stats(runs: Sequence[RunStats], out_dir: Path | str, *, plots: bool = True, extra: str = "") -> Path:
+    """Write `leaderboard.md` (and the PNGs) for analysed runs into `out_dir`; `extra` is
+    Markdown appended at the end (links to explain pages)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = list(runs)
     links = [write_plots(run, out_dir, prefix="" if len(runs) == 1 else f"run{i}-") if plots else {}
              for i, run in enumerate(runs, 1)]
     path = out_dir / LEADERBOARD
-    write_atomic(path, render_markdown(runs, links))
+    write_atomic(path, render_markdown(runs, links) + ("\n" + extra if extra else ""))
     return path
 
 
@@ -71,7 +72,9 @@ def write_leaderboard(run_dirs: Sequence[Path | str] | Path | str, out_dir: Path
             raise LocosError("several run directories: say where to write with --out DIR")
         out_dir = dirs[0]
     runs = analyze_runs(dirs, n_resamples=n_resamples, method=method, level=level)
-    return write_stats(runs, out_dir, plots=plots)
+    from locos_bench.explain import leaderboard_section
+
+    return write_stats(runs, out_dir, plots=plots, extra=leaderboard_section(dirs, out_dir))
 
 
 def stats_json(runs: Sequence[RunStats]) -> dict[str, Any]:

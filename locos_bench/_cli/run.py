@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite a run directory with another configuration")
     parser.add_argument("--publish", action="store_true", help="also copy the leaderboard into leaderboard/")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--explain", type=int, default=0, metavar="N",
+                        help="write explain pages for the first N evaluation examples of each retrieval task")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -61,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
         n_calib=args.n_calib, n_ref=args.n_ref, n_eval=args.n_eval, random_draws=args.random_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
-        quiet=args.quiet, data=args.data,
+        quiet=args.quiet, data=args.data, explain=args.explain,
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():

@@ -8,6 +8,9 @@ writes something else (the planted model's read-only decoy).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from locos_bench import heads
@@ -16,6 +19,20 @@ from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import OnePassDetector
 from locos_bench.models import LoadedModel
 from locos_bench.tasks.tokenize import TokenizedExample
+
+
+def token_scores(model: LoadedModel, cache: dict[str, Any], t: TokenizedExample,
+                 answer_positions: Sequence[int]) -> torch.Tensor:
+    """`[n_layers, n_heads, P]` attention mass contrast of one example, per answer position.
+
+    The `attention` detector averages it over answer tokens and examples; `locos-bench
+    explain` shows it beside LOCOS for one example.
+    """
+    return torch.stack([
+        _common.contrast(heads.attention_rows(model, cache, layer, answer_positions),  # [H, P, T]
+                         t.needle_positions, t.off_needle)
+        for layer in range(model.geometry.n_layers)
+    ])
 
 
 @register_detector("attention")
@@ -37,11 +54,7 @@ class AttentionMass(OnePassDetector):
 
     def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, torch.Tensor]) -> torch.Tensor:
         positions, _ = _common.answer_slice(t, self.answer_tokens)
-        return torch.stack([
-            _common.contrast(heads.attention_rows(model, cache, layer, positions),  # [H, P, T]
-                             t.needle_positions, t.off_needle).mean(-1)
-            for layer in range(model.geometry.n_layers)
-        ])
+        return token_scores(model, cache, t, positions).mean(-1)
 
 
 @register_detector("retrieval-head")

@@ -89,6 +89,29 @@ def contributions(
     return rows * value_writes_on(model, cache, layer, u, answer_positions)
 
 
+def token_scores(
+    model: LoadedModel,
+    cache: dict[str, Tensor],
+    t: TokenizedExample,
+    answer_positions: Sequence[int],
+    answer_ids: Sequence[int],
+    *,
+    final_norm: bool = True,
+) -> Tensor:
+    """`[n_layers, n_heads, P]` LOCOS of one example, per answer token, before averaging.
+
+    The detector averages it over answer tokens and examples; `locos-bench explain` shows it
+    for one example (and each answer token), so both read the same numbers.
+    """
+    return torch.stack([
+        _common.contrast(
+            contributions(model, cache, layer, answer_positions, answer_ids, final_norm=final_norm),
+            t.needle_positions, t.off_needle,
+        )
+        for layer in range(model.geometry.n_layers)
+    ])
+
+
 @register_detector("locos")
 class Locos(OnePassDetector):
     """Write-side: what each head writes from the needle toward the answer's unembedding.
@@ -110,13 +133,7 @@ class Locos(OnePassDetector):
 
     def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor]) -> Tensor:
         positions, ids = _common.answer_slice(t, self.answer_tokens)
-        return torch.stack([
-            _common.contrast(
-                contributions(model, cache, layer, positions, ids, final_norm=self.final_norm),
-                t.needle_positions, t.off_needle,
-            ).mean(-1)
-            for layer in range(model.geometry.n_layers)
-        ])
+        return token_scores(model, cache, t, positions, ids, final_norm=self.final_norm).mean(-1)
 
 
 @register_detector("locos-argmax")

@@ -1,0 +1,147 @@
+"""`locos-bench explain`: one answer explained as a self-contained HTML page.
+
+Either `--task T --index I` (example I of the task, in the model's prompt format) or
+`--prompt TEXT --answer TEXT --needle TEXT` (the prompt as is; `@FILE` reads a file). The page
+goes to `--output` (written atomically); `--json` also prints its numbers. `--ablate`
+mean-ablates the top heads over the task's reference split (as `locos-bench run --preset P`
+builds it) and shows the greedy answer before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from locos_bench._cli.common import add_model_options, print_json
+from locos_bench.errors import LocosError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from locos_bench.config import PRESETS
+
+    add_model_options(parser)
+    parser.add_argument("--task", help="task name or YAML path (with --index)")
+    parser.add_argument("--index", type=int, help="example index in the task (default 0)")
+    parser.add_argument("--prompt", help="the prompt, fed as is (@FILE reads it from a file)")
+    parser.add_argument("--answer", help="the gold answer to --prompt")
+    parser.add_argument("--needle", action="append", default=[], metavar="TEXT",
+                        help="text of the prompt the answer should come from (repeatable)")
+    parser.add_argument("--distractor", action="append", default=[], metavar="TEXT",
+                        help="look-alike evidence in the prompt (repeatable)")
+    parser.add_argument("--question", metavar="TEXT", help="the question at the end of --prompt (not context)")
+    parser.add_argument("--output", type=Path, default=Path("explain.html"), help="the page (default explain.html)")
+    parser.add_argument("--json", action="store_true", help="also print the page's numbers as JSON")
+    parser.add_argument("--top", type=int, default=5, metavar="N", help="top heads shown and ablated (default 5)")
+    parser.add_argument("--ablate", action="store_true", help="mean-ablate the top heads; show the answer before and after")
+    parser.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                        help="run preset whose reference split --ablate uses (default default)")
+    parser.add_argument("--max-new-tokens", type=int, help="greedy budget (default: the task's, else 16)")
+
+
+def _read_prompt(text: str) -> str:
+    if not text.startswith("@"):
+        return text
+    path = Path(text[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LocosError(f"--prompt {text}: cannot read {path}: {exc.strerror}") from None
+
+
+def _span(prompt: str, text: str, flag: str) -> tuple[int, int]:
+    if not text.strip():
+        raise LocosError(f"{flag}: empty text")
+    count = prompt.count(text)
+    if count == 0:
+        raise LocosError(f"{flag} {text!r} does not occur in the prompt")
+    if count > 1:
+        raise LocosError(f"{flag} {text!r} occurs {count} times in the prompt; give a longer, unique text")
+    start = prompt.index(text)
+    return start, start + len(text)
+
+
+def prompt_example(prompt: str, answer: str, needles: list[str], distractors: list[str],
+                   question: str | None):
+    """An `Example` from free text: context is the prompt up to `question` (or all of it)."""
+    from locos_bench.tasks.spec import Example
+
+    if not prompt.strip():
+        raise LocosError("--prompt is empty")
+    if not answer.strip():
+        raise LocosError("--answer is empty")
+    if not needles:
+        raise LocosError("--prompt needs at least one --needle (the text the answer comes from)")
+    q_span = _span(prompt, question, "--question") if question else None
+    context = (0, q_span[0]) if q_span else (0, len(prompt))
+    if context[1] == 0:
+        raise LocosError("--question starts the prompt: there is no context before it")
+    try:
+        return Example(
+            task="prompt", index=0, prompt=prompt, answers=[answer],
+            target_prefix="" if prompt[-1:].isspace() else " ",
+            needle_spans=[_span(prompt, n, "--needle") for n in needles],
+            distractor_spans=[_span(prompt, d, "--distractor") for d in distractors],
+            question_span=q_span, context_span=context,
+        )
+    except ValueError as exc:
+        raise LocosError(str(exc).splitlines()[-1]) from None
+
+
+def main(args: argparse.Namespace) -> int:
+    from locos_bench.explain import explain, write_page
+    from locos_bench.models import load_model
+    from locos_bench.tasks import load_task, make_example
+
+    # Everything that can be checked without the model is checked first.
+    if args.top < 1:
+        raise LocosError(f"--top must be at least 1, got {args.top}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise LocosError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if (args.task is None) == (args.prompt is None):
+        raise LocosError("give either --task T [--index I] or --prompt TEXT --answer TEXT --needle TEXT")
+    spec = example = None
+    if args.task is not None:
+        if args.answer is not None or args.needle or args.distractor or args.question:
+            raise LocosError("--answer, --needle, --distractor and --question go with --prompt, not --task")
+        index = 0 if args.index is None else args.index
+        if index < 0:
+            raise LocosError(f"--index must be at least 0, got {index}")
+        spec = load_task(args.task)
+        if spec.kind != "retrieval":
+            raise LocosError(f"task {spec.name!r} is a control task: it has no needle to explain the answer from")
+    else:
+        if args.index is not None:
+            raise LocosError("--index goes with --task")
+        if args.ablate:
+            raise LocosError("--ablate needs --task: mean ablation uses the task's reference prompts")
+        if args.answer is None:
+            raise LocosError("--prompt needs --answer")
+        example = prompt_example(_read_prompt(args.prompt), args.answer, args.needle, args.distractor, args.question)
+    if args.output.is_dir():
+        raise LocosError(f"--output {args.output} is a directory")
+
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    reference = None
+    if spec is not None:
+        example = make_example(spec, index, model=model)
+        if args.ablate:
+            reference = reference_split(spec, model, args.preset)
+    budget = args.max_new_tokens or (spec.max_new_tokens if spec is not None else 16)
+    result = explain(model, example, top=args.top, reference=reference, max_new_tokens=budget)
+    path = write_page(result, args.output)
+    if args.json:
+        print_json(result.to_json())
+    print(f"wrote {path} (top head {result.to_json()['top'][0]}; {result.verdict['mean']['text']})",
+          file=sys.stderr)
+    return 0
+
+
+def reference_split(spec, model, preset: str):
+    """The reference prompts a `locos-bench run --preset` of this task ablates with."""
+    from locos_bench.config import RunConfig
+    from locos_bench.splits import build_task_data
+    from locos_bench.config import PRESETS
+
+    sizes = {k: PRESETS[preset][k] for k in ("n_calib", "n_ref", "n_eval")}
+    return build_task_data(spec, RunConfig(**sizes), model).reference

@@ -1,0 +1,71 @@
+"""The issue's command on gemma3: the page's top head is `locos`'s top head on that example.
+
+`locos-bench explain --model gemma3 --task kv-retrieval --index 0 --output explain.html`, run
+in process on the session's gemma3; the page is then opened in headless Chromium (when
+installed, as in `test_explain_browser.py`) and screenshotted under the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from locos_bench import cli, models
+from locos_bench.detectors.registry import make_detector
+from locos_bench.explain import page_data
+from locos_bench.tasks import load_task, make_example
+
+pytestmark = pytest.mark.slow
+
+COMMAND = ["explain", "--model", "gemma3", "--task", "kv-retrieval", "--index", "0", "--output", "explain.html"]
+
+
+@pytest.fixture(scope="module")
+def page(gemma3, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("explain-gemma3")
+    cwd = os.getcwd()
+    patch = pytest.MonkeyPatch()
+    patch.setattr(models, "load_model", lambda *args, **kwargs: gemma3)
+    os.chdir(directory)
+    try:
+        assert cli.main(COMMAND) == 0
+    finally:
+        os.chdir(cwd)
+        patch.undo()
+    path = directory / "explain.html"
+    return path, page_data(path.read_text())
+
+
+def test_top_head_and_map_are_locos_on_that_example(gemma3, page):
+    _, data = page
+    example = make_example(load_task("kv-retrieval"), 0, model=gemma3)
+    locos = make_detector("locos").score(gemma3, [example], rng=np.random.default_rng(0))
+    assert data["top"][0] == list(locos.top_k(1)[0])
+    assert torch.equal(torch.tensor(data["locos_mean"], dtype=torch.float64), locos.scores)
+    assert data["prompt"] == example.prompt and data["answers"] == example.answers
+    assert len(data["answer_tokens"]) == len(data["locos"][0][0]) > 1  # multi-token answer, per token
+    assert data["verdict"]["mean"]["needle_share"] > 0.5  # the top heads write from the needle
+    assert data["greedy"] == "2137" == data["answers"][0]  # gemma3 answers this one correctly
+
+
+def test_gemma3_page_in_chromium(page, tmp_path):
+    from locos_bench._chromium import Chromium, find_chromium
+
+    if find_chromium() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but Chromium is missing: apt-get install -y chromium chromium-driver")
+        pytest.skip("Chromium is not installed (apt-get install chromium); CI=true makes this a failure")
+    path, data = page
+    with Chromium() as browser:
+        browser.open(path, ready="document.body && document.body.dataset.ready === '1'")
+        top = "L{}H{}".format(*data["top"][0])
+        assert browser.evaluate("document.getElementById('text').dataset.head") == top
+        before = browser.evaluate("document.getElementById('head-info').textContent")
+        second = "L{}H{}".format(*data["top"][1])
+        browser.click(f"#top-list button[data-head='{second}']")
+        assert browser.evaluate("document.getElementById('head-info').textContent") != before
+        shot = browser.screenshot(tmp_path / "explain-gemma3.png")
+    assert shot.read_bytes()[:4] == b"\x89PNG"

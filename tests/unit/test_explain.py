@@ -1,0 +1,254 @@
+"""`locos-bench explain` on the planted model: the page's numbers are the detectors' numbers.
+
+The planted model is built in memory (a second), so these run in the fast suite; the same
+checks on gemma3 are in tests/integration/test_explain_gemma3.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from locos_bench import cli, models
+from locos_bench.conformance import conformance_model
+from locos_bench.detectors.registry import make_detector
+from locos_bench.errors import LocosError
+from locos_bench.explain import explain, page_data, render_html, write_page
+from locos_bench.tasks import Example, load_task, make_example
+
+FILLER = " ".join(f"f{i % 20}" for i in range(24))
+PROMPT = f"f1 f2 k3 v5 v6 {FILLER} k7 v2 f3 ? k3"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return conformance_model()
+
+
+@pytest.fixture(scope="module")
+def example(model):
+    return make_example(load_task("planted-kv"), 0, model=model)
+
+
+@pytest.fixture(scope="module")
+def page(model, example):
+    """The explanation of planted-kv[0], read back from its rendered page."""
+    result = explain(model, example, top=3, max_new_tokens=load_task("planted-kv").max_new_tokens)
+    return result, page_data(render_html(result))
+
+
+@pytest.fixture
+def cli_model(monkeypatch, model):
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: model)
+    return model
+
+
+def two_token_example() -> Example:
+    """A prompt-mode example whose gold answer is two tokens (`v5 v6`)."""
+    start = PROMPT.index("k3 v5 v6")
+    q = PROMPT.index("? k3")
+    return Example(task="hand", index=0, prompt=PROMPT, answers=["v5 v6"],
+                   needle_spans=[(start, start + len("k3 v5 v6"))], question_span=(q, len(PROMPT)),
+                   context_span=(0, q))
+
+
+def scores(model, name, example, **params):
+    return make_detector(name, **params).score(model, [example], rng=np.random.default_rng(0))
+
+
+def test_page_numbers_are_the_detectors_scores_on_that_example(model, example, page):
+    _, data = page
+    for name, key in (("locos", "locos_mean"), ("attention", "attention_mean")):
+        expected = scores(model, name, example)
+        assert torch.equal(torch.tensor(data[key], dtype=torch.float64), expected.scores)
+    locos = scores(model, "locos", example)
+    assert data["top"][0] == list(locos.top_k(1)[0])
+    assert [tuple(h) for h in data["top"]] == locos.top_k(3)
+
+
+def test_each_answer_token_is_the_first_token_mode_for_j0(model):
+    ex = two_token_example()
+    data = explain(model, ex, top=2).to_json()
+    assert len(data["answer_tokens"]) == 2
+    for name, key in (("locos", "locos"), ("attention", "attention")):
+        first = scores(model, name, ex, answer_tokens="first").scores
+        per_token = torch.tensor(data[key], dtype=torch.float64)  # [L, H, P]
+        # `first` scores one query row, the page both at once: equal up to float rounding.
+        assert torch.allclose(per_token[..., 0], first, rtol=1e-5, atol=1e-9)
+        mean = scores(model, name, ex).scores  # the default mode, exactly
+        assert torch.equal(torch.tensor(data[key + "_mean"], dtype=torch.float64), mean)
+    head = "L{}H{}".format(*data["top"][0])
+    write = data["sources"][head]["write"]
+    assert len(write["tokens"]) == 2 and len(write["tokens"][0]) == len(data["tokens"])
+
+
+def test_source_tokens_and_verdict_add_up(model, page):
+    result, data = page
+    top = data["top"][0]
+    locos_h = data["locos_mean"][top[0]][top[1]]
+    row = data["sources"]["L{}H{}".format(*top)]["write"]["mean"]
+    needle = np.mean([row[s] for s in data["needle"]])
+    off = np.mean([row[s] for s in data["off_needle"]])
+    assert needle - off == pytest.approx(locos_h, rel=1e-4)  # the map cell is this head's contrast
+    v = data["verdict"]["mean"]
+    assert v["needle"] + v["distractors"] + v["elsewhere"] == pytest.approx(v["total"])
+    total = sum(sum(data["sources"]["L{}H{}".format(*h)]["write"]["mean"]) for h in data["top"])
+    assert v["total"] == pytest.approx(total, rel=1e-4)
+    # The planted retrieval heads copy the needle's value: the write comes from the needle.
+    assert v["needle_share"] > 0.9 and v["text"].startswith("The top 3 heads write +")
+    assert data["greedy"] == data["answers"][0] == "v4"
+    assert {"L{}H{}".format(*h) for h in data["top"] + data["top_attention"]} == set(data["sources"])
+
+
+def test_ablating_the_top_heads_breaks_the_answer(model, example):
+    from locos_bench._cli.explain import reference_split
+
+    reference = reference_split(load_task("planted-kv"), model, "default")
+    assert example.index not in [r.index for r in reference]
+    ab = explain(model, example, top=2, reference=reference, max_new_tokens=1).ablation
+    assert ab["greedy_before"] == "v4" and ab["greedy_after"] != "v4"
+    assert ab["gold_logprob_after"] < ab["gold_logprob_before"] - 1.0
+    assert ab["reference"] == [f"planted-kv[{i}]" for i in range(2, 6)]
+
+
+def test_page_is_self_contained(page):
+    result, _ = page
+    html = render_html(result)
+    assert "<script src" not in html and "<link" not in html and "http" not in html.lower().replace("http-equiv", "")
+    assert "/*__EXPLAIN_DATA__*/" not in html and "__EXPLAIN_TITLE__" not in html
+
+
+def test_markup_in_the_prompt_cannot_end_the_data_script(model):
+    ex = two_token_example()
+    evil = ex.model_copy(update={"prompt": ex.prompt.replace("f1 f2", "f1 </script><b>"), "index": 1})
+    evil = evil.model_copy(update={"needle_spans": [(evil.prompt.index("k3 v5 v6"),
+                                                     evil.prompt.index("k3 v5 v6") + 8)]})
+    result = explain(model, evil, top=1)
+    html = render_html(result)
+    assert html.count("</script>") == 2
+    assert page_data(html)["prompt"] == evil.prompt
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def test_cli_task_index_writes_the_page_and_json(cli_model, capsys, tmp_path):
+    out = tmp_path / "sub" / "explain.html"
+    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--index", "0",
+                     "--output", str(out), "--json", "--top", "2"])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and page_data(out.read_text()) == printed
+    assert printed["task"] == "planted-kv" and len(printed["top"]) == 2
+
+
+def test_cli_prompt_mode(cli_model, capsys, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(PROMPT)
+    out = tmp_path / "p.html"
+    code = cli.main(["explain", "--model", "planted", "--prompt", f"@{prompt}", "--answer", "v5",
+                     "--needle", "k3 v5", "--distractor", "k7 v2", "--question", "? k3",
+                     "--output", str(out), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and out.exists()
+    tokens = data["tokens"]
+    assert "".join(tokens[s] for s in data["needle"]).strip() == "k3 v5"
+    assert "".join(tokens[s] for s in data["distractors"]).strip() == "k7 v2"
+    assert data["greedy"].split()[0] == "v5"
+
+
+def bad(capsys, tmp_path, *argv):
+    out = tmp_path / "bad.html"
+    code = cli.main(["explain", "--model", "planted", "--output", str(out), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not out.exists(), err
+    assert len(err.splitlines()) == 1 and err.startswith("locos-bench: error: ")
+    return err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", PROMPT, "--answer", "", "--needle", "k3 v5"], "--answer is empty"),
+    (["--prompt", PROMPT, "--answer", "v5", "--needle", "k9 v9"], "--needle 'k9 v9' does not occur"),
+    (["--prompt", PROMPT, "--answer", "v5", "--needle", "k3"], "occurs 2 times"),
+    (["--prompt", PROMPT, "--answer", "v5"], "needs at least one --needle"),
+    (["--prompt", PROMPT, "--needle", "k3 v5"], "--prompt needs --answer"),
+    (["--task", "planted-kv", "--index", "-1"], "--index must be at least 0"),
+    (["--task", "planted-kv", "--top", "0"], "--top must be at least 1"),
+    (["--task", "planted-kv", "--top", "99"], "--top must be between 1 and the model's 12 heads"),
+    (["--task", "arithmetic"], "control task"),
+    (["--prompt", PROMPT, "--answer", "v5", "--needle", "k3 v5", "--ablate"], "--ablate needs --task"),
+    ([], "give either --task"),
+    (["--task", "no-such-task"], "unknown task"),
+])
+def test_cli_bad_input_is_one_line_and_no_page(cli_model, capsys, tmp_path, argv, message):
+    assert message in bad(capsys, tmp_path, *argv)
+
+
+def test_index_outside_a_dataset_task(cli_model, capsys, tmp_path):
+    rows = tmp_path / "qa1.jsonl"
+    rows.write_text("\n".join(json.dumps({"input": f"Mary moved to the {p}.", "question": "Where is Mary?",
+                                          "target": p}) for p in ("office", "garden")))
+    task = tmp_path / "mine.yaml"
+    task.write_text(f"name: mine\nversion: 1\nkind: retrieval\nsource:\n  loader: babilong\n  args:\n"
+                    f"    path: {rows}\n")
+    err = bad(capsys, tmp_path, "--task", str(task), "--index", "5")
+    assert "qa1.jsonl: the dataset has only 2 rows (asked for row 5)" in err
+
+
+def test_prompt_longer_than_the_context(cli_model, capsys, tmp_path):
+    n_ctx = cli_model.bridge.cfg.n_ctx
+    long = " ".join(f"f{i % 20}" for i in range(n_ctx)) + " k3 v5 f1 ? k3"
+    err = bad(capsys, tmp_path, "--prompt", long, "--answer", "v5", "--needle", "k3 v5")
+    assert f"exceed the model's context of {n_ctx}" in err
+
+
+def test_needle_on_no_token(model):
+    prompt = f"f1 k3 v5  {FILLER} ? k3"
+    gap = prompt.index("  ") + 1  # whitespace only: no token covers it
+    q = prompt.index("? k3")
+    ex = Example(task="hand", index=3, prompt=prompt, answers=["v5"], needle_spans=[(gap, gap + 1)],
+                 question_span=(q, len(prompt)), context_span=(0, q))
+    with pytest.raises(LocosError, match=r"hand\[3\]: needle span .* maps to no tokens"):
+        explain(model, ex)
+
+
+def test_answer_that_tokenises_to_nothing(model):
+    """A real tokenizer whose normalizer drops zero-width spaces (as some do): an answer made
+    of one passes the example's non-empty check and tokenises to nothing."""
+    import copy
+
+    from tokenizers import Regex, normalizers
+
+    tokenizer = copy.deepcopy(model.tokenizer)
+    tokenizer.backend_tokenizer.normalizer = normalizers.Replace(Regex("\u200b"), "")
+    ex = two_token_example().model_copy(update={"answers": ["\u200b"], "target_prefix": ""})
+    with pytest.raises(LocosError, match=r"hand\[0\]: the answer '\\u200b' tokenises to zero tokens"):
+        explain(dataclasses.replace(model, tokenizer=tokenizer), ex)
+
+
+def test_failure_leaves_an_existing_page_untouched(model, example, tmp_path):
+    out = tmp_path / "explain.html"
+    result = explain(model, example, top=1)
+    write_page(result, out)
+    before = out.read_text()
+    broken = dataclasses.replace(result, locos_mean=[[float("nan")]])  # not valid JSON: rendering fails
+    with pytest.raises(ValueError):
+        write_page(broken, out)
+    assert out.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["explain.html"]
+
+
+def test_unsupported_architecture(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from locos_bench.planted import build_planted_tokenizer
+
+    tok = build_planted_tokenizer()
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=16, n_layer=1, n_head=2)
+                    ).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    gpt2 = models.load_model(str(tmp_path))
+    with pytest.raises(LocosError, match=r"\(GPT2LMHeadModel\) is not supported by the per-head primitives"):
+        explain(gpt2, two_token_example())
