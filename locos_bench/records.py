@@ -244,6 +244,10 @@ def data_hash(examples: Sequence[Any]) -> str:
 # Atomic I/O
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def write_atomic(path: Path | str, data: str | bytes) -> None:
     """Write a file via a temporary file in the same directory, fsync and `os.replace`, so a
     reader sees the old file or the new one, never half of one."""
@@ -251,6 +255,7 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; published files are for everyone to read
         with os.fdopen(fd, "wb") as handle:
             handle.write(data.encode() if isinstance(data, str) else data)
             handle.flush()
