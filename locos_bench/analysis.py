@@ -129,12 +129,23 @@ def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
     """The planted ground truth of a run's model: set name -> heads (`retrieval` first, then
     decoys, then upstream sets), or None for a model without one."""
     truth = manifest.model_info.get("ground_truth")
-    if not truth or not truth.get("retrieval"):
+    if not truth:
         return None
+    if not isinstance(truth, dict) or not truth.get("retrieval"):
+        raise LocosError(f"manifest of {manifest.model}: ground_truth names no retrieval heads")
     decoys = truth.get("decoys") or sorted(k for k in truth if k.endswith("_decoy"))
     upstream = truth.get("upstream") or [k for k in ("previous_token",) if k in truth]
-    return {name: [(int(h[0]), int(h[1])) for h in truth[name]]
-            for name in ["retrieval", *decoys, *upstream] if truth.get(name)}
+    sets: dict[str, list[Head]] = {}
+    for name in ["retrieval", *decoys, *upstream]:
+        if name not in truth:
+            raise LocosError(f"manifest of {manifest.model}: ground_truth lists set {name!r} "
+                             f"but has no such key (sets: {sorted(truth)})")
+        try:
+            sets[name] = [(int(h[0]), int(h[1])) for h in truth[name]]
+        except (TypeError, ValueError, IndexError):
+            raise LocosError(f"manifest of {manifest.model}: ground_truth[{name!r}] is not a list "
+                             f"of [layer, head] pairs: {truth[name]!r}") from None
+    return {name: heads for name, heads in sets.items() if heads}
 
 
 def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
@@ -145,6 +156,13 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
     per_draw = []
     for scores in scores_per_draw:
         arr = np.asarray(scores, dtype=np.float64)
+        outside = [h for heads in sets.values() for h in heads
+                   if arr.ndim != 2 or not (0 <= h[0] < arr.shape[0] and 0 <= h[1] < arr.shape[1])]
+        if outside:
+            raise LocosError(f"ground-truth head L{outside[0][0]}H{outside[0][1]} is outside the "
+                             f"{'x'.join(map(str, arr.shape))} score grid")
+        if len(retrieval) == arr.size:
+            raise LocosError("ground truth marks every head as retrieval: no other head to rank against")
         ranking = rank_heads(arr)
         rank = {head: i + 1 for i, head in enumerate(ranking)}
         pos = np.array([arr[h] for h in retrieval])
