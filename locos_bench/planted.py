@@ -25,14 +25,16 @@ key's value. Guessing is right with probability `1 / n_values`.
 | `fill[F]`     | one-hot filler identity                   | embedding                       |
 | `prev_key[K]` | identity of the *previous* token if a key | L0H0 (previous-token head)      |
 | `prev_nokey`  | 1 when the previous token is not a key    | L0H0                            |
-| `answer[V]`   | evidence for each value (read by W_U)     | L1H0, L2H3, L2H2; other (leak)  |
+| `answer[V]`   | evidence for each answer (read by W_U)    | L1H0, L2H3, L2H2; other (leak)  |
 | `decoy[V]`    | a rotated copy of the attended value      | L1H1 (read-only decoy)          |
 | `junk[8]`     | seeded noise                              | the "other" heads               |
+| `unread[16]`  | a constant; no weight reads these dims    | L0H1, L2H0 (write decoys)       |
 | rest          | always zero                               |                                 |
 
 Every token embedding is `const + its identity dim`, so all embeddings have the same norm and
 the first RMSNorm is the same scalar everywhere. The unembedding reads only `answer`: value
-token `v_j` has `W_U[:, v_j] = e_answer_j`; every other token's logit is 0. The final RMSNorm
+token `v_j` has `W_U[:, v_j] = e_answer_j` (non-literal model: country `c_m` has
+`W_U[:, c_m] = e_answer_m` and values have none); every other token's logit is 0. The final RMSNorm
 weight is `logit_scale` on `answer` and 1 elsewhere (so applying it to `W_U` or not gives the
 same answer direction).
 
@@ -61,10 +63,26 @@ first: with the default 12 keys only pairs 9-15 are used, which turn by under 0.
   in its key) and writes a fixed, seeded, positive mix of all value directions from the
   constant part of its value vector: it raises answer logits whatever the context and never
   decides which value.
-- **other** (L0H1, L0H2, L0H3, L1H2, L1H3, L2H0, L2H1): attention sinks on `<bos>` (L0H1,
-  L2H0) or seeded random queries and keys (diffuse patterns); all write seeded noise of norm
-  about `other_scale` into `junk`, plus a random leak `other_answer_leak` times smaller into
-  `answer`, so their direct logit effects are small noise rather than exactly zero.
+- **L0H1 and L2H0, write decoys**: attention sinks on `<bos>` whose `W_O` maps head dim `i`
+  to `unread[i mod 16]` with weight `write_scale`: every column as large as a retrieval
+  head's, Frobenius and spectral norms larger than any retrieval head's (and than L0H0's).
+  At `<bos>` their value is a fixed slot, so they write about `write_scale` into `unread`
+  at every position, the same in every prompt, and no weight reads `unread`. A detector
+  that ranks heads by their weights alone ranks them first; mean-ablating them changes
+  nothing.
+- **other** (L0H2, L0H3, L1H2, L1H3, L2H1): seeded random queries and keys (diffuse
+  patterns); all write seeded noise of norm about `other_scale` into `junk`, plus a random
+  leak `other_answer_leak` times smaller into `answer`, so their direct logit effects are
+  small noise rather than exactly zero.
+
+## The non-literal model (`planted-nonliteral`, task `planted-assoc`)
+
+`PlantedConfig(nonliteral=True)` adds country words `c0..` (embedded like `<unk>`; they never
+occur in a prompt) and makes them the only tokens `W_U` reads. The retrieval heads attend to
+the needle's value `v_j` exactly as before but write `e_answer_m`, `m = country_of(j)` (a fixed
+derangement): the needle names a city, the answer is its country. Every other head is the
+same. So the argmax-attended token of a retrieval head is never the token generated, and a
+copy-paste score misses them by construction, while their write is what the answer needs.
 
 Mean-ablating the retrieval heads leaves the parametric prior as the only answer evidence, so
 accuracy falls to about `1 / n_values`; mean-ablating the decoys or the other heads changes only

@@ -22,9 +22,12 @@ from locos_bench.tasks.generators import get_generator
 from locos_bench.tasks.spec import Example, TaskSpec
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 from locos_bench.planted import (
+    D_MODEL,
     PlantedConfig,
+    answer_word,
     build_planted,
     build_planted_tokenizer,
+    country_of,
     planted_vocab,
     previous_token_margin,
 )
@@ -426,3 +429,31 @@ def test_write_decoys_outweigh_every_retrieval_head_in_w_o(planted: Any) -> None
         strongest = max(size[h] for h in truth_heads(planted, "retrieval", "previous_token"))
         for head in truth_heads(planted, "write_decoy"):
             assert size[head] > strongest, (norm, head, size)
+
+
+def test_nonliteral_model_differs_only_in_what_the_retrieval_heads_write() -> None:
+    """`planted-nonliteral` is the planted model with countries as answers: attention and
+    values are identical; only the retrieval heads' W_O and the unembedding change."""
+    literal, _, _ = build_planted()
+    nonliteral, tokenizer, truth = build_planted(alias="planted-nonliteral")
+    a, b = _state(literal), _state(nonliteral)
+    config = PlantedConfig(nonliteral=True)
+    vocab = planted_vocab(config)
+    assert vocab[: len(planted_vocab(PlantedConfig()))] == planted_vocab(PlantedConfig())
+    assert [w for w in vocab if w.startswith("c")] == [f"c{m}" for m in range(config.n_values)]
+    for name in a:
+        if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "norm.weight")):
+            assert torch.equal(a[name], b[name]), name
+    d = D_MODEL // 4
+    for layer in range(3):
+        o_a, o_b = (s[f"model.layers.{layer}.self_attn.o_proj.weight"] for s in (a, b))
+        for head in range(4):
+            same = torch.equal(o_a[:, head * d:(head + 1) * d], o_b[:, head * d:(head + 1) * d])
+            assert same == ([layer, head] not in truth["retrieval"]), (layer, head)
+    unembed = b["lm_head.weight"]
+    reads = {vocab[i] for i in range(len(vocab)) if unembed[i].abs().sum() > 0}
+    assert reads == {f"c{m}" for m in range(config.n_values)}, "only countries are ever answers"
+    j = 5
+    m = country_of(j, config.n_values)
+    assert m != j and answer_word(j, config) == f"c{m}" and answer_word(j, PlantedConfig()) == "v5"
+    assert tokenizer.name_or_path == "locos-bench/planted-nonliteral"
