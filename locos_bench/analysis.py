@@ -20,6 +20,16 @@ each has a bootstrap interval from the same resamples; `locos_bench.bootstrap` h
   control tasks (tasks weighted equally), for the headline metric of each task and for
   `gold_logprob`. Its replicates combine the independent per-task replicates.
 
+* **Ground truth** (planted models only, whose manifest's `model_info["ground_truth"]` names
+  the true head sets): a detector's head ranking (its scores, ties broken by (layer, head))
+  against the retrieval heads. **precision@n** = share of the retrieval heads among its top n,
+  n = number of retrieval heads; **precision at k** = retrieval heads among the top k, over k,
+  per budget; **AUROC** = probability that a retrieval head outscores another head (ties count
+  one half); **rank** of every decoy and upstream head (1 = best). Stochastic detectors: the
+  mean over draws. On such a run the task tables and the summary are ranked by precision@n,
+  then AUROC, then the ablation figures: ablation also rewards heads the task needs upstream
+  of retrieval, the truth does not.
+
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which task's scores chose a control task's heads, is the run plan's.
 """
@@ -37,6 +47,7 @@ from locos_bench.bootstrap import (
     LEVEL, N_RESAMPLES, Bootstrap, Estimate, combine, curve_weights, spread, task_seed,
 )
 from locos_bench.errors import LocosError
+from locos_bench.headset import Head, rank_heads
 from locos_bench.plan import BASELINE, RunPlan
 from locos_bench.records import EvalUnit, Manifest, RankUnit, ScoresUnit
 
@@ -99,6 +110,79 @@ class Failure(_Result):
     error: str
 
 
+class GroundTruth(_Result):
+    """A detector's ranking against a planted model's true head sets (mean over draws)."""
+
+    n: int
+    """Number of retrieval heads (the k of `precision_at_n`)."""
+    precision_at_n: float
+    """Retrieval heads among the top n, over n."""
+    precision: dict[int, float]
+    """Budget k -> retrieval heads among the top k, over k."""
+    auroc: float
+    """P(score of a retrieval head > score of any other head), ties counting one half."""
+    ranks: dict[str, dict[str, float]]
+    """Head set (`retrieval`, each decoy set, each upstream set) -> head name -> 1-based rank."""
+
+
+def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
+    """The planted ground truth of a run's model: set name -> heads (`retrieval` first, then
+    decoys, then upstream sets), or None for a model without one."""
+    truth = manifest.model_info.get("ground_truth")
+    if not truth:
+        return None
+    if not isinstance(truth, dict) or not truth.get("retrieval"):
+        raise LocosError(f"manifest of {manifest.model}: ground_truth names no retrieval heads")
+    decoys = truth.get("decoys") or sorted(k for k in truth if k.endswith("_decoy"))
+    upstream = truth.get("upstream") or [k for k in ("previous_token",) if k in truth]
+    sets: dict[str, list[Head]] = {}
+    for name in ["retrieval", *decoys, *upstream]:
+        if name not in truth:
+            raise LocosError(f"manifest of {manifest.model}: ground_truth lists set {name!r} "
+                             f"but has no such key (sets: {sorted(truth)})")
+        try:
+            sets[name] = [(int(h[0]), int(h[1])) for h in truth[name]]
+        except (TypeError, ValueError, IndexError):
+            raise LocosError(f"manifest of {manifest.model}: ground_truth[{name!r}] is not a list "
+                             f"of [layer, head] pairs: {truth[name]!r}") from None
+    return {name: heads for name, heads in sets.items() if heads}
+
+
+def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
+                 budgets: Sequence[int]) -> GroundTruth:
+    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws."""
+    retrieval = set(sets["retrieval"])
+    n = len(retrieval)
+    per_draw = []
+    for scores in scores_per_draw:
+        arr = np.asarray(scores, dtype=np.float64)
+        outside = [h for heads in sets.values() for h in heads
+                   if arr.ndim != 2 or not (0 <= h[0] < arr.shape[0] and 0 <= h[1] < arr.shape[1])]
+        if outside:
+            raise LocosError(f"ground-truth head L{outside[0][0]}H{outside[0][1]} is outside the "
+                             f"{'x'.join(map(str, arr.shape))} score grid")
+        if len(retrieval) == arr.size:
+            raise LocosError("ground truth marks every head as retrieval: no other head to rank against")
+        ranking = rank_heads(arr)
+        rank = {head: i + 1 for i, head in enumerate(ranking)}
+        pos = np.array([arr[h] for h in retrieval])
+        neg = np.array([arr[h] for h in ranking if h not in retrieval])
+        wins = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
+        hits = lambda k: len(retrieval & set(ranking[:k])) / k  # noqa: E731
+        per_draw.append((hits(n), {k: hits(k) for k in budgets}, float(wins),
+                         {name: {f"L{l}H{h}": rank[(l, h)] for l, h in heads}
+                          for name, heads in sets.items()}))
+    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    return GroundTruth(
+        n=n,
+        precision_at_n=mean([d[0] for d in per_draw]),
+        precision={k: mean([d[1][k] for d in per_draw]) for k in budgets},
+        auroc=mean([d[2] for d in per_draw]),
+        ranks={name: {head: mean([d[3][name][head] for d in per_draw]) for head in heads}
+               for name, heads in per_draw[0][3].items()},
+    )
+
+
 class DetectorResult(_Result):
     """One detector (or the baseline) on one task."""
 
@@ -121,6 +205,8 @@ class DetectorResult(_Result):
     heads: dict[int, list[tuple[int, int]]] = Field(default_factory=dict)
     """Ablated heads per budget (first complete draw), best first."""
     ranks: list[RankResult] = Field(default_factory=list)
+    truth: GroundTruth | None = None
+    """Figures against the planted model's true head sets (planted models only)."""
 
     @property
     def ok(self) -> bool:
@@ -161,6 +247,8 @@ class SummaryRow(_Result):
     """`headline` / `gold_logprob` -> {`retrieval`, `control`, `specificity`, `vs_locos`,
     `vs_random`}: mean drop-areas, their difference, and the mean paired drop-area
     difference over retrieval tasks."""
+    truth: dict[str, float] | None = None
+    """Planted models: mean over tasks of `precision_at_n` and `auroc` (see `GroundTruth`)."""
 
 
 class RunStats(_Result):
@@ -174,7 +262,8 @@ class RunStats(_Result):
     n_resamples: int
     tasks: list[TaskResult]
     summary: list[SummaryRow]
-    """Ranked like the task tables, on the retrieval drop-areas."""
+    """Ranked like the task tables: on the retrieval drop-areas (planted models: on the
+    ground truth first)."""
     failures: list[Failure]
 
     @computed_field
@@ -250,6 +339,13 @@ def rank_key(result: DetectorResult, headline: str) -> tuple:
     return (not result.ok, val(headline), val(GOLD), result.name)
 
 
+def truth_key(result: DetectorResult, headline: str) -> tuple:
+    """Sort key on a planted model: precision@n, then AUROC (descending), then `rank_key`."""
+    truth = result.truth
+    figures = (-round(truth.precision_at_n, 9), -round(truth.auroc, 9)) if truth else (math.inf, math.inf)
+    return (not result.ok, *figures, *rank_key(result, headline)[1:])
+
+
 def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_RESAMPLES,
             method: str = "percentile", level: float = LEVEL, name: str = "") -> RunStats:
     """Compute every leaderboard statistic of one run from its manifest and units.
@@ -264,6 +360,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                         error=_first_line(u.error))
                 for u in units if u.error is not None]
     done = {u.key: u for u in units}
+    sets = truth_sets(manifest)
     tasks: list[TaskResult] = []
     for entry in manifest.tasks:
         n = len(entry.splits.get("evaluation", []))
@@ -304,7 +401,14 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                                              r.curves[m].drop_kmax_per_example)}
                     for m in metrics
                 }
-        ordered = dict(sorted(results.items(), key=lambda kv: rank_key(kv[1], headline)))
+        if sets is not None and plan.heads_from(entry.name) == entry.name:
+            for det, res in results.items():
+                draws = [done.get(plan.scores_key(entry.name, det, d)) for d in plan.draws(det)]
+                scores = [u.scores for u in draws if u is not None and u.error is None]
+                if scores:
+                    res.truth = ground_truth(scores, sets, budgets)
+        key = truth_key if any(r.truth for r in results.values()) else rank_key
+        ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
         tasks.append(TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
                                 n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
                                 detectors=ordered, bootstrap=boot, heads_from=plan.heads_from(entry.name)))
@@ -437,19 +541,28 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
                 fig[f"vs_{ref}"] = combine(
                     [(1 / len(pairs), t.bootstrap, vec(t, m) - vec(t, m, ref)) for t, m in pairs]) if pairs else None
             figures[metric_key] = fig
+        truths = [t.detectors[det.name].truth for t in tasks
+                  if det.name in t.detectors and t.detectors[det.name].truth is not None]
+        truth = None
+        if truths:
+            truth = {"precision_at_n": float(np.mean([g.precision_at_n for g in truths])),
+                     "auroc": float(np.mean([g.auroc for g in truths]))}
         rows.append(SummaryRow(detector=det.name, retrieval_tasks=counts[0], control_tasks=counts[1],
-                               figures=figures))
+                               figures=figures, truth=truth))
 
     def key(row: SummaryRow) -> tuple:
         def val(metric_key: str) -> float:
             est = row.figures[metric_key]["retrieval"]
             return math.inf if est is None or not math.isfinite(est.value) else -round(est.value, 9)
-        return (val("headline"), val(GOLD), row.detector)
+        truth = (() if not any(r.truth for r in rows) else
+                 (-round(row.truth["precision_at_n"], 9), -round(row.truth["auroc"], 9))
+                 if row.truth else (math.inf, math.inf))
+        return (*truth, val("headline"), val(GOLD), row.detector)
 
     return sorted(rows, key=key)
 
 
 __all__ = [
-    "Curve", "DetectorResult", "Failure", "GOLD", "RankResult", "RunStats", "SummaryRow",
-    "TaskResult", "analyze", "rank_key",
+    "Curve", "DetectorResult", "Failure", "GOLD", "GroundTruth", "RankResult", "RunStats",
+    "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "truth_key", "truth_sets",
 ]

@@ -60,8 +60,10 @@ class RunConfig:
         if self.preset not in PRESETS:
             raise unknown("preset", self.preset, PRESETS)
         defaults = dict(PRESETS[self.preset])
-        if self.model == "planted":  # its toy vocabulary only speaks its own task
-            defaults["tasks"] = ["planted-kv"]
+        from locos_bench.planted import PLANTED_TASKS
+
+        if self.model in PLANTED_TASKS:  # its toy vocabulary only speaks its own task
+            defaults["tasks"] = [PLANTED_TASKS[self.model]]
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
         cfg = replace(self, **filled)
         cfg.detectors = _resolve_detectors(cfg.detectors)

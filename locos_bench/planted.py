@@ -25,14 +25,16 @@ key's value. Guessing is right with probability `1 / n_values`.
 | `fill[F]`     | one-hot filler identity                   | embedding                       |
 | `prev_key[K]` | identity of the *previous* token if a key | L0H0 (previous-token head)      |
 | `prev_nokey`  | 1 when the previous token is not a key    | L0H0                            |
-| `answer[V]`   | evidence for each value (read by W_U)     | L1H0, L2H3, L2H2; other (leak)  |
+| `answer[V]`   | evidence for each answer (read by W_U)    | L1H0, L2H3, L2H2; other (leak)  |
 | `decoy[V]`    | a rotated copy of the attended value      | L1H1 (read-only decoy)          |
 | `junk[8]`     | seeded noise                              | the "other" heads               |
+| `unread[16]`  | a constant; no weight reads these dims    | L0H1, L2H0 (write decoys)       |
 | rest          | always zero                               |                                 |
 
 Every token embedding is `const + its identity dim`, so all embeddings have the same norm and
 the first RMSNorm is the same scalar everywhere. The unembedding reads only `answer`: value
-token `v_j` has `W_U[:, v_j] = e_answer_j`; every other token's logit is 0. The final RMSNorm
+token `v_j` has `W_U[:, v_j] = e_answer_j` (non-literal model: country `c_m` has
+`W_U[:, c_m] = e_answer_m` and values have none); every other token's logit is 0. The final RMSNorm
 weight is `logit_scale` on `answer` and 1 elsewhere (so applying it to `W_U` or not gives the
 same answer direction).
 
@@ -61,10 +63,26 @@ first: with the default 12 keys only pairs 9-15 are used, which turn by under 0.
   in its key) and writes a fixed, seeded, positive mix of all value directions from the
   constant part of its value vector: it raises answer logits whatever the context and never
   decides which value.
-- **other** (L0H1, L0H2, L0H3, L1H2, L1H3, L2H0, L2H1): attention sinks on `<bos>` (L0H1,
-  L2H0) or seeded random queries and keys (diffuse patterns); all write seeded noise of norm
-  about `other_scale` into `junk`, plus a random leak `other_answer_leak` times smaller into
-  `answer`, so their direct logit effects are small noise rather than exactly zero.
+- **L0H1 and L2H0, write decoys**: attention sinks on `<bos>` whose `W_O` maps head dim `i`
+  to `unread[i mod 16]` with weight `write_scale`: every column as large as a retrieval
+  head's, Frobenius and spectral norms larger than any retrieval head's (and than L0H0's).
+  At `<bos>` their value is a fixed slot, so they write about `write_scale` into `unread`
+  at every position, the same in every prompt, and no weight reads `unread`. A detector
+  that ranks heads by their weights alone ranks them first; mean-ablating them changes
+  nothing.
+- **other** (L0H2, L0H3, L1H2, L1H3, L2H1): seeded random queries and keys (diffuse
+  patterns); all write seeded noise of norm about `other_scale` into `junk`, plus a random
+  leak `other_answer_leak` times smaller into `answer`, so their direct logit effects are
+  small noise rather than exactly zero.
+
+## The non-literal model (`planted-nonliteral`, task `planted-assoc`)
+
+`PlantedConfig(nonliteral=True)` adds country words `c0..` (embedded like `<unk>`; they never
+occur in a prompt) and makes them the only tokens `W_U` reads. The retrieval heads attend to
+the needle's value `v_j` exactly as before but write `e_answer_m`, `m = country_of(j)` (a fixed
+derangement): the needle names a city, the answer is its country. Every other head is the
+same. So the argmax-attended token of a retrieval head is never the token generated, and a
+copy-paste score misses them by construction, while their write is what the answer needs.
 
 Mean-ablating the retrieval heads leaves the parametric prior as the only answer evidence, so
 accuracy falls to about `1 / n_values`; mean-ablating the decoys or the other heads changes only
@@ -74,6 +92,7 @@ unread dims (and the RMSNorm scales, which the margins absorb).
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -88,6 +107,8 @@ N_LAYERS = 3
 D_MODEL = N_HEADS * D_HEAD
 ROPE_THETA = 1e8
 N_JUNK = 8
+N_UNREAD = 16
+"""Residual dims the write decoys fill and no weight reads (`D_HEAD = 2 * N_UNREAD`)."""
 
 _HALF = D_HEAD // 2
 _POSITION_PAIRS = list(range(8))
@@ -106,20 +127,21 @@ PREVIOUS_TOKEN: list[tuple[int, int]] = [(0, 0)]
 RETRIEVAL: list[tuple[int, int]] = [(1, 0), (2, 3)]
 READ_ONLY_DECOY: list[tuple[int, int]] = [(1, 1)]
 PARAMETRIC_DECOY: list[tuple[int, int]] = [(2, 2)]
-OTHER: list[tuple[int, int]] = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 0), (2, 1)]
+WRITE_DECOY: list[tuple[int, int]] = [(0, 1), (2, 0)]
+OTHER: list[tuple[int, int]] = [(0, 2), (0, 3), (1, 2), (1, 3), (2, 1)]
 
 _ROLES = {
     (0, 0): "previous-token head: copies the previous token's key identity (upstream support)",
-    (0, 1): "other: attention sink on <bos>, writes noise (mostly into junk dims)",
+    (0, 1): "write decoy: sink on <bos>, W_O larger than any retrieval head's, writes unread dims",
     (0, 2): "other: seeded random attention, writes noise (mostly into junk dims)",
     (0, 3): "other: seeded random attention, writes noise (mostly into junk dims)",
-    (1, 0): "retrieval: query key matches the needle's previous-key, copies its value to W_U",
+    (1, 0): "retrieval: query key matches the needle's previous-key, writes its answer's W_U",
     (1, 1): "read-only decoy: same kv head and sharper query as L1H0, writes to unread dims",
     (1, 2): "other: seeded random attention, writes noise (mostly into junk dims)",
     (1, 3): "other: seeded random attention, writes noise (mostly into junk dims)",
-    (2, 0): "other: attention sink on <bos>, writes noise (mostly into junk dims)",
+    (2, 0): "write decoy: sink on <bos>, W_O larger than any retrieval head's, writes unread dims",
     (2, 1): "other: seeded random attention, writes noise (mostly into junk dims)",
-    (2, 2): "parametric decoy: attends to fillers, writes a fixed mix of all value directions",
+    (2, 2): "parametric decoy: attends to fillers, writes a fixed mix of all answer directions",
     (2, 3): "retrieval: redundant with L1H0, on the other kv head of a later layer",
 }
 
@@ -148,6 +170,9 @@ class PlantedConfig:
             to their `junk` write (small, context-dependent noise in every logit).
         sink_logit: Attention logit of `<bos>` in the sink heads and of fillers in the
             parametric decoy.
+        nonliteral: The answer is not the needle's value `v_j` but its associated
+            country word `c_m`, `m = country_of(j)` (the `planted-nonliteral` model and
+            the `planted-assoc` task): the retrieval heads read `v_j` and write `c_m`.
     """
 
     n_keys: int = 12
@@ -165,6 +190,7 @@ class PlantedConfig:
     other_logit_std: float = 1.0
     other_answer_leak: float = 0.2
     sink_logit: float = 10.0
+    nonliteral: bool = False
 
     def __post_init__(self) -> None:
         if not 2 <= self.n_keys <= len(_CONTENT_DIMS) - 1:
@@ -190,14 +216,35 @@ def filler_word(i: int) -> str:
     return f"f{i}"
 
 
+def country_word(m: int) -> str:
+    return f"c{m}"
+
+
+def country_of(j: int, n_values: int) -> int:
+    """The country associated with value (city) `v_j`: a fixed derangement of the values,
+    the same for every seed, so the `planted-assoc` task and the model always agree."""
+    order = list(range(n_values))
+    rng = random.Random(f"planted-assoc-{n_values}")
+    while any(m == i for i, m in enumerate(order)):
+        rng.shuffle(order)
+    return order[j]
+
+
+def answer_word(j: int, config: PlantedConfig) -> str:
+    """The gold answer when the needle's value is `v_j`: `v_j` itself, or its country."""
+    return country_word(country_of(j, config.n_values)) if config.nonliteral else value_word(j)
+
+
 def planted_vocab(config: PlantedConfig) -> list[str]:
-    """Token strings in id order: specials, `?`, keys, values, fillers."""
+    """Token strings in id order: specials, `?`, keys, values, fillers (then countries, for
+    the non-literal model)."""
     return [
         *SPECIAL_TOKENS,
         QUESTION_MARK,
         *(key_word(i) for i in range(config.n_keys)),
         *(value_word(j) for j in range(config.n_values)),
         *(filler_word(i) for i in range(config.n_fillers)),
+        *(country_word(m) for m in range(config.n_values if config.nonliteral else 0)),
     ]
 
 
@@ -217,6 +264,7 @@ class PlantedLayout:
     answer: list[int]
     decoy: list[int]
     junk: list[int]
+    unread: list[int]
     used: int = field(default=0)
 
     @classmethod
@@ -232,7 +280,7 @@ class PlantedLayout:
         return cls(
             const=0, bos=1, misc=2, qmark=3, key=block(k), val=block(v), fill=block(f),
             prev_key=block(k), prev_nokey=block(1)[0], answer=block(v), decoy=block(v),
-            junk=block(N_JUNK), used=nxt,
+            junk=block(N_JUNK), unread=block(N_UNREAD), used=nxt,
         )
 
 
@@ -251,8 +299,6 @@ def previous_token_margin(max_context: int) -> float:
 
 def _prior_mix(config: PlantedConfig) -> list[float]:
     """The parametric decoy's fixed value mix: seeded, positive, largest `prior_scale`."""
-    import random
-
     rng = random.Random(f"planted-prior-{config.seed}")
     raw = [rng.uniform(0.3, 1.0) for _ in range(config.n_values)]
     top = max(raw)
@@ -267,18 +313,30 @@ def planted_truth(config: PlantedConfig | None = None) -> dict[str, Any]:
         "retrieval": pairs(RETRIEVAL),
         "read_only_decoy": pairs(READ_ONLY_DECOY),
         "parametric_decoy": pairs(PARAMETRIC_DECOY),
+        "write_decoy": pairs(WRITE_DECOY),
         "previous_token": pairs(PREVIOUS_TOKEN),
         "other": pairs(OTHER),
         "roles": {f"L{l}H{h}": role for (l, h), role in sorted(_ROLES.items())},
         "chance": 1.0 / config.n_values,
         "config": asdict(config),
+        "upstream": ["previous_token"],
+        "decoys": ["read_only_decoy", "parametric_decoy", "write_decoy"],
         "description": (
-            "Hand-set 3-layer GQA Llama for the planted-kv task ('... k3 v5 ... ? k3' -> v5). "
-            "retrieval: attend from the query to the needle's value and write its unembedding "
-            "direction; read_only_decoy: attends to the needle as strongly but writes to unread "
-            "dims; parametric_decoy: writes a fixed mix of value directions from filler "
-            "positions; previous_token: upstream head the retrieval heads depend on (reads no "
-            "needle from the query, writes no answer); other: sinks and seeded noise."
+            "Hand-set 3-layer GQA Llama for the "
+            + (
+                "planted-assoc task ('... k3 v5 ... ? k3' -> c7, the country of v5). retrieval: "
+                "attend from the query to the needle's value and write its country's unembedding "
+                "direction (never a copy of an attended token); "
+                if config.nonliteral
+                else "planted-kv task ('... k3 v5 ... ? k3' -> v5). retrieval: attend from the "
+                "query to the needle's value and write its unembedding direction; "
+            )
+            + "read_only_decoy: attends to the needle as strongly but writes to unread dims; "
+            "parametric_decoy: writes a fixed mix of answer directions from filler positions; "
+            "write_decoy: W_O of larger norm than any retrieval head's, writing a constant "
+            "into dims nothing reads (defeats weight-only rankings); previous_token: upstream "
+            "head the retrieval heads depend on (reads no needle from the query, writes no "
+            "answer); other: seeded noise."
         ),
     }
 
@@ -305,12 +363,22 @@ def build_planted_tokenizer(config: PlantedConfig | None = None) -> Any:
         model_max_length=config.max_context,
         # TransformerLens reloads any tokenizer that does not declare it adds BOS, by name.
         add_bos_token=True,
-        name_or_path="locos-bench/planted",
+        name_or_path="locos-bench/planted-nonliteral" if config.nonliteral else "locos-bench/planted",
     )
 
 
-def build_planted(config: PlantedConfig | None = None) -> tuple[Any, Any, dict[str, Any]]:
+PLANTED_TASKS = {"planted": "planted-kv", "planted-nonliteral": "planted-assoc"}
+"""Each planted alias and the one task its vocabulary speaks."""
+
+
+def build_planted(
+    config: PlantedConfig | None = None, *, alias: str = "planted"
+) -> tuple[Any, Any, dict[str, Any]]:
     """Build the planted model, its tokenizer and its ground truth, deterministically.
+
+    Args:
+        config: Overrides the build; by default the published config of `alias`.
+        alias: `planted` (literal answers) or `planted-nonliteral` (`nonliteral=True`).
 
     Returns:
         `(hf_model, tokenizer, truth)`: a `LlamaForCausalLM` in eval mode with eager
@@ -322,7 +390,7 @@ def build_planted(config: PlantedConfig | None = None) -> tuple[Any, Any, dict[s
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = config or PlantedConfig()
+    config = config or PlantedConfig(nonliteral=alias == "planted-nonliteral")
     margin = previous_token_margin(config.max_context) * config.previous_token_logit
     if margin < 12.0:
         raise ValueError(
@@ -377,6 +445,8 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
     identity.update({key_word(i): d for i, d in enumerate(lay.key)})
     identity.update({value_word(j): d for j, d in enumerate(lay.val)})
     identity.update({filler_word(i): d for i, d in enumerate(lay.fill)})
+    # Countries (non-literal model) never occur in a prompt: they embed like `<unk>`.
+    identity.update({country_word(m): lay.misc for m in range(config.n_values if config.nonliteral else 0)})
     for word, dim in identity.items():
         embed[ids[word], dim] = 1.0
 
@@ -394,11 +464,27 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
             config.other_logit_std / D_MODEL
         )
         w[exclude, :] = 0.0
+        w[:, lay.unread] = 0.0  # nothing reads the write decoys' dims
         return w
 
     def random_v() -> Any:
         # Value vectors of norm ~1 on a residual of rms 1.
-        return torch.randn(D_HEAD, D_MODEL, generator=gen) / math.sqrt(D_MODEL * D_HEAD)
+        w = torch.randn(D_HEAD, D_MODEL, generator=gen) / math.sqrt(D_MODEL * D_HEAD)
+        w[:, lay.unread] = 0.0
+        return w
+
+    def write_decoy_out() -> Any:
+        # Every head dim i writes `write_scale` into unread dim i mod N_UNREAD ([I | I]):
+        # each column has a retrieval head's column norm, the Frobenius norm is
+        # sqrt(D_HEAD / n_values) and the spectral norm sqrt(2) times a retrieval head's.
+        w = zeros(D_MODEL, D_HEAD)
+        for i in range(D_HEAD):
+            w[lay.unread[i % N_UNREAD], i] = config.write_scale
+        return w
+
+    # Where the retrieval heads write value j: its own unembedding direction, or its country's.
+    answer_of = [country_of(j, config.n_values) if config.nonliteral else j
+                 for j in range(config.n_values)]
 
     def junk_out(n_in: int = D_HEAD) -> Any:
         # Noise into `junk`, plus a much smaller random leak into `answer` so that, as in
@@ -454,9 +540,12 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
     for j, dim in enumerate(lay.prev_key):
         o(0, 0)[dim, j] = 1.0
     o(0, 0)[lay.prev_nokey, n_k] = 1.0
-    # L0H1 other: sink on <bos>; writes its (constant) value into junk.
+    # L0H1 write decoy: sink on <bos>, whose value is the one-hot "not a key" slot, so it
+    # writes `write_scale` into an unread dim everywhere. (The noise it used to write is
+    # still drawn, so the other heads' seeded weights stay what they were.)
     q(0, 1)[sink_dim, lay.const] = config.sink_logit * root / u0
-    o(0, 1)[:, :] = junk_out()
+    junk_out()
+    o(0, 1)[:, :] = write_decoy_out()
     # kv 1 and L0H2, L0H3: seeded noise.
     k(0, 1)[:, :] = random_qk(D_HEAD, [])
     v(0, 1)[:, :] = random_v()
@@ -464,8 +553,9 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
         q(0, head)[:, :] = random_qk(D_HEAD, [])
         o(0, head)[:, :] = junk_out()
 
-    # ---- Layer 1: embedding + previous-token write (squared norm ~3). -----------------------
-    u1 = unit(3.0)
+    # ---- Layer 1: embedding + previous-token write + L0H1's write (squared norm ~3 + ws^2).
+    ws2 = config.write_scale**2
+    u1 = unit(3.0 + ws2)
     for j in range(n_k):
         k(1, 0)[content[j], lay.prev_key[j]] = 1.0 / u1
     for j, dim in enumerate(lay.val):
@@ -476,8 +566,8 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
     q(1, 0)[:, :] = retrieval_q
     q(1, 1)[:, :] = retrieval_q * config.decoy_sharpness
     rotation = torch.linalg.qr(torch.randn(config.n_values, config.n_values, generator=gen))[0]
-    for j, dim in enumerate(lay.answer):
-        o(1, 0)[dim, j] = config.write_scale
+    for j in range(config.n_values):
+        o(1, 0)[lay.answer[answer_of[j]], j] = config.write_scale
     o(1, 1)[lay.decoy, : config.n_values] = config.write_scale * rotation
     k(1, 1)[:, :] = random_qk(D_HEAD, [])
     v(1, 1)[:, :] = random_v()
@@ -486,16 +576,19 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
         o(1, head)[:, :] = junk_out()
 
     # ---- Layer 2: at the query position the residual also holds L1H0's and L1H1's writes
-    # (squared norm ~5); at context positions ~3. -------------------------------------------
-    u2_query, u2_ctx = unit(3.0 + 2 * config.write_scale**2), unit(3.0)
+    # (squared norm ~3 + 3 ws^2); at context positions ~3 + ws^2; at <bos> ~4 + ws^2. -------
+    u2_query, u2_ctx, u2_bos = unit(3.0 + 3 * ws2), unit(3.0 + ws2), unit(4.0 + ws2)
     # kv 0: <bos> sink dim plus noise elsewhere; L2H0 sink, L2H1 noise.
     k(2, 0)[:, :] = random_qk(D_HEAD, [sink_dim])
     k(2, 0)[sink_dim, lay.bos] = 1.0 / u2_ctx
     v(2, 0)[:, :] = random_v()
+    v(2, 0)[0, :] = 0.0
+    v(2, 0)[0, lay.bos] = 1.0 / u2_bos  # slot 0 is 1 at <bos>, where L2H0 looks
     q(2, 0)[sink_dim, lay.const] = config.sink_logit * root / u2_ctx
     q(2, 1)[:, :] = random_qk(D_HEAD, [sink_dim])
-    for head in (0, 1):
-        o(2, head)[:, :] = junk_out()
+    junk_out()  # L2H0's former noise, drawn to keep the stream (see L0H1)
+    o(2, 0)[:, :] = write_decoy_out()  # L2H0 write decoy
+    o(2, 1)[:, :] = junk_out()
     # kv 1: previous-key (slow dims), filler flag (next slow dim); values: value identity
     # and the constant.
     filler_dim = content[n_k]
@@ -514,8 +607,8 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
     # L2H3 retrieval: the same match as L1H0, through this layer's kv head.
     for j in range(n_k):
         q(2, 3)[content[j], lay.key[j]] = config.retrieval_logit * root / u2_query
-    for j, dim in enumerate(lay.answer):
-        o(2, 3)[dim, j] = config.write_scale
+    for j in range(config.n_values):
+        o(2, 3)[lay.answer[answer_of[j]], j] = config.write_scale
 
     for layer in range(N_LAYERS):
         pre = f"model.layers.{layer}."
@@ -533,8 +626,9 @@ def _planted_state_dict(config: PlantedConfig, torch: Any) -> dict[str, Any]:
     final_norm[lay.answer] = config.logit_scale
     state["model.norm.weight"] = final_norm
     unembed = zeros(len(vocab), D_MODEL)
-    for j, dim in enumerate(lay.answer):
-        unembed[ids[value_word(j)], dim] = 1.0
+    answer_token = country_word if config.nonliteral else value_word
+    for m, dim in enumerate(lay.answer):
+        unembed[ids[answer_token(m)], dim] = 1.0
     state["lm_head.weight"] = unembed
     return state
 

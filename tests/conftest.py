@@ -26,6 +26,13 @@ def planted():
     return load_model("planted")
 
 
+@pytest.fixture(scope="session")
+def planted_nonliteral():
+    from locos_bench.models import load_model
+
+    return load_model("planted-nonliteral")
+
+
 @pytest.fixture(params=["gemma3", "smollm2"])
 def real_model(request):
     """Both embedded real models (Gemma 3 has a post-attention norm and MQA; SmolLM2 has GQA)."""

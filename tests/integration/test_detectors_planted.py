@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
+from locos_bench import heads
 from locos_bench.conformance import conformance_model
-from locos_bench.detectors import make_detector
+from locos_bench.detectors import Detector, HeadScores, make_detector
 from locos_bench.tasks import load_task, make_examples
 
 
@@ -51,3 +53,27 @@ def test_read_side_attention_cannot_separate_the_read_only_decoy(model, calibrat
     decoy = next(iter(_truth(model, "read_only_decoy")))
     top = set(result.top_k(len(retrieval) + 1))
     assert decoy in top and retrieval <= top
+
+
+class WeightNorm(Detector):
+    """The ten-line detector of issue 12: rank heads by the Frobenius norm of their W_O."""
+
+    cost = "0"
+
+    def score(self, model, examples, *, rng):
+        norms = torch.stack([heads.w_o(model, layer).flatten(1).norm(dim=-1)
+                             for layer in range(model.geometry.n_layers)])
+        return HeadScores(scores=norms, detector="w-o-norm")
+
+
+@pytest.mark.parametrize("alias", ["planted", "planted-nonliteral"])
+def test_a_weight_only_ranking_misses_the_retrieval_heads(alias, model, planted_nonliteral):
+    """The write decoys' W_O outweighs every retrieval head's (and the previous-token head's),
+    so a W_O-norm ranking spends the retrieval budget on heads that write nothing read."""
+    loaded = model if alias == "planted" else planted_nonliteral
+    result = WeightNorm().score(loaded, [], rng=np.random.default_rng(0))
+    retrieval = _truth(loaded, "retrieval")
+    top = result.top_k(len(retrieval))
+    assert set(top) == _truth(loaded, "write_decoy"), [f"L{l}H{h}" for l, h in result.ranking()]
+    ranking = result.ranking()
+    assert min(ranking.index(h) for h in retrieval) > ranking.index(next(iter(_truth(loaded, "previous_token"))))

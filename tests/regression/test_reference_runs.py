@@ -27,6 +27,12 @@ def test_planted_matches_reference(locos):
     locos.check(run)
 
 
+def test_planted_nonliteral_matches_reference(locos):
+    """The same sizes on the non-literal planted model and its own task."""
+    run = locos.run(model="planted-nonliteral", **{**PLANTED, "tasks": ["planted-assoc"]})
+    locos.check(run)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["gemma3", "smollm2"])
 def test_real_model_matches_reference(locos, model):

@@ -22,9 +22,12 @@ from locos_bench.tasks.generators import get_generator
 from locos_bench.tasks.spec import Example, TaskSpec
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 from locos_bench.planted import (
+    D_MODEL,
     PlantedConfig,
+    answer_word,
     build_planted,
     build_planted_tokenizer,
+    country_of,
     planted_vocab,
     previous_token_margin,
 )
@@ -178,7 +181,7 @@ def test_ablating_the_circuit_drops_to_chance(
 @pytest.mark.parametrize(
     "sets",
     [("read_only_decoy",), ("parametric_decoy",), ("read_only_decoy", "parametric_decoy"),
-     ("other",)],
+     ("write_decoy",), ("other",)],
 )
 def test_ablating_decoys_or_others_keeps_accuracy(
     planted: Any, eval_batches: list[Batch], head_means: dict, sets: tuple[str, ...]
@@ -222,7 +225,8 @@ def test_build_is_deterministic_and_leaves_global_rng_alone() -> None:
 def test_truth_sets_disjoint_cover_all_heads_and_serialise(planted: Any) -> None:
     truth = planted.info["ground_truth"]
     json.dumps(truth)
-    names = ["retrieval", "read_only_decoy", "parametric_decoy", "previous_token", "other"]
+    names = ["retrieval", "read_only_decoy", "parametric_decoy", "write_decoy", "previous_token",
+             "other"]
     sets = {name: {tuple(h) for h in truth[name]} for name in names}
     assert len(sets["retrieval"]) >= 2
     assert len({h[0] for h in sets["retrieval"]}) >= 2, "retrieval heads sit in different layers"
@@ -327,9 +331,11 @@ def test_parametric_decoy_raises_answers_whatever_the_needle(
 
 def test_write_side_roles(planted: Any, eval_batches: list[Batch]) -> None:
     """Retrieval heads write the gold value's direction; the read-only decoy and the
-    previous-token head write toward no token; other heads only leak small noise."""
+    previous-token head write toward no token, nor do the write decoys, whose W_O is larger
+    than every retrieval head's; other heads only leak small noise."""
     ids, gold, _ = eval_batches[1]
-    heads = truth_heads(planted, "retrieval", "read_only_decoy", "previous_token", "other")
+    heads = truth_heads(planted, "retrieval", "read_only_decoy", "write_decoy", "previous_token",
+                        "other")
     dla = _direct_logit_writes(planted, ids, heads)
     rows = torch.arange(len(gold))
     weakest = torch.inf
@@ -339,7 +345,7 @@ def test_write_side_roles(planted: Any, eval_batches: list[Batch]) -> None:
         rest[rows, gold] = -torch.inf
         assert (gold_logit > rest.max(-1).values + 1.0).all(), f"L{head[0]}H{head[1]}"
         weakest = min(weakest, float(gold_logit.min()))
-    for head in truth_heads(planted, "read_only_decoy", "previous_token"):
+    for head in truth_heads(planted, "read_only_decoy", "write_decoy", "previous_token"):
         assert float(dla[head].abs().max()) < 1e-5, f"L{head[0]}H{head[1]} writes toward a token"
     for head in truth_heads(planted, "other"):
         assert float(dla[head].abs().max()) < 0.1 * weakest, f"L{head[0]}H{head[1]} writes too much"
@@ -411,3 +417,43 @@ def test_config_validation() -> None:
         PlantedConfig(n_fillers=200)
     with pytest.raises(ValueError, match="blunt"):
         build_planted(PlantedConfig(previous_token_logit=20.0))
+
+
+def test_write_decoys_outweigh_every_retrieval_head_in_w_o(planted: Any) -> None:
+    """Weight-only rankings are defeated: by Frobenius and by spectral norm, each write decoy's
+    W_O is larger than every retrieval head's and than the previous-token head's."""
+    w_o = planted.bridge.W_O.detach()  # [n_layers, n_heads, d_head, d_model]
+    for norm in ("fro", 2):
+        size = {(l, h): float(torch.linalg.matrix_norm(w_o[l, h], ord=norm))
+                for l in range(w_o.shape[0]) for h in range(w_o.shape[1])}
+        strongest = max(size[h] for h in truth_heads(planted, "retrieval", "previous_token"))
+        for head in truth_heads(planted, "write_decoy"):
+            assert size[head] > strongest, (norm, head, size)
+
+
+def test_nonliteral_model_differs_only_in_what_the_retrieval_heads_write() -> None:
+    """`planted-nonliteral` is the planted model with countries as answers: attention and
+    values are identical; only the retrieval heads' W_O and the unembedding change."""
+    literal, _, _ = build_planted()
+    nonliteral, tokenizer, truth = build_planted(alias="planted-nonliteral")
+    a, b = _state(literal), _state(nonliteral)
+    config = PlantedConfig(nonliteral=True)
+    vocab = planted_vocab(config)
+    assert vocab[: len(planted_vocab(PlantedConfig()))] == planted_vocab(PlantedConfig())
+    assert [w for w in vocab if w.startswith("c")] == [f"c{m}" for m in range(config.n_values)]
+    for name in a:
+        if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "norm.weight")):
+            assert torch.equal(a[name], b[name]), name
+    d = D_MODEL // 4
+    for layer in range(3):
+        o_a, o_b = (s[f"model.layers.{layer}.self_attn.o_proj.weight"] for s in (a, b))
+        for head in range(4):
+            same = torch.equal(o_a[:, head * d:(head + 1) * d], o_b[:, head * d:(head + 1) * d])
+            assert same == ([layer, head] not in truth["retrieval"]), (layer, head)
+    unembed = b["lm_head.weight"]
+    reads = {vocab[i] for i in range(len(vocab)) if unembed[i].abs().sum() > 0}
+    assert reads == {f"c{m}" for m in range(config.n_values)}, "only countries are ever answers"
+    j = 5
+    m = country_of(j, config.n_values)
+    assert m != j and answer_word(j, config) == f"c{m}" and answer_word(j, PlantedConfig()) == "v5"
+    assert tokenizer.name_or_path == "locos-bench/planted-nonliteral"

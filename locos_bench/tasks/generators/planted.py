@@ -11,6 +11,11 @@ answering a distractor's value is detectably wrong). Gold values are balanced: e
 `n_values` consecutive indices uses each value once (in a seeded order), so any fixed guess
 scores `1 / n_values`.
 
+With `nonliteral: true` (the `planted-assoc` task, for the `planted-nonliteral` model) the
+answer is not the needle's value but its associated country word, `c{country_of(j)}`
+(`locos_bench.planted.country_of`): the needle names a city, the question asks its country,
+so the answer token occurs nowhere in the prompt.
+
 Context length (in tokens, not counting `<bos>` and the question) and depth (the fraction of
 filler words before the needle) come from the spec's lengths x depths grid, cycled by `index`
 so every cell gets the same number of examples; everything else comes from `rng`. The prompt
@@ -47,6 +52,7 @@ def planted_kv(
     n_keys: int | None = None,
     n_values: int | None = None,
     n_fillers: int | None = None,
+    nonliteral: bool = False,
 ) -> Example:
     """One planted-kv example.
 
@@ -59,6 +65,7 @@ def planted_kv(
             planted model's config.
         n_values: Value words to draw from (default: `PlantedConfig().n_values`).
         n_fillers: Filler words to draw from (default: `PlantedConfig().n_fillers`).
+        nonliteral: Answer with the needle value's country instead of the value itself.
 
     Raises:
         ValueError: more pairs than keys or values, or a context too short for the pairs.
@@ -68,6 +75,7 @@ def planted_kv(
     from locos_bench.planted import (
         QUESTION_MARK,
         PlantedConfig,
+        answer_word,
         filler_word,
         key_word,
         value_word,
@@ -127,7 +135,7 @@ def planted_kv(
         task=spec.name,
         index=index,
         prompt=prompt,
-        answers=[value_word(values[0])],
+        answers=[answer_word(values[0], PlantedConfig(n_values=n_values, nonliteral=nonliteral))],
         target_prefix=" ",
         needle_spans=[pair_span(0)],
         distractor_spans=sorted(pair_span(p) for p in range(1, n_pairs)),
@@ -140,6 +148,7 @@ def planted_kv(
             "needle_token": pair_at[0],
             "key": key_word(keys[0]),
             "value": value_word(values[0]),
+            "nonliteral": nonliteral,
             "n_pairs": n_pairs,
             "formatted": True,
         },
