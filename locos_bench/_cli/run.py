@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from locos_bench.config import RunConfig
     from locos_bench.harness import run_benchmark
+    from locos_bench.records import RunDir
 
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,
@@ -81,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
         target = Path("leaderboard") / run_dir.path.name
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(run_dir.path, target, ignore=shutil.ignore_patterns("*.tmp"))
+        shutil.copytree(run_dir.path, target, ignore=shutil.ignore_patterns("*.tmp", RunDir.LOCK))
         board = target / "leaderboard.md"
     manifest = run_dir.read_manifest()
     print(f"\nlocos-bench run finished in {time.perf_counter() - start:.0f} s")
