@@ -87,11 +87,13 @@ class LocosSession:
         # The cache directory is ours: a run recorded before a task or detector changed is
         # replaced, not an error (the same configuration still resumes).
         config.setdefault("force", True)
-        key = json.dumps({"model": model, "device": self.device, **config}, sort_keys=True, default=str)
+        loaded = self.loaded(model)
+        key = json.dumps({"model": model, "device": self.device, "weights": _fingerprint(loaded), **config},
+                         sort_keys=True, default=str)
         name = f"{model.replace('/', '_')}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
         out = Path(self.config.cache.mkdir("locos-runs")) / name
         cfg = RunConfig(model=model, device=self.device, output_dir=out, **config)
-        return run_benchmark(cfg, model=self.loaded(model))
+        return run_benchmark(cfg, model=loaded)
 
     def check(self, run_dir: Any, *, baseline_file: str | Path | None = None) -> None:
         """Compare `run_dir` with the baselines; fail this test on any regression/improvement.
@@ -121,6 +123,20 @@ class LocosSession:
             lines += [f"{v.status}: {v.record.label}: {v.message}" for v in failed]
             pytest.fail(f"{len(failed)} of {len(verdicts)} baseline checks failed\n" + "\n".join(lines),
                         pytrace=False)
+
+
+def _fingerprint(model: Any) -> str:
+    """A cheap digest of a model's weights (shape, sum and first values of every tensor), so a
+    cached run made with other weights (a rebuilt planted model, say) is not reused."""
+    import torch
+
+    digest = hashlib.sha256(json.dumps(model.describe(), sort_keys=True, default=str).encode())
+    with torch.no_grad():
+        for name, tensor in model.bridge.state_dict().items():
+            flat = tensor.detach().flatten()
+            head = flat[:16].double().cpu().tolist()
+            digest.update(f"{name}{tuple(tensor.shape)}{float(flat.double().sum()):.9e}{head}".encode())
+    return digest.hexdigest()[:16]
 
 
 @pytest.fixture
