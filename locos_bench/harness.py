@@ -75,6 +75,8 @@ class RunConfig:
     batch_size: int = 4
     force: bool = False
     quiet: bool = False
+    lm_eval_tasks: list[str] = field(default_factory=list)
+    """lm-eval tasks (names or YAML files) evaluated as controls with the first retrieval task's heads."""
 
     def resolved(self) -> RunConfig:
         """Fill unset fields from the preset and validate names and sizes."""
@@ -253,6 +255,12 @@ class Run:
             tasks = [build_task_data(load_task(name), cfg, self.model) for name in cfg.tasks]
         if not any(t.spec.kind == "retrieval" for t in tasks):
             raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
+        if cfg.lm_eval_tasks:
+            from locos_bench.lm_eval import lm_eval_controls
+
+            source = next(t for t in tasks if t.spec.kind == "retrieval")
+            with self._timed("prepare"):
+                tasks += lm_eval_controls(cfg.lm_eval_tasks, source, limit=cfg.n_eval)
         max_heads = self.model.geometry.n_total_heads
         if max(cfg.budgets) > max_heads:
             self.progress.log(f"warning: budgets above the model's {max_heads} heads are capped")
@@ -414,6 +422,11 @@ class Run:
         if cached is not None:
             return EvalUnit(**base, values=cached.values, generations=cached.generations, seconds=0.0, reused=True)
         start = time.perf_counter()
+        if hasattr(data, "values"):  # an lm-eval control (locos_bench.lm_eval.LmEvalControl)
+            values = data.values(self.model, self._hooks(heads, means), batch_size=self.cfg.batch_size)
+            unit = EvalUnit(**base, values=values, seconds=time.perf_counter() - start)
+            self.eval_cache[(task, _head_key(heads))] = unit
+            return unit
         rows = evaluate_task(self.model, data.spec, data.evaluation, hooks=self._hooks(heads, means),
                              batch_size=self.cfg.batch_size)
         metrics = self.manifest_task(task).metrics

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite a run directory with another configuration")
     parser.add_argument("--publish", action="store_true", help="also copy the leaderboard into leaderboard/")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
+                        default=None, metavar="TASK[,TASK]",
+                        help="lm-eval tasks (names or YAML files) as controls, with the first retrieval task's heads")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -57,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
         n_calib=args.n_calib, n_ref=args.n_ref, n_eval=args.n_eval, random_draws=args.random_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
-        quiet=args.quiet,
+        quiet=args.quiet, lm_eval_tasks=args.lm_eval_tasks or [],
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():

@@ -288,3 +288,62 @@ def test_per_example_values_of_a_local_task(le, planted):
     info = le.describe_task("planted_kv_rolling", limit=4, include_path=FIXTURES)
     assert info["metrics"] == ["word_perplexity", "bits_per_byte"] and info["n_docs"] == 4
     assert len(info["data_hash"]) == 64
+
+
+# ---------------------------------------------------------------------------------------
+# lm-eval tasks as controls of a benchmark run, and head sets read from its run directory
+
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory, planted):
+    from locos_bench.harness import RunConfig, run_benchmark
+
+    cfg = RunConfig(model="planted", detectors=["locos"], preset="quick", quiet=True,
+                    output_dir=tmp_path_factory.mktemp("runs") / "planted-quick",
+                    lm_eval_tasks=[str(FIXTURES / "planted_kv_mc.yaml")])
+    return run_benchmark(cfg, model=planted)
+
+
+def test_lm_eval_tasks_are_controls_of_a_run(planted_run):
+    from locos_bench.leaderboard import analyze_runs
+    from locos_bench.records import BASELINE, EvalUnit
+
+    manifest = planted_run.read_manifest()
+    entries = {t.name: t for t in manifest.tasks}
+    assert entries["lm-eval:planted_kv_mc"].kind == "control"
+    assert entries["lm-eval:planted_kv_mc"].splits == {"evaluation": list(range(6))}  # quick: 6 evaluation examples
+    units = {u.key: u for u in planted_run.read_units() if isinstance(u, EvalUnit)}
+    base = units[("eval", "lm-eval:planted_kv_mc", BASELINE, 0, 0)]
+    top4 = units[("eval", "lm-eval:planted_kv_mc", "locos", 0, 4)]
+    assert base.values["acc"] == [1.0] * 6
+    assert top4.heads_from == "planted-kv" and len(top4.values["acc"]) == 6
+    assert sum(top4.values["acc"]) < sum(base.values["acc"])  # LOCOS's heads are the planted retrieval heads
+    stats = analyze_runs([planted_run.path], n_resamples=200)[0]
+    row = next(r for r in stats.summary if r.detector == "locos")
+    assert row.control_tasks == 1 and row.figures["headline"]["specificity"] is not None
+    assert "lm-eval:planted_kv_mc" in (planted_run.path / "leaderboard.md").read_text()
+
+
+def test_heads_from_a_run_directory(le, planted, planted_run, planted_dir):
+    import torch
+
+    from locos_bench.detectors.base import HeadScores
+    from locos_bench.errors import LocosError
+    from locos_bench.models import load_model
+    from locos_bench.records import ScoresUnit
+
+    unit = next(u for u in planted_run.read_units() if isinstance(u, ScoresUnit) and u.detector == "locos")
+    expected = HeadScores(scores=torch.tensor(unit.scores), detector="locos").ranking()[:2]
+    got = le.resolve_heads(f"{planted_run.path}:locos@planted-kv:2", planted)
+    assert got.heads == expected and got.task == "planted-kv"
+    with pytest.raises(LocosError, match=r"has no head scores for attention@planted-kv; it has: locos@planted-kv$"):
+        le.resolve_heads(f"{planted_run.path}:attention@planted-kv:2", planted)
+    with pytest.raises(LocosError, match="was made on model 'planted'"):
+        le.resolve_heads(f"{planted_run.path}:locos@planted-kv:2", load_model(str(planted_dir)))
+
+
+def test_run_cli_parses_lm_eval_tasks():
+    from locos_bench.cli import build_parser
+
+    args = build_parser().parse_args(["run", "--lm-eval-tasks", "arc_easy, gsm8k"])
+    assert args.lm_eval_tasks == ["arc_easy", "gsm8k"]
