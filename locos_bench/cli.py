@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "leaderboard": ("leaderboard", "write the Markdown leaderboard of run directories"),
     "check": ("check", "compare a run against baselines; non-zero exit on any failure"),
     "explain": ("explain", "explain one answer: which heads wrote it, from which tokens (HTML page)"),
+    "lm-eval": ("lm_eval", "lm-eval's CLI with the `locos` model (any lm-eval task, heads ablated)"),
 }
 
 
@@ -46,9 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that hand everything after their name, unparsed, to another program's CLI.
+PASSTHROUGH = {"lm-eval"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    at = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
+    if at < len(argv) and argv[at] in PASSTHROUGH:
+        args = parser.parse_args(argv[: at + 1])
+        args.args = argv[at + 1:]
+    else:
+        args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2

@@ -52,6 +52,9 @@ class RunConfig:
     quiet: bool = False
     explain: int = 0
     """Write explain pages for the first N evaluation examples of each retrieval task."""
+    lm_eval_tasks: list[str] = field(default_factory=list)
+    """lm-eval tasks (names or YAML files) evaluated as controls with the first retrieval task's heads."""
+    """Write explain pages for the first N evaluation examples of each retrieval task."""
     data: Path | None = None
     """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
 

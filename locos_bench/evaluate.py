@@ -94,10 +94,12 @@ def _left_padded(prompts: Sequence[Sequence[int]], pad: int, device: Any) -> tup
 
 
 def _greedy(
-    model: Any, logits: Any, cache: Any, mask: Any, positions: Any, *, max_new_tokens: int, cut: bool
+    model: Any, logits: Any, cache: Any, mask: Any, positions: Any, *, max_new_tokens: int, cut: bool,
+    until: Sequence[str] = (),
 ) -> list[str]:
     """Greedy continuation of a prefilled batch (its last `logits` and KV `cache`); a row
-    stops at EOS or, with `cut`, at its first newline; the batch stops when every row has."""
+    stops at EOS, at any `until` string or, with `cut`, at its first newline; the batch
+    stops when every row has."""
     torch = _torch()
     tok, bridge = model.tokenizer, model.bridge
     stops, pad = stop_token_ids(tok), _pad_id(tok)
@@ -114,8 +116,9 @@ def _greedy(
                 done[row] = True
                 continue
             generated[row].append(token)
-            if cut and "\n" in tok.decode(generated[row]):
-                done[row] = True
+            if cut or until:
+                text = tok.decode(generated[row])
+                done[row] = (cut and "\n" in text) or any(stop in text for stop in until if stop)
         if all(done) or step == max_new_tokens - 1:
             break
         nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
@@ -155,9 +158,26 @@ def generate_answers(
     Returns:
         One string per example, in input order (without the prompt).
     """
+    prompts = [_prompt_ids(model, ex) for ex in examples]
+    return generate_from_ids(model, prompts, max_new_tokens=max_new_tokens, hooks=hooks,
+                             batch_size=batch_size, cut=cut)
+
+
+def generate_from_ids(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+    cut: bool = False,
+    until: Sequence[str] = (),
+) -> list[str]:
+    """`generate_answers` on prompts already tokenised (lm-eval's requests come as text
+    with their own BOS rules); a row also stops once any `until` string appears in it
+    (the text is returned uncut: the caller trims at its own stop strings)."""
     torch = _torch()
     device = getattr(model, "device", "cpu")
-    prompts = [_prompt_ids(model, ex) for ex in examples]
     pad = _pad_id(model.tokenizer)
     outputs: list[str] = [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -168,7 +188,8 @@ def generate_answers(
                 ids, attention_mask=mask, position_ids=positions,
                 return_type="logits_and_cache", logits_to_keep=1,
             )
-            texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=cut)
+            texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens,
+                            cut=cut, until=until)
             for i, text in zip(batch, texts):
                 outputs[i] = text
     return outputs
@@ -196,31 +217,60 @@ def gold_logprobs(
     Returns:
         One float per example (mean over its answer tokens), in input order.
     """
+    items = [_tokenized(model, ex) for ex in tokenized_examples]
+    scored = continuation_logprobs(model, [(it.input_ids, len(it.answer_ids)) for it in items],
+                                   hooks=hooks, batch_size=batch_size)
+    torch = _torch()
+    return [float(torch.tensor(lp).mean()) for lp, _ in scored]
+
+
+def continuation_logprobs(
+    model: Any,
+    sequences: Sequence[tuple[Sequence[int], int]],
+    *,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+) -> list[tuple[list[float], list[bool]]]:
+    """Teacher-forced log-probs of the last `n` tokens of each `(token_ids, n)` sequence.
+
+    Shared by `gold_logprobs` and lm-eval's `loglikelihood`: one right-padded forward per
+    batch, the unembedding applied only at the positions that predict a scored token.
+
+    Returns:
+        Per sequence, in input order: each scored token's log-prob, and whether it is the
+        argmax (greedy) token at its position.
+    """
     torch = _torch()
     bridge = model.bridge
     device = getattr(model, "device", "cpu")
-    items = [_tokenized(model, ex) for ex in tokenized_examples]
     pad = _pad_id(model.tokenizer)
-    out: list[float] = [0.0] * len(items)
-    order = sorted(range(len(items)), key=lambda i: items[i].n_tokens)
+    out: list[tuple[list[float], list[bool]]] = [([], [])] * len(sequences)
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
     with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
         for batch in _batches(order, max(1, batch_size)):
-            width = max(items[i].n_tokens for i in batch)
+            width = max(len(sequences[i][0]) for i in batch)
             ids = torch.full((len(batch), width), pad, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
+            where_rows = []
             for row, i in enumerate(batch):
-                ids[row, : items[i].n_tokens] = torch.tensor(items[i].input_ids)
-                mask[row, : items[i].n_tokens] = 1
-            keep = sorted({p for i in batch for p in items[i].answer_positions})
+                tokens, n = sequences[i]
+                if not 0 < n < len(tokens):
+                    raise LocosError(f"cannot score {n} of {len(tokens)} tokens (need a context token first)")
+                ids[row, : len(tokens)] = torch.tensor(list(tokens))
+                mask[row, : len(tokens)] = 1
+                where_rows.append(list(range(len(tokens) - 1 - n, len(tokens) - 1)))
+            keep = sorted({p for rows in where_rows for p in rows})
             where = {p: k for k, p in enumerate(keep)}
             logits = bridge(
                 ids.to(device), attention_mask=mask.to(device),
                 logits_to_keep=torch.tensor(keep, device=device),
             )
             for row, i in enumerate(batch):
-                item = items[i]
-                cols = [where[p] for p in item.answer_positions]
-                out[i] = float(token_logprobs(logits[row, cols], item.answer_ids).mean())
+                tokens, n = sequences[i]
+                cols = [where[p] for p in where_rows[row]]
+                targets = torch.tensor(list(tokens[-n:]), device=logits.device)
+                picked = logits[row, cols]  # [n, V]
+                out[i] = (token_logprobs(picked, targets).tolist(), (picked.argmax(-1) == targets).tolist())
     return out
 
 

@@ -44,6 +44,7 @@ from locos_bench.records import (
     provenance,
 )
 from locos_bench.splits import TaskData, build_run_tasks
+from locos_bench.tasks.tokenize import tokenize_example
 
 _PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic"}
 
@@ -260,7 +261,7 @@ class Worker:
             means = None
             if self.ablation.needs_reference:
                 with self._timed("reference"):
-                    ids = [t.input_ids for t in data.tokenized(self.model, "reference")]
+                    ids = [tokenize_example(ex, self.model.tokenizer).input_ids for ex in data.reference]
                     means = reference_means(self.model, ids, positionwise=self.ablation.positionwise)
             self._means[name] = means
         return self._means[name]
@@ -302,6 +303,9 @@ class Worker:
         base = dict(task=task, detector=key.detector, draw=key.draw, k=key.index,
                     heads=[list(h) for h in heads], heads_from=heads_from)
         start = time.perf_counter()
+        if hasattr(data, "values"):  # an lm-eval control (locos_bench.lm_eval.LmEvalControl)
+            values = data.values(self.model, self._hooks(heads, means), batch_size=self.cfg.batch_size)
+            return EvalUnit(**base, values=values, seconds=time.perf_counter() - start)
         rows = evaluate_task(self.model, data.spec, data.evaluation,
                              hooks=self._hooks(heads, means), batch_size=self.cfg.batch_size)
         metrics = data.entry.metrics

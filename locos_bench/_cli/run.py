@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--explain", type=int, default=0, metavar="N",
                         help="write explain pages for the first N evaluation examples of each retrieval task")
+    parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
+                        default=None, metavar="TASK[,TASK]",
+                        help="lm-eval tasks (names or YAML files) as controls, with the first retrieval task's heads")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -65,6 +68,7 @@ def main(args: argparse.Namespace) -> int:
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
         quiet=args.quiet, data=args.data, explain=args.explain,
+        lm_eval_tasks=args.lm_eval_tasks or [],
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():
