@@ -63,10 +63,10 @@ def connect(address: str | None = None, **init_kwargs: Any) -> bool:
     An already connected process keeps its connection.
     """
     ray = import_ray()
-    if ray.is_initialized():
-        return False
     if address not in (None, "auto", "local"):
         _check_reachable(address)
+    if ray.is_initialized():
+        return False
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **init_kwargs)
     except ConnectionError as exc:
