@@ -178,7 +178,10 @@ class RayExecutor:
                              "lower it, or add GPU nodes")
         if cpus > have_cpus:
             raise LocosError(f"each worker needs {cpus:g} CPU(s) but the Ray cluster has {have_cpus:g}")
-        fit = int(have_gpus // gpus) if gpus > 0 else int(have_cpus // cpus)
+        fit = min(int(have_gpus // gpus) if gpus > 0 else int(have_cpus // cpus), int(have_cpus // cpus))
+        if workers is not None and workers > fit:  # the rest would wait for resources for ever
+            raise LocosError(f"--workers {workers} do not fit: the Ray cluster has room for {fit} worker(s) of "
+                             f"{gpus:g} GPU(s) and {cpus:g} CPU(s) each")
         return max(1, workers if workers is not None else fit)
 
     def _start(self) -> Any:

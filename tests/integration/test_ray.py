@@ -69,6 +69,7 @@ def _units(run_dir):
     return {u.key: u.model_dump(exclude={"seconds"}) for u in units}
 
 
+@pytest.mark.slow
 def test_ray_records_equal_local_records_unit_for_unit(tmp_path, cluster, planted):
     from locos_bench.executors import RayExecutor
 
@@ -203,3 +204,5 @@ def test_bad_worker_count(cluster):
 
     with pytest.raises(LocosError, match="--workers must be at least 1"):
         RayExecutor(_cfg(None, "locos"), workers=0)
+    with pytest.raises(LocosError, match="--workers 3 do not fit: the Ray cluster has room for 2 worker"):
+        RayExecutor(_cfg(None, "locos"), workers=3)

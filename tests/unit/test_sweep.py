@@ -102,3 +102,14 @@ def test_local_sweep_runs_each_run_and_writes_one_leaderboard(tmp_path, capsys):
     lines = {p: (p / RunDir.RESULTS).read_text() for p in sweep.run_dirs}
     run_sweep(sweep, quiet=True, log=lambda message: None)  # a rerun resumes: nothing recomputed
     assert {p: (p / RunDir.RESULTS).read_text() for p in sweep.run_dirs} == lines
+
+
+def test_readme_sweep_example_is_a_valid_sweep(tmp_path):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Sweeps", 1)[1]
+    text = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    sweep = load_sweep(_write(tmp_path, text))
+    assert [cfg.model for cfg in sweep.runs] == ["planted", "smollm2"]
+    assert [p.name for p in sweep.run_dirs] == ["planted-quick-seed0", "smollm2-quick-seed0"]
