@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import socket
 import sys
 from collections import deque
@@ -114,10 +113,6 @@ class _RayWorker:
         tasks = {name: build_task_data(load_task(name), cfg, model) for name in cfg.tasks}
         self.worker = Worker(cfg, model, tasks, lambda message: print(message, file=sys.stderr, flush=True))
 
-    def ready(self) -> int:
-        """The worker's process id (once the model is loaded)."""
-        return os.getpid()
-
     def run(self, job_json: str) -> tuple[str, dict[str, float]]:
         from locos_bench.harness import Job
 
@@ -165,8 +160,6 @@ class RayExecutor:
         self._cfg_json = _config_json(cfg)
         self._actors = [self._start() for _ in range(self.n_workers)]
         self._timings: dict[str, float] = {}
-        self.pids: dict[int, Any] = {}
-        """Process id -> actor, for the workers known to be up."""
         self.deaths = 0
         """Workers lost so far (each replaced)."""
 
@@ -192,12 +185,6 @@ class RayExecutor:
         return tuple(getattr(exc, name) for name in ("RayActorError", "WorkerCrashedError", "OutOfMemoryError",
                                                      "NodeDiedError", "ActorUnavailableError")
                      if hasattr(exc, name))
-
-    def worker_pids(self, timeout: float = 120.0) -> list[int]:
-        """Process ids of the current workers (waits for their models to load)."""
-        pids = self.ray.get([actor.ready.remote() for actor in self._actors], timeout=timeout)
-        self.pids = dict(zip(pids, self._actors))
-        return pids
 
     def run(self, jobs: Sequence[Any]) -> Iterator[Any]:
         """Yield one unit per job as workers finish them (any order)."""
@@ -239,7 +226,6 @@ class RayExecutor:
             pass
         fresh = self._start()
         self._actors = [fresh if a is actor else a for a in self._actors]
-        self.pids = {pid: a for pid, a in self.pids.items() if a is not actor}
         return fresh
 
     def timings(self) -> dict[str, float]:

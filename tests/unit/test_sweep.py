@@ -113,3 +113,11 @@ def test_readme_sweep_example_is_a_valid_sweep(tmp_path):
     sweep = load_sweep(_write(tmp_path, text))
     assert [cfg.model for cfg in sweep.runs] == ["planted", "smollm2"]
     assert [p.name for p in sweep.run_dirs] == ["planted-quick-seed0", "smollm2-quick-seed0"]
+
+
+def test_list_prints_the_runs_without_running_them(tmp_path, capsys):
+    path = _write(tmp_path, SMALL.format(out=tmp_path / "runs"))
+    assert cli.main(["sweep", str(path), "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and "model=planted preset=default seed=1" in lines[1]
+    assert not (tmp_path / "runs").exists()
