@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detectors": ("detectors", "list registered head detectors"),
     "score": ("score", "score the heads of a model on a task with one detector"),
     "run": ("run", "the benchmark: detect, ablate the top-k heads, evaluate, leaderboard"),
+    "sweep": ("sweep", "a grid of runs (models, seeds, presets, ...) and one combined leaderboard"),
     "leaderboard": ("leaderboard", "write the Markdown leaderboard of run directories"),
     "check": ("check", "compare a run against baselines; non-zero exit on any failure"),
     "explain": ("explain", "explain one answer: which heads wrote it, from which tokens (HTML page)"),

@@ -193,18 +193,24 @@ class Run:
             if job.key.kind == "scores" or (jk not in self._evaluated and jk not in seen):
                 fresh.append(job)
                 seen.add(jk)
-        results = {unit.key: unit for unit in executor.run(fresh)}
-        for job in jobs:
-            unit = results.get(job.key)
-            source = self._evaluated.get(_job_key(job.key, job.heads))
-            if unit is None and source is None:  # the identical head set's unit failed
-                unit = next(iter(executor.run([job])))
-            if unit is None:  # an identical head set was evaluated: copy its values
-                unit = _reused(job, source)
-            elif job.key.kind != "scores" and not unit.error:
-                self._evaluated.setdefault(_job_key(job.key, job.heads), unit)
-            self._save(unit)
+        by_key = {job.key: job for job in fresh}
+        for unit in executor.run(fresh):  # saved as they come, so a killed driver loses none
+            self._keep(by_key[unit.key], unit)
             advance(1)
+        for job in jobs:
+            if job.key in self.done:
+                continue
+            source = self._evaluated.get(_job_key(job.key, job.heads))
+            if source is None:  # the identical head set's unit failed
+                self._keep(job, next(iter(executor.run([job]))))
+            else:  # an identical head set was evaluated: copy its values
+                self._save(_reused(job, source))
+            advance(1)
+
+    def _keep(self, job: Job, unit: Any) -> None:
+        if job.key.kind != "scores" and not unit.error:
+            self._evaluated.setdefault(_job_key(job.key, job.heads), unit)
+        self._save(unit)
 
 
 @dataclass(frozen=True)
@@ -371,8 +377,12 @@ def _stable_int(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
-def run_benchmark(cfg: RunConfig, *, model: Any = None) -> RunDir:
-    """Resolve `cfg`, load the model (unless given), run every unit, write the leaderboard."""
+def run_benchmark(cfg: RunConfig, *, model: Any = None, executor: Any = None) -> RunDir:
+    """Resolve `cfg`, load the model (unless given), run every unit, write the leaderboard.
+
+    `executor` runs the jobs (default: this process, `LocalExecutor`); a
+    `locos_bench.executors.RayExecutor` spreads them over a Ray cluster.
+    """
     from locos_bench.leaderboard import write_leaderboard
     from locos_bench.models import load_model
 
@@ -382,7 +392,7 @@ def run_benchmark(cfg: RunConfig, *, model: Any = None) -> RunDir:
     if model is None:
         progress.log(f"loading {cfg.model} ...")
         model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    run = Run(cfg, model, progress)
+    run = Run(cfg, model, progress, executor=executor)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()
     run.manifest.timings = dict(run.timings, total=round(time.perf_counter() - start + model.load_seconds, 3))

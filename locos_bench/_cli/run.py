@@ -54,6 +54,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with the first retrieval task's heads")
+    add_executor_arguments(parser)
+
+
+def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--executor` and its Ray options (shared by `run` and `sweep`)."""
+    parser.add_argument("--executor", default="local", choices=["local", "ray"],
+                        help="where units run: this process (default) or a Ray cluster (pip install 'locos-bench[ray]')")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster address: auto or HOST:PORT (default: start a local Ray instance)")
+    parser.add_argument("--gpus-per-worker", type=float, default=None, metavar="G",
+                        help="GPUs each Ray worker holds (default 0; 1 = one model per GPU)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="Ray workers (default: as many as the cluster fits)")
+
+
+def make_executor_from_args(args: argparse.Namespace, cfg) -> object:
+    """The executor the flags name (None: local), for the resolved `cfg`."""
+    from locos_bench.executors import make_executor
+
+    return make_executor(args.executor, cfg, address=args.address, workers=args.workers,
+                         gpus_per_worker=args.gpus_per_worker)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -74,13 +95,17 @@ def main(args: argparse.Namespace) -> int:
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():
         raise LocosError(f"--resume: {resolved.output_dir} holds no run to resume")
     start = time.perf_counter()
+    executor = make_executor_from_args(args, resolved)
     try:
-        run_dir = run_benchmark(cfg)
+        run_dir = run_benchmark(resolved, executor=executor)
     except KeyboardInterrupt:
         command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         print(f"\ninterrupted: finished units are saved in {resolved.output_dir}; rerun\n  {command}\n"
               "to resume.", file=sys.stderr)
         return 130
+    finally:
+        if executor is not None:
+            executor.close()
     board = run_dir.path / "leaderboard.md"
     if args.publish:
         target = Path("leaderboard") / run_dir.path.name
