@@ -71,8 +71,8 @@ class RunConfig:
     seed: int = 0
     output_dir: Path | None = None
     device: str = "cpu"
-    dtype: str = "float32"
-    batch_size: int = 4
+    dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
+    batch_size: int | None = None  # None: from free memory on cuda, 4 on cpu
     force: bool = False
     quiet: bool = False
 
@@ -93,7 +93,7 @@ class RunConfig:
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
                                   ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
-            if value < low:
+            if value is not None and value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
@@ -468,9 +468,15 @@ def run_benchmark(cfg: RunConfig, *, model: Any = None) -> RunDir:
     cfg = cfg.resolved()
     progress = Progress(cfg.quiet)
     start = time.perf_counter()
+    from locos_bench.planning import context_tokens
+
+    tokens = context_tokens(cfg.tasks)
     if model is None:
         progress.log(f"loading {cfg.model} ...")
-        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, context_tokens=tokens)
+    if cfg.batch_size is None:
+        cfg.batch_size, why = model.batch_size_for(tokens)
+        model.info["batch_size_chosen"] = f"{cfg.batch_size} ({why})"
     run = Run(cfg, model, progress)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()

@@ -146,8 +146,14 @@ def save_local(model: Any, tokenizer: Any, directory: str | Path) -> Path:
     return directory
 
 
-def miniature(architecture: str, directory: str | Path, *, seed: int = 0, chat_template: str | None = None) -> Path:
-    """Build the tiny random instance of `architecture` (a key of `ARCHITECTURES`) into `directory`."""
+def miniature(
+    architecture: str, directory: str | Path, *, seed: int = 0, chat_template: str | None = None,
+    **overrides: Any,
+) -> Path:
+    """Build the tiny random instance of `architecture` (a key of `ARCHITECTURES`) into `directory`.
+
+    `overrides` replace fields of the (text) config after scaling, e.g.
+    `max_position_embeddings=64`."""
     from locos_bench.models import shipped_config
 
     if architecture not in ARCHITECTURES:
@@ -159,6 +165,7 @@ def miniature(architecture: str, directory: str | Path, *, seed: int = 0, chat_t
     text = _text_part(config)
     for key, token in (("bos_token_id", "<bos>"), ("eos_token_id", "<eos>"), ("pad_token_id", "<pad>")):
         text[key] = tokenizer.convert_tokens_to_ids(token)
+    text.update(overrides)
     return save_local(random_model(config, seed=seed), tokenizer, directory)
 
 

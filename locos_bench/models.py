@@ -172,14 +172,32 @@ class LoadedModel:
     dtype: str
     info: dict[str, Any] = field(default_factory=dict)
 
+    def batch_size_for(self, tokens: int) -> tuple[int, str]:
+        """A batch size for `tokens`-token sequences and why: chosen from free GPU memory on
+        CUDA, 4 on CPU (the size the published CPU runs used)."""
+        if not self.device.startswith("cuda"):
+            return 4, "cpu default"
+        import torch
+
+        from locos_bench import planning
+
+        free, _ = torch.cuda.mem_get_info(torch.device(self.device))
+        batch = planning.batch_size_for(self.geometry, tokens, free, self.dtype)
+        return batch, f"from free GPU memory ({free / planning.GIB:.1f} GiB free, {tokens} tokens)"
+
     @property
     def uses_chat_template(self) -> bool:
         return self.spec.chat and bool(getattr(self.tokenizer, "chat_template", None))
 
     @property
     def chat_template_kwargs(self) -> dict[str, Any]:
-        """Extra `apply_chat_template` arguments (`enable_thinking=False` for Qwen3)."""
-        return dict(self.spec.chat_template_kwargs)
+        """Extra `apply_chat_template` arguments: the alias's, and `enable_thinking=False` for
+        any template with that switch (Qwen3's hybrid thinking), so answers are not spent
+        inside a thinking block."""
+        kwargs = dict(self.spec.chat_template_kwargs)
+        if "enable_thinking" in (getattr(self.tokenizer, "chat_template", None) or ""):
+            kwargs.setdefault("enable_thinking", False)
+        return kwargs
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary: geometry, provenance and load time."""
@@ -382,12 +400,18 @@ def _check_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
     return dtype, getattr(torch, dtype)
 
 
+def default_dtype(device: str) -> str:
+    """bfloat16 on CUDA (what 7-12B checkpoints are stored in), float32 on CPU."""
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
 def load_model(
     name: str = "gemma3",
     *,
     device: str = "cpu",
-    dtype: str = "float32",
+    dtype: str | None = None,
     planted_config: Any = None,
+    context_tokens: int | None = None,
 ) -> LoadedModel:
     """Load a model by alias, Hugging Face id or local directory and boot the bridge.
 
@@ -395,16 +419,21 @@ def load_model(
         name: `gemma3`, `smollm2`, `planted`, a hub alias, a Hugging Face id or a local
             directory holding an HF checkpoint.
         device: `cpu` or `cuda`.
-        dtype: `float32` (default), `bfloat16`, or `float16` (GPU only).
+        dtype: `float32`, `bfloat16`, or `float16` (GPU only); None picks `default_dtype`.
         planted_config: For `planted` only: a `PlantedConfig` overriding the default build.
+        context_tokens: The longest sequence the run will feed; on CUDA the model and one
+            such sequence must fit in free memory, checked before loading.
 
     Raises:
-        LocosError: unknown alias, missing package, hub unreachable, corrupt GGUF, no GPU.
+        LocosError: unknown alias, missing package, hub unreachable, corrupt GGUF, no GPU,
+            a GPU too small for the model and context.
     """
     start = time.perf_counter()
     spec = resolve_spec(name)
     _quiet_transformers()
-    dtype_name, torch_dtype = _check_device_dtype(device, dtype)
+    dtype_name, torch_dtype = _check_device_dtype(device, dtype or default_dtype(device))
+    if device.startswith("cuda"):
+        _check_gpu_fits(spec, device, dtype_name, context_tokens)
     info: dict[str, Any] = {}
     cached = False
     if spec.source == "builtin":
@@ -433,6 +462,59 @@ def load_model(
         dtype=dtype_name,
         info=info,
     )
+
+
+def _architecture_numbers(spec: ModelSpec) -> dict[str, Any] | None:
+    """The config dict known before loading: shipped for aliases, config.json for local dirs."""
+    if spec.config:
+        return shipped_config(spec.alias)
+    path = Path(spec.resolves_to) / "config.json"
+    if spec.source == "local" and path.is_file():
+        return json.loads(path.read_text())
+    return None
+
+
+def _check_gpu_fits(spec: ModelSpec, device: str, dtype: str, context_tokens: int | None) -> None:
+    import torch
+
+    from locos_bench import planning
+
+    raw = _architecture_numbers(spec)
+    if raw is None:
+        return  # a hub id without shipped numbers: transformers reports what does not fit
+    from locos_bench.miniature import hf_config
+
+    config = hf_config(raw)
+    needed = planning.parameter_counts(config)["language_model"] * planning.BYTES[dtype]
+    what = f"{spec.alias} in {dtype}"
+    if context_tokens:
+        needed += planning.sequence_bytes(planning.geometry_from_config(config), context_tokens, dtype)
+        what += f" with a {context_tokens}-token context"
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    planning.check_fits(needed, free, what)
+
+
+def plan_model(name: str, *, dtype: str | None = None) -> dict[str, Any]:
+    """What `locos-bench models NAME` prints for a hub alias, offline: provenance, head
+    geometry, parameters and memory at each preset's context (`locos_bench.planning`), in
+    `dtype` (default: the checkpoint's own, bfloat16 for every shipped config)."""
+    from locos_bench import planning
+
+    spec = resolve_spec(name)
+    raw = shipped_config(spec.alias)
+    dtype = dtype or raw.get("torch_dtype", "bfloat16")
+    if dtype not in _DTYPES:
+        raise unknown("dtype", dtype, _DTYPES)
+    return {
+        "name": spec.alias,
+        "resolves_to": spec.resolves_to,
+        "source": spec.source,
+        "kind": spec.kind,
+        "note": spec.note,
+        "chat_template_kwargs": dict(spec.chat_template_kwargs),
+        "planned_from": f"locos_bench/data/model_configs/{spec.config}.json (not loaded)",
+        **planning.plan(raw, dtype=_DTYPES[dtype]),
+    }
 
 
 def shipped_config(name: str) -> dict[str, Any]:

@@ -107,7 +107,8 @@ def format_example(example: Example, fmt: str, model: Any = None) -> Example:
     tok = _tokenizer(model)
     content = example.prompt + CHAT_INSTRUCTION
     templated = tok.apply_chat_template(
-        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True,
+        **getattr(model, "chat_template_kwargs", {}),  # Qwen3: enable_thinking=False
     )
     # The tokenizer adds BOS itself: drop a BOS the template wrote, or it would appear twice.
     bos = getattr(tok, "bos_token", None)

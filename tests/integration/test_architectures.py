@@ -131,10 +131,13 @@ def test_every_detector_conforms(real_model):
 
 
 def test_quick_preset_ends_with_a_leaderboard(architecture_dirs, arch, tmp_path):
+    """The CLI's whole run on each architecture; fewer evaluation examples than `quick` keeps
+    the matrix inside CI's budget (random weights never stop generating early)."""
     from locos_bench.cli import main
 
     out = tmp_path / "run"
     code = main(["run", "--model", str(architecture_dirs[arch]), "--preset", "quick", "--quiet",
+                 "--n-eval", "3", "--random-draws", "1", "--rank-diagnostic", "1",
                  "--output-dir", str(out)])
     assert code == 0
     board = (out / "leaderboard.md").read_text()
