@@ -125,6 +125,7 @@ def byte_tokenizer(corpus: list[str] | None = None, *, vocab_size: int = 512, ch
         tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
         unk_token="<unk>", clean_up_tokenization_spaces=False, add_bos_token=True,
         model_max_length=TINY["max_positions"], chat_template=chat_template,
+        name_or_path="locos-bench/byte-bpe",  # TransformerLens reads it when booting
     )
 
 

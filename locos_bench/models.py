@@ -446,21 +446,43 @@ def load_model(
         hf_model, tokenizer, cached = _load_hf(spec, torch_dtype)
         if getattr(hf_model, "locos_multimodal", None):
             info["language_model_of"] = hf_model.locos_multimodal
-    hf_model = hf_model.to(device).eval()
+    return wrap_model(hf_model, tokenizer, spec=spec, name=canonical_name(name), device=device,
+                      dtype=dtype_name, info=info, cached=cached, started=start)
+
+
+def wrap_model(
+    hf_model: Any,
+    tokenizer: Any,
+    *,
+    spec: ModelSpec | None = None,
+    name: str | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    info: dict[str, Any] | None = None,
+    cached: bool = False,
+    started: float | None = None,
+) -> LoadedModel:
+    """Boot the bridge around a transformers model already in memory (what `load_model` does
+    after loading; `benchmarks/gpu.py` passes a randomly initialised full-size model)."""
+    started = time.perf_counter() if started is None else started
+    dtype_name, torch_dtype = _check_device_dtype(device, dtype or default_dtype(device))
+    name = name or type(hf_model).__name__
+    spec = spec or ModelSpec(name, name, "builtin", kind="test")
+    hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
     if not hf_model.config.architectures:
         hf_model.config.architectures = [type(hf_model).__name__]
     bridge = _boot(spec, hf_model, tokenizer, device, torch_dtype)
     return LoadedModel(
-        name=canonical_name(name),
+        name=name,
         spec=spec,
         bridge=bridge,
         tokenizer=tokenizer,
         geometry=geometry_of(bridge),
-        load_seconds=time.perf_counter() - start,
+        load_seconds=time.perf_counter() - started,
         cached=cached,
         device=device,
         dtype=dtype_name,
-        info=info,
+        info=info or {},
     )
 
 
