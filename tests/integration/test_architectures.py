@@ -118,7 +118,9 @@ def test_every_detector_conforms(real_model):
     from locos_bench.detectors.registry import detector_names
     from locos_bench.tasks import load_task, make_examples
 
-    examples = make_examples(load_task("kv-retrieval"), 2, model=real_model)
+    short = load_task("kv-retrieval").model_copy(update={"context_lengths": [120]})  # still > 3 windows
+    examples = make_examples(short, 2, model=real_model)
+    assert all(len(real_model.tokenizer(e.prompt)["input_ids"]) > 3 * TINY["window"] for e in examples)
     mha = real_model.geometry.n_kv_heads == real_model.geometry.n_heads
     with conformance.on_model(real_model, examples):
         for name in detector_names():
@@ -131,13 +133,13 @@ def test_every_detector_conforms(real_model):
 
 
 def test_quick_preset_ends_with_a_leaderboard(architecture_dirs, arch, tmp_path):
-    """The CLI's whole run on each architecture; fewer evaluation examples than `quick` keeps
-    the matrix inside CI's budget (random weights never stop generating early)."""
+    """The CLI's whole run on each architecture; one budget and fewer evaluation examples than
+    `quick` keep the matrix inside CI's budget (random weights never stop generating early)."""
     from locos_bench.cli import main
 
     out = tmp_path / "run"
     code = main(["run", "--model", str(architecture_dirs[arch]), "--preset", "quick", "--quiet",
-                 "--n-eval", "3", "--random-draws", "1", "--rank-diagnostic", "1",
+                 "--n-eval", "2", "--budgets", "2", "--random-draws", "1", "--rank-diagnostic", "1",
                  "--output-dir", str(out)])
     assert code == 0
     board = (out / "leaderboard.md").read_text()
