@@ -235,6 +235,11 @@ class Run:
     """One benchmark run bound to a run directory."""
 
     def __init__(self, cfg: RunConfig, model: Any, progress: Progress) -> None:
+        if cfg.batch_size is None:  # from free memory on CUDA, 4 on CPU; said in the manifest
+            from locos_bench.planning import context_tokens
+
+            cfg.batch_size, why = model.batch_size_for(context_tokens(cfg.tasks))
+            model.info["batch_size_chosen"] = f"{cfg.batch_size} ({why})"
         self.cfg = cfg
         self.model = model
         self.progress = progress
@@ -464,19 +469,15 @@ def _stable_int(text: str) -> int:
 def run_benchmark(cfg: RunConfig, *, model: Any = None) -> RunDir:
     """Resolve `cfg`, load the model (unless given), run every phase, write the leaderboard."""
     from locos_bench.models import load_model
+    from locos_bench.planning import context_tokens
 
     cfg = cfg.resolved()
     progress = Progress(cfg.quiet)
     start = time.perf_counter()
-    from locos_bench.planning import context_tokens
-
-    tokens = context_tokens(cfg.tasks)
     if model is None:
         progress.log(f"loading {cfg.model} ...")
-        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, context_tokens=tokens)
-    if cfg.batch_size is None:
-        cfg.batch_size, why = model.batch_size_for(tokens)
-        model.info["batch_size_chosen"] = f"{cfg.batch_size} ({why})"
+        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                           context_tokens=context_tokens(cfg.tasks))
     run = Run(cfg, model, progress)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()
