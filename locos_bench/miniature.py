@@ -11,11 +11,8 @@ the path a downloaded checkpoint takes.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
-
-from locos_bench.errors import LocosError
 
 ARCHITECTURES: dict[str, str] = {
     "qwen3": "qwen3-8b",
@@ -169,10 +166,3 @@ def miniature(
     text.update(overrides)
     return save_local(random_model(config, seed=seed), tokenizer, directory)
 
-
-def read_config(path: str | Path) -> dict[str, Any]:
-    """A config dict from a JSON file (a shipped config or a checkpoint's config.json)."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise LocosError(f"cannot read model config {path}: {exc}") from None

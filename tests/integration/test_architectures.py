@@ -11,7 +11,6 @@ they ask for (`real_model`, `planted`); contexts are longer than the sliding win
 from __future__ import annotations
 
 import pytest
-import torch
 
 from locos_bench import heads
 from locos_bench.miniature import ARCHITECTURES, TINY, miniature
