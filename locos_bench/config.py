@@ -46,8 +46,10 @@ class RunConfig:
     seed: int = 0
     output_dir: Path | None = None
     device: str = "cpu"
-    dtype: str = "float32"
-    batch_size: int = 4
+    dtype: str | None = None
+    """None: bfloat16 on CUDA, float32 on CPU."""
+    batch_size: int | None = None
+    """None: chosen from free memory on CUDA, 4 on CPU (the manifest says which)."""
     force: bool = False
     quiet: bool = False
     explain: int = 0
@@ -78,7 +80,7 @@ class RunConfig:
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
                                   ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0),
                                   ("--explain", cfg.explain, 0)):
-            if value < low:
+            if value is not None and value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")

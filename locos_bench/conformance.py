@@ -32,6 +32,7 @@ Checks:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -56,20 +57,49 @@ DetectorLike = Any  # a registered name, a Detector instance or class, or a fact
 # Fixtures shared by all checks (built once per process)
 
 
-@functools.cache
+_TARGETS: list[tuple[Any, tuple[Any, ...]]] = []
+
+
 def conformance_model() -> Any:
-    """The planted model: tiny, built in memory, GQA (4 query heads on 2 key/value heads)."""
+    """The planted model (tiny, built in memory, GQA: 4 query heads on 2 key/value heads),
+    or the model given to `on_model`."""
+    return _TARGETS[-1][0] if _TARGETS else _planted_model()
+
+
+def conformance_examples() -> tuple[Any, ...]:
+    """The first `N_EXAMPLES` examples of `planted-kv` (contexts of 48 and 96 tokens), or
+    the examples given to `on_model`."""
+    return _TARGETS[-1][1] if _TARGETS else _planted_examples()
+
+
+@contextlib.contextmanager
+def on_model(model: Any, examples: Iterable[Any]) -> Iterator[None]:
+    """Run the checks on another model and its examples (the architecture matrix does)."""
+    _wire_hooks(model)
+    _TARGETS.append((model, tuple(examples)))
+    try:
+        yield
+    finally:
+        _TARGETS.pop()
+
+
+def _wire_hooks(model: Any) -> None:
+    with torch.no_grad():  # wire the bridge's lazy internal hooks before any snapshot
+        model.bridge(torch.tensor([model.tokenizer("k1 v1 f0 ? k1")["input_ids"]], device=model.device),
+                     logits_to_keep=1)
+
+
+@functools.cache
+def _planted_model() -> Any:
     from locos_bench.models import load_model
 
     model = load_model("planted")
-    with torch.no_grad():  # wire the bridge's lazy internal hooks before any snapshot
-        model.bridge(torch.tensor([model.tokenizer("k1 v1 f0 ? k1")["input_ids"]]), logits_to_keep=1)
+    _wire_hooks(model)
     return model
 
 
 @functools.cache
-def conformance_examples() -> tuple[Any, ...]:
-    """The first `N_EXAMPLES` examples of `planted-kv` (contexts of 48 and 96 tokens)."""
+def _planted_examples() -> tuple[Any, ...]:
     from locos_bench.tasks import load_task, make_examples
 
     return tuple(make_examples(load_task("planted-kv"), N_EXAMPLES))
@@ -118,7 +148,7 @@ _RESULTS: dict[tuple[Any, ...], HeadScores] = {}
 
 def _shared_result(det: Detector) -> HeadScores:
     """One seed-0 result per (class, name, parameters), shared by the read-only checks."""
-    key = (type(det), _name(det), json.dumps(det.get_params(), sort_keys=True, default=repr))
+    key = (id(conformance_model()), type(det), _name(det), json.dumps(det.get_params(), sort_keys=True, default=repr))
     if key not in _RESULTS:
         _RESULTS[key] = _score(det)
     return _RESULTS[key]

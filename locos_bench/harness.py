@@ -59,6 +59,7 @@ class Run:
     """
 
     def __init__(self, cfg: RunConfig, model: Any, progress: Progress, executor: Any = None) -> None:
+        resolve_batch_size(cfg, model)
         self.cfg = cfg
         self.model = model
         self.progress = progress
@@ -232,6 +233,7 @@ class Worker:
 
     def __init__(self, cfg: RunConfig, model: Any, tasks: dict[str, TaskData],
                  log: Callable[[str], None] | None = None) -> None:
+        resolve_batch_size(cfg, model)
         self.cfg = cfg
         self.model = model
         self.tasks = tasks
@@ -330,6 +332,15 @@ class Worker:
         return RankUnit(**base, values={"gold_logprob": values}, seconds=time.perf_counter() - start)
 
 
+def resolve_batch_size(cfg: RunConfig, model: Any) -> None:
+    """Fill an unset batch size: from free memory on CUDA, 4 on CPU; the manifest says which."""
+    if cfg.batch_size is None:
+        from locos_bench.planning import context_tokens
+
+        cfg.batch_size, why = model.batch_size_for(context_tokens(cfg.tasks))
+        model.info["batch_size_chosen"] = f"{cfg.batch_size} ({why})"
+
+
 class LocalExecutor:
     """Runs jobs one after another in this process (the default executor)."""
 
@@ -385,13 +396,15 @@ def run_benchmark(cfg: RunConfig, *, model: Any = None, executor: Any = None) ->
     """
     from locos_bench.leaderboard import write_leaderboard
     from locos_bench.models import load_model
+    from locos_bench.planning import context_tokens
 
     cfg = cfg.resolved()
     progress = Progress(cfg.quiet)
     start = time.perf_counter()
     if model is None:
         progress.log(f"loading {cfg.model} ...")
-        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                           context_tokens=context_tokens(cfg.tasks))
     run = Run(cfg, model, progress, executor=executor)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()

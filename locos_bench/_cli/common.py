@@ -15,4 +15,4 @@ def print_json(obj: Any) -> None:
 def add_model_options(parser: Any, *, default: str | None = "gemma3") -> None:
     parser.add_argument("--model", default=default, help=f"model alias or HF id (default {default})")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (GPU)")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (GPU); default bfloat16 on cuda, float32 on cpu")

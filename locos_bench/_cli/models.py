@@ -1,4 +1,4 @@
-"""`locos-bench models [NAME] [--json]`."""
+"""`locos-bench models [NAME] [--json] [--load]`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from locos_bench._cli.common import print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", help="load this model and print its head geometry")
+    parser.add_argument("name", nargs="?", help="print this model's head geometry (and memory plan)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--load", action="store_true",
+                        help="load the model even when its architecture numbers ship with locos-bench")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (GPU)")
+    parser.add_argument("--dtype", default=None,
+                        help="float32, bfloat16 or float16 (GPU); default bfloat16 on cuda, float32 on cpu")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -26,17 +29,21 @@ def main(args: argparse.Namespace) -> int:
         else:
             table = [
                 [r["alias"] + (f" ({', '.join(r['also'])})" if r["also"] else ""),
-                 r["resolves_to"], r["source"], "yes" if r["offline"] else "no", r["loads_from"]]
+                 r["resolves_to"], r["kind"], r["source"], "yes" if r["offline"] else "no", r["loads_from"]]
                 for r in rows
             ]
-            print(tabulate(table, headers=["alias", "resolves to", "source", "offline", "loads from"]))
+            print(tabulate(table, headers=["alias", "resolves to", "kind", "source", "offline", "loads from"]))
             print("\nAny Hugging Face id (org/name) or local HF directory also works (needs the hub for ids).")
+            print("`locos-bench models NAME` prints a hub alias's geometry and memory plan offline.")
         return 0
-    loaded = models.load_model(args.name, device=args.device, dtype=args.dtype)
-    info = loaded.describe()
+    spec = models.resolve_spec(args.name)
+    if spec.config and not args.load:
+        info = models.plan_model(args.name, dtype=args.dtype)
+    else:
+        info = models.load_model(args.name, device=args.device, dtype=args.dtype).describe()
     if args.json:
         print_json(info)
     else:
         for key, value in info.items():
-            print(f"{key:>16}: {value}")
+            print(f"{key:>26}: {value}")
     return 0

@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, help="run directory (default runs/<model>-<preset>-seed<S>)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (GPU)")
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (GPU); default bfloat16 on cuda, float32 on cpu")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="sequences per forward pass (default: from free memory on cuda, 4 on cpu)")
     parser.add_argument("--preset", default="default", choices=sorted(PRESETS),
                         help="sizes: quick, default (2-core CPU) or paper (GPU, 7-8B models)")
     parser.add_argument("--resume", action="store_true", help="require an existing run directory and continue it")

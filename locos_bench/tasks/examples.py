@@ -114,7 +114,8 @@ def format_example(example: Example, fmt: str, model: Any = None) -> Example:
     content = example.prompt if user_turn else example.prompt + CHAT_INSTRUCTION
     messages = [{"role": "system", "content": system}] if system else []
     templated = tok.apply_chat_template(
-        [*messages, {"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        [*messages, {"role": "user", "content": content}], tokenize=False, add_generation_prompt=True,
+        **getattr(model, "chat_template_kwargs", {}),  # Qwen3: enable_thinking=False
     )
     # The tokenizer adds BOS itself: drop a BOS the template wrote, or it would appear twice.
     bos = getattr(tok, "bos_token", None)

@@ -49,7 +49,7 @@ def test_hf_ids_and_local_dirs_resolve(tmp_path):
         (["models", "planted", "--device", "cuda"], "no CUDA GPU"),
         (["models", "planted", "--dtype", "float16"], "not supported on CPU"),
         (["models", "planted", "--dtype", "int3"], "unknown dtype"),
-        (["models", "qwen3-8b"], "Hugging Face hub"),
+        (["models", "qwen3-8b", "--load"], "Hugging Face hub"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message):

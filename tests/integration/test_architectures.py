@@ -1,0 +1,145 @@
+"""Every architecture the README names, in miniature, through the path a hub checkpoint takes.
+
+Each is a tiny randomly initialised instance built from transformers' own config class with
+the shipped checkpoint's structure scaled down (`locos_bench.miniature`), saved with
+`save_pretrained` plus an offline tokenizer, and loaded with `load_model(directory)`. The
+per-head identities, cached generation and ablation mechanics are the very tests written
+for the embedded models, imported here and run on each architecture through the fixtures
+they ask for (`real_model`, `planted`); contexts are longer than the sliding windows.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from locos_bench import heads
+from locos_bench.miniature import ARCHITECTURES, TINY, miniature
+from locos_bench.models import load_model
+from tests.integration.test_generation import test_cached_generation_equals_uncached  # noqa: F401
+from tests.integration.test_head_identities import (  # noqa: F401
+    test_direct_logit_attribution_sums_to_logits,
+    test_recomputed_attention_rows_equal_hook_pattern,
+    test_summed_head_writes_equal_attention_block_output,
+)
+from tests.unit.test_ablation import (  # noqa: F401
+    test_ablation_reaches_the_block_output,
+    test_mean_ablation_replaces_only_chosen_heads,
+    test_mean_excludes_bos_and_is_the_average,
+    test_positionwise_means_follow_positions_during_generation,
+    test_zero_and_scale,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def architecture_dirs(tmp_path_factory):
+    """Each miniature saved once per session as a local HF directory."""
+    root = tmp_path_factory.mktemp("architectures")
+    return {arch: miniature(arch, root / arch) for arch in ARCHITECTURES}
+
+
+@pytest.fixture(scope="session")
+def architecture_models(architecture_dirs):
+    return {arch: load_model(str(path)) for arch, path in architecture_dirs.items()}
+
+
+@pytest.fixture(params=list(ARCHITECTURES))
+def arch(request):
+    return request.param
+
+
+@pytest.fixture
+def real_model(architecture_models, arch):
+    """Overrides conftest's embedded models, so the imported identity tests run on each architecture."""
+    return architecture_models[arch]
+
+
+@pytest.fixture
+def planted(real_model):
+    """What the imported ablation tests call their model."""
+    return real_model
+
+
+@pytest.fixture
+def prompts(planted):
+    """The imported ablation tests' prompts (six planted-kv examples), in this model's tokens."""
+    from locos_bench.tasks import load_task, make_examples
+
+    return [planted.tokenizer(e.prompt)["input_ids"] for e in make_examples(load_task("planted-kv"), 6)]
+
+
+EXPECTED = {
+    # architecture: (wrapped HF class, sliding layers, post-attention norm, GQA group size)
+    "qwen3": ("Qwen3ForCausalLM", [], False, 4),
+    "olmo3": ("Olmo3ForCausalLM", [0, 1, 2], True, 1),
+    "gemma3-text": ("Gemma3ForCausalLM", [0, 1, 2, 3, 4], True, 4),
+    "gemma3-multimodal": ("Gemma3ForCausalLM", [0, 1, 2, 3, 4], True, 2),
+    "llama3": ("LlamaForCausalLM", [], False, 4),
+}
+
+
+def test_structure_is_the_real_checkpoints(real_model, arch):
+    cls, sliding, post_norm, group = EXPECTED[arch]
+    geo = real_model.geometry
+    assert type(real_model.bridge.original_model).__name__ == cls
+    assert geo.sliding_layers == sliding
+    assert geo.sliding_window == (TINY["window"] if sliding else None)
+    assert geo.attn_out_norm is post_norm
+    assert geo.n_heads // geo.n_kv_heads == group
+    assert geo.norm_offset is arch.startswith("gemma3")
+    if arch == "gemma3-multimodal":
+        assert real_model.info["language_model_of"] == "Gemma3ForConditionalGeneration"
+        assert real_model.describe()["language_model_of"] == "Gemma3ForConditionalGeneration"
+
+
+def test_sliding_layers_do_not_see_past_the_window(real_model):
+    geo = real_model.geometry
+    if not geo.sliding_layers:
+        pytest.skip("no sliding-window layers in this architecture")
+    ids = real_model.tokenizer(" ".join(["the quiet river"] * 20))["input_ids"]
+    assert len(ids) > 3 * geo.sliding_window
+    local = geo.sliding_layers[0]
+    glob = next(L for L in range(geo.n_layers) if L not in geo.sliding_layers)
+    _, cache = heads.run_and_capture(real_model, ids, heads.hooks_for_rows([local, glob]), logits_at=[len(ids) - 1])
+    last = [len(ids) - 1]
+    beyond = len(ids) - geo.sliding_window
+    assert heads.attention_rows(real_model, cache, local, last)[:, 0, :beyond].abs().max() == 0
+    assert heads.attention_rows(real_model, cache, glob, last)[:, 0, :beyond].abs().min() > 0
+
+
+def test_every_detector_conforms(real_model):
+    """The conformance suite on each architecture.
+
+    GQA's check runs where heads share key/values and the detector scored anything: on
+    random weights `retrieval-head` (argmax copying) can score every head zero."""
+    from locos_bench import conformance
+    from locos_bench.detectors.registry import detector_names
+    from locos_bench.tasks import load_task, make_examples
+
+    short = load_task("kv-retrieval").model_copy(update={"context_lengths": [120]})  # still > 3 windows
+    examples = make_examples(short, 2, model=real_model)
+    assert all(len(real_model.tokenizer(e.prompt)["input_ids"]) > 3 * TINY["window"] for e in examples)
+    mha = real_model.geometry.n_kv_heads == real_model.geometry.n_heads
+    with conformance.on_model(real_model, examples):
+        for name in detector_names():
+            for check in conformance.detector_checks(name):
+                if check.name == "gqa":
+                    scores = conformance._shared_result(conformance.make_instance(name)).scores
+                    if mha or not scores.any():
+                        continue
+                check()
+
+
+def test_quick_preset_ends_with_a_leaderboard(architecture_dirs, arch, tmp_path):
+    """The CLI's whole run on each architecture; one budget and fewer evaluation examples than
+    `quick` keep the matrix inside CI's budget (random weights never stop generating early)."""
+    from locos_bench.cli import main
+
+    out = tmp_path / "run"
+    code = main(["run", "--model", str(architecture_dirs[arch]), "--preset", "quick", "--quiet",
+                 "--n-eval", "2", "--budgets", "2", "--random-draws", "1", "--rank-diagnostic", "1",
+                 "--output-dir", str(out)])
+    assert code == 0
+    board = (out / "leaderboard.md").read_text()
+    assert "locos" in board and "random" in board and "kv-retrieval" in board

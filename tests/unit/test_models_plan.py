@@ -1,0 +1,80 @@
+"""Planning before downloading: shipped architecture numbers, geometry and memory, offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from locos_bench import models, planning
+from locos_bench.errors import LocosError
+from locos_bench.config import PRESETS
+from tests.unit.test_models import cli
+
+HUB = [spec.alias for spec in models._SPECS.values() if spec.source == "hub"]
+
+
+def test_every_hub_alias_ships_its_architecture_numbers():
+    for alias in HUB:
+        raw = models.shipped_config(alias)
+        assert raw["architectures"] and raw["model_type"], alias
+
+
+def test_models_json_prints_qwen3_geometry_offline():
+    out = cli("models", "qwen3-8b", "--json", env={"HF_ENDPOINT": "https://127.0.0.1:9", "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert (info["n_layers"], info["n_heads"], info["n_kv_heads"], info["d_head"], info["d_model"]) == (36, 32, 8, 128, 4096)
+    assert info["resolves_to"] == "Qwen/Qwen3-8B" and info["chat_template_kwargs"] == {"enable_thinking": False}
+    assert info["dtype"] == "bfloat16"
+    assert 8.0e9 < info["parameters"] < 8.4e9
+    assert set(info["memory_by_preset"]) == set(PRESETS)
+    # 36 layers x 8 kv heads x 128 x 2 (k and v) x 2 bytes per token
+    tokens = info["memory_by_preset"]["paper"]["context_tokens"]
+    assert info["memory_by_preset"]["paper"]["kv_cache_gib_per_sequence"] == pytest.approx(
+        36 * 8 * 128 * 2 * 2 * tokens / planning.GIB, abs=1e-4)
+
+
+def test_multimodal_gemma_plans_its_language_model():
+    info = models.plan_model("gemma3-4b")
+    assert info["architecture"] == "Gemma3ForConditionalGeneration"
+    assert "language model" in info["note"]
+    assert info["n_layers"] == 34 and len(info["sliding_layers"]) == 34 - 34 // 6
+    assert info["parameters_dropped_on_load"] > 0  # the vision tower
+    assert info["attn_out_norm"] and info["norm_offset"]
+
+
+def test_sliding_layers_cap_the_kv_cache():
+    from locos_bench.miniature import hf_config
+
+    geo = planning.geometry_from_config(hf_config(models.shipped_config("gemma3-1b")))
+    assert geo.sliding_window == 512 and len(geo.sliding_layers) == 22
+    per_token = 2 * geo.n_kv_heads * geo.d_head * 2
+    assert planning.kv_cache_bytes(geo, 4096) == per_token * (22 * 512 + 4 * 4096)
+
+
+def test_gpu_too_small_says_needed_and_free():
+    with pytest.raises(LocosError, match=r"needs about 16\.0 GiB .* only 8\.0 GiB is free"):
+        planning.check_fits(16 * planning.GIB, 8 * planning.GIB, "qwen3-8b in bfloat16")
+    planning.check_fits(4 * planning.GIB, 8 * planning.GIB, "small")
+
+
+def test_batch_size_follows_free_memory():
+    from locos_bench.miniature import hf_config
+
+    geo = planning.geometry_from_config(hf_config(models.shipped_config("qwen3-8b")))
+    small = planning.batch_size_for(geo, 4096, 2 * planning.GIB, "bfloat16")
+    large = planning.batch_size_for(geo, 4096, 40 * planning.GIB, "bfloat16")
+    assert 1 <= small < large <= 64
+
+
+def test_bad_dtype_and_alias_without_config():
+    with pytest.raises(LocosError, match="unknown dtype"):
+        models.plan_model("qwen3-8b", dtype="int3")
+    with pytest.raises(LocosError, match="no shipped configuration"):
+        models.shipped_config("smollm2")
+
+
+def test_default_dtype_is_bfloat16_on_cuda():
+    assert models.default_dtype("cuda") == "bfloat16" and models.default_dtype("cuda:1") == "bfloat16"
+    assert models.default_dtype("cpu") == "float32"
