@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError, unknown
+from locos_bench.registry import Registry
 
 CACHE_ENV = "LOCOS_BENCH_CACHE"
 _CACHE_FORMAT = 1  # bump when the cached layout changes
@@ -63,9 +64,9 @@ class ModelSpec:
 _NO_THINKING = {"enable_thinking": False}
 _MULTIMODAL = "multimodal checkpoint (Gemma3ForConditionalGeneration): its language model is loaded"
 
-_SPECS: dict[str, ModelSpec] = {
-    spec.alias: spec
-    for spec in [
+MODELS: Registry[ModelSpec] = Registry("model")
+"""Every model alias (`also` names are the registry's aliases)."""
+for _spec in [
         ModelSpec(
             "gemma3",
             "google/gemma-3-270m",
@@ -102,9 +103,8 @@ _SPECS: dict[str, ModelSpec] = {
         ModelSpec("llama3-8b", "meta-llama/Llama-3.1-8B", "hub", config="llama3-8b"),
         ModelSpec("llama3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "hub", chat=True,
                   kind="instruct", config="llama3-8b"),
-    ]
-}
-_NAMES = {name: spec.alias for spec in _SPECS.values() for name in (spec.alias, *spec.also)}
+]:
+    MODELS.add(_spec.alias, _spec, source="built-in", aliases=_spec.also)
 
 
 @dataclass(frozen=True)
@@ -223,25 +223,25 @@ class LoadedModel:
 
 
 def canonical_name(name: str) -> str:
-    return _NAMES.get(name, name)
+    return MODELS.canonical(name)
 
 
 def resolve_spec(name: str) -> ModelSpec:
     """Map an alias, a Hugging Face id (`org/name`) or a local HF directory to its spec."""
     name = canonical_name(name)
-    if name in _SPECS:
-        return _SPECS[name]
+    if name in MODELS:
+        return MODELS.get(name)
     if Path(name).is_dir():
         return ModelSpec(name, str(Path(name).resolve()), "local", chat=True)
     if "/" in name and not name.startswith((".", "/")):
         return ModelSpec(name, name, "hub", chat=True)
-    raise unknown("model", name, _NAMES)
+    return MODELS.get(name)  # unknown: the registry's error, with did-you-mean
 
 
 def list_models() -> list[dict[str, Any]]:
     """Every alias with what it resolves to, where it loads from and offline availability."""
     rows = []
-    for spec in _SPECS.values():
+    for spec in MODELS.in_order():
         where, offline = _whereabouts(spec)
         rows.append(
             {
@@ -547,7 +547,7 @@ def shipped_config(name: str) -> dict[str, Any]:
     spec = resolve_spec(name)
     if spec.config is None:
         raise LocosError(f"model {spec.alias!r} has no shipped configuration; "
-                         f"aliases with one: {', '.join(a for a, s in _SPECS.items() if s.config)}")
+                         f"aliases with one: {', '.join(a for a in MODELS.names() if MODELS.get(a).config)}")
     text = resources.files("locos_bench").joinpath(f"data/model_configs/{spec.config}.json").read_text()
     return json.loads(text)
 

@@ -24,13 +24,16 @@ class _Entry:
 
 
 class Registry(Generic[T]):
-    """Name -> object, with lazy string targets resolved on first `get`."""
+    """Name -> object, with lazy string targets resolved on first `get` and optional aliases
+    (other names for an entry, e.g. `gemma3-270m` for `gemma3`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, _Entry] = {}
+        self._aliases: dict[str, str] = {}
 
-    def add(self, name: str, target: T | str, *, source: str = "runtime", replace: bool = False) -> None:
+    def add(self, name: str, target: T | str, *, source: str = "runtime", replace: bool = False,
+            aliases: tuple[str, ...] = ()) -> None:
         if name in self._entries and not replace:
             existing = self._entries[name]
             if _same_definition(existing.target, target):
@@ -41,10 +44,19 @@ class Registry(Generic[T]):
                     "choose another name"
                 )
         self._entries[name] = _Entry(target, source)
+        for alias in aliases:
+            if alias in self._entries or self._aliases.get(alias, name) != name:
+                raise LocosError(f"{self.kind} alias {alias!r} is already taken; choose another name")
+            self._aliases[alias] = name
+
+    def canonical(self, name: str) -> str:
+        """The entry's own name for `name` (itself unless it is an alias)."""
+        return self._aliases.get(name, name)
 
     def get(self, name: str) -> T:
+        name = self.canonical(name)
         if name not in self._entries:
-            raise unknown(self.kind, name, self._entries)
+            raise unknown(self.kind, name, [*self._entries, *self._aliases])
         entry = self._entries[name]
         if isinstance(entry.target, str):
             module, _, attr = entry.target.partition(":")
@@ -55,13 +67,17 @@ class Registry(Generic[T]):
         return self._entries[name].source
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._entries or name in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._entries))
 
     def names(self) -> list[str]:
         return sorted(self._entries)
+
+    def in_order(self) -> list[T]:
+        """Every entry, in the order registered (how a listing reads best)."""
+        return [self.get(name) for name in self._entries]
 
 
 def _same_definition(a: Any, b: Any) -> bool:

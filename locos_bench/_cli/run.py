@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     for task, why in manifest.fallbacks.items():
         print(f"  fallback    {task} (synthetic twin) ran instead of {why}")
     print(f"  detectors   {', '.join(d.name for d in manifest.detectors)}")
-    print(f"  phases (s)  " + ", ".join(f"{k} {v:.0f}" for k, v in manifest.timings.items()))
+    print("  phases (s)  " + ", ".join(f"{k} {v:.0f}" for k, v in manifest.timings.items()))
     print(f"  records     {run_dir.results_path}")
     print(f"  leaderboard {board}")
     return 0

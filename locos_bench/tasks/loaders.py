@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from locos_bench.errors import LocosError, unknown
+from locos_bench.errors import LocosError
+from locos_bench.registry import Registry
 from locos_bench.tasks import babi
 from locos_bench.tasks.reading import choose_split, read_files, read_hub, read_text, require
 from locos_bench.tasks.spec import Example, Span
@@ -523,19 +524,18 @@ def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Exampl
 # ---------------------------------------------------------------------------------------
 # Registry
 
-LOADERS: dict[str, Loader] = {
-    "nolima": Loader("nolima", load_nolima, _nolima_available),
-    "babilong": Loader("babilong", load_babilong, _babilong_available, hub="RMT-team/babilong"),
-    "musique": Loader("musique", load_musique,
-                      lambda a: _offline(a, "dgslibisey/MuSiQue"), hub="dgslibisey/MuSiQue"),
-    "jsonl": Loader("jsonl", load_jsonl, lambda a: _offline(a, None)),
-}
+LOADERS: Registry[Loader] = Registry("loader")
+for _loader in (
+    Loader("nolima", load_nolima, _nolima_available),
+    Loader("babilong", load_babilong, _babilong_available, hub="RMT-team/babilong"),
+    Loader("musique", load_musique, lambda a: _offline(a, "dgslibisey/MuSiQue"), hub="dgslibisey/MuSiQue"),
+    Loader("jsonl", load_jsonl, lambda a: _offline(a, None)),
+):
+    LOADERS.add(_loader.name, _loader, source="built-in")
 
 
 def get_loader(name: str) -> Callable[..., Example]:
-    if name not in LOADERS:
-        raise unknown("loader", name, LOADERS)
-    return LOADERS[name].fn
+    return LOADERS.get(name).fn
 
 
 def availability(spec: Any) -> tuple[bool, str]:
@@ -544,4 +544,4 @@ def availability(spec: Any) -> tuple[bool, str]:
         return True, "built-in generator"
     if spec.source.loader not in LOADERS:
         return False, f"unknown loader {spec.source.loader!r}"
-    return LOADERS[spec.source.loader].available(dict(spec.source.args))
+    return LOADERS.get(spec.source.loader).available(dict(spec.source.args))

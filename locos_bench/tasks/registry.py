@@ -161,7 +161,7 @@ def _usable(spec: TaskSpec) -> str | None:
     from locos_bench.tasks.reading import hub_offline
 
     ok, note = availability(spec)
-    hub_may_serve = (not spec.source.args.get("path") and LOADERS[spec.source.loader].hub is not None
+    hub_may_serve = (not spec.source.args.get("path") and LOADERS.get(spec.source.loader).hub is not None
                      and not hub_offline())
     if not ok and not hub_may_serve:
         return note

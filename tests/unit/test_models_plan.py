@@ -11,7 +11,7 @@ from locos_bench.errors import LocosError
 from locos_bench.config import PRESETS
 from tests.unit.test_models import cli
 
-HUB = [spec.alias for spec in models._SPECS.values() if spec.source == "hub"]
+HUB = [spec.alias for spec in map(models.MODELS.get, models.MODELS.names()) if spec.source == "hub"]
 
 
 def test_every_hub_alias_ships_its_architecture_numbers():

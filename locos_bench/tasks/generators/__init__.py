@@ -13,18 +13,16 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
-from locos_bench.errors import unknown
+from locos_bench.registry import Registry
 
 Generator = Callable[..., Any]
-_GENERATORS: dict[str, Generator] = {}
+GENERATORS: Registry[Generator] = Registry("generator")
 _loaded = False
 
 
 def register_generator(name: str) -> Callable[[Generator], Generator]:
     def decorate(fn: Generator) -> Generator:
-        if name in _GENERATORS and _GENERATORS[name] is not fn:
-            raise ValueError(f"generator {name!r} is registered twice")
-        _GENERATORS[name] = fn
+        GENERATORS.add(name, fn, source="built-in")
         return fn
 
     return decorate
@@ -40,11 +38,9 @@ def _load_all() -> None:
 
 def get_generator(name: str) -> Generator:
     _load_all()
-    if name not in _GENERATORS:
-        raise unknown("generator", name, _GENERATORS)
-    return _GENERATORS[name]
+    return GENERATORS.get(name)
 
 
 def generator_names() -> list[str]:
     _load_all()
-    return sorted(_GENERATORS)
+    return GENERATORS.names()

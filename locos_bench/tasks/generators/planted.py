@@ -26,7 +26,6 @@ applied to it.
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example, TaskSpec
