@@ -48,6 +48,8 @@ class RunConfig:
     device: str = "cpu"
     dtype: str = "float32"
     batch_size: int = 4
+    eval_head_sets: int = 8
+    """Head sets evaluated together (one batch row per head set and example); 1: one at a time."""
     force: bool = False
     quiet: bool = False
 
@@ -69,7 +71,8 @@ class RunConfig:
                 raise unknown("task", task, names)
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
-                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
+                                  ("--batch-size", cfg.batch_size, 1), ("--eval-head-sets", cfg.eval_head_sets, 1),
+                                  ("--rank-diagnostic", cfg.rank_diagnostic, 0)):
             if value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
