@@ -100,11 +100,11 @@ def test_bad_head_set_input_is_one_clear_error(planted, planted_task):
 
 @pytest.mark.slow
 def test_head_sets_in_one_batch_equal_one_at_a_time_on_gemma3(gemma3):
-    cfg, data = _task(gemma3, "kv-retrieval", 3)
+    cfg, data = _task(gemma3, "kv-retrieval", 2)
     means = reference_means(gemma3, [t.input_ids for t in data.tokenized(gemma3, "reference")][:2])
     spec = AblationSpec.parse("mean")
-    sets = _sets(gemma3)[:3]
+    sets = _sets(gemma3)[1:3]
     simple = [evaluate_task(gemma3, data.spec, data.evaluation,
                             hooks=HeadAblation(s, spec, means).hooks() if s else [], batch_size=4) for s in sets]
-    fast = evaluate_head_sets(gemma3, data.spec, data.evaluation, HeadSetAblation(sets, spec, means), batch_size=9)
+    fast = evaluate_head_sets(gemma3, data.spec, data.evaluation, HeadSetAblation(sets, spec, means), batch_size=4)
     _assert_same(simple, fast)
