@@ -10,7 +10,8 @@ attention-weighted values, before `W_O`) by `alpha * z + (1 - alpha) * value`, w
 * scale: alpha = factor, value = 0 (`scale:2.0` amplifies, `scale:0.5` damps; steering).
 
 The hooks work for teacher-forced passes and for KV-cached generation (each new token's
-`z` is replaced as it is computed).
+`z` is replaced as it is computed). `HeadSetAblation` is the same intervention with one head
+set per batch row, so several head sets share one forward pass.
 """
 
 from __future__ import annotations
@@ -162,6 +163,55 @@ class HeadAblation:
             z = z.clone()
             value = self._value(layer, heads, z, start)
             z[:, :, heads] = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
+            return z
+
+        return fn
+
+
+class HeadSetAblation:
+    """Several head sets in one batch: row r of a forward ablates `head_sets[rows[r]]`.
+
+    Each row's result equals `HeadAblation(head_sets[rows[r]], spec, means)` applied to that
+    row alone (same replacement values, same formula), so a worker can hand one batch many
+    head sets of one task. `hooks(rows)` binds the rows of the next batch.
+    """
+
+    def __init__(self, head_sets: Sequence[Sequence[Head]], spec: AblationSpec, means: HeadMeans | None) -> None:
+        if spec.needs_reference and means is None:
+            raise LocosError("mean ablation needs reference means (reference_means)")
+        self.head_sets = [[(int(layer), int(head)) for layer, head in heads] for heads in head_sets]
+        self._one = HeadAblation([], spec, means)  # the replacement values and the position offsets
+
+    def hooks(self, rows: Sequence[int]) -> list[tuple[str, Any]]:
+        """Hooks for a batch whose row r ablates `head_sets[rows[r]]` (no hook on clean layers)."""
+        for r in rows:
+            if not 0 <= r < len(self.head_sets):
+                raise LocosError(f"row head-set index {r} out of range (0..{len(self.head_sets) - 1})")
+        per_layer: dict[int, list[tuple[int, int]]] = {}
+        for row, r in enumerate(rows):
+            for layer, head in self.head_sets[r]:
+                per_layer.setdefault(layer, []).append((row, head))
+        return [(f"blocks.{layer}.attn.hook_z", self._hook(layer, cells, len(rows)))
+                for layer, cells in sorted(per_layer.items())]
+
+    def _hook(self, layer: int, cells: list[tuple[int, int]], n_rows: int) -> Any:
+        one = self._one
+        alpha = one.spec.alpha
+        heads = sorted({head for _, head in cells})
+
+        def fn(z: Tensor, hook: Any) -> Tensor:
+            if z.shape[0] != n_rows:
+                raise LocosError(f"head-set hooks bound to {n_rows} rows ran on a batch of {z.shape[0]}")
+            start = 0 if z.shape[1] > 1 else one._offset.get(layer, 0)
+            one._offset[layer] = start + z.shape[1]
+            mask = torch.zeros(z.shape[0], 1, z.shape[2], 1, dtype=torch.bool, device=z.device)
+            for row, head in cells:
+                mask[row, 0, head, 0] = True
+            sub = mask[:, :, heads]  # [B, 1, h, 1]
+            value = one._value(layer, heads, z, start)
+            new = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
+            z = z.clone()
+            z[:, :, heads] = torch.where(sub, new, z[:, :, heads])
             return z
 
         return fn

@@ -50,13 +50,14 @@ class RunConfig:
     """None: bfloat16 on CUDA, float32 on CPU."""
     batch_size: int | None = None
     """None: chosen from free memory on CUDA, 4 on CPU (the manifest says which)."""
+    eval_head_sets: int = 8
+    """Head sets evaluated together (one batch row per head set and example); 1: one at a time."""
     force: bool = False
     quiet: bool = False
     explain: int = 0
     """Write explain pages for the first N evaluation examples of each retrieval task."""
     lm_eval_tasks: list[str] = field(default_factory=list)
     """lm-eval tasks (names or YAML files) evaluated as controls with the first retrieval task's heads."""
-    """Write explain pages for the first N evaluation examples of each retrieval task."""
     data: Path | None = None
     """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
 
@@ -79,7 +80,7 @@ class RunConfig:
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
                                   ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0),
-                                  ("--explain", cfg.explain, 0)):
+                                  ("--explain", cfg.explain, 0), ("eval_head_sets", cfg.eval_head_sets, 1)):
             if value is not None and value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):

@@ -6,6 +6,8 @@
   unembedding applied only at the answer positions (`logits_to_keep` with an index tensor),
   never to the whole `[T, vocab]` grid (Gemma 3's vocabulary has 262k entries).
 * `evaluate_task`: both, plus every metric the task lists, per example.
+* `evaluate_head_sets`: `evaluate_task` for several head sets at once, each batch row with
+  its own ablation (one prompt under many ablations per forward pass).
 
 Both primitives run the bridge's own forward (`bridge(tokens, ...)`), so every
 TransformerLens hook name works and hooks behave exactly as in detection.
@@ -290,19 +292,28 @@ def answers_and_logprobs(
     positions, not a second pass over the prompt); generation continues from the original
     cache. Results equal the two separate functions (tested).
     """
+    items = [_tokenized(model, ex) for ex in examples]
+    return _answers_and_logprobs(model, items, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                 hooks_for=lambda batch: hooks)
+
+
+def _answers_and_logprobs(
+    model: Any, items: Sequence[TokenizedExample], *, max_new_tokens: int, batch_size: int,
+    hooks_for: Callable[[list[int]], Sequence[Hook]],
+) -> tuple[list[str], list[float]]:
+    """`answers_and_logprobs` where each batch (its item indices) gets its own hooks."""
     import copy
 
     torch = _torch()
     tok = model.tokenizer
     bridge = model.bridge
     device = getattr(model, "device", "cpu")
-    items = [_tokenized(model, ex) for ex in examples]
     pad = _pad_id(tok)
     answers: list[str] = [""] * len(items)
     scores: list[float] = [0.0] * len(items)
     order = sorted(range(len(items)), key=lambda i: items[i].prompt_len)
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
-        for batch in _batches(order, max(1, batch_size)):
+    for batch in _batches(order, max(1, batch_size)):
+        with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks_for(batch))):
             prompts = [items[i].input_ids[: items[i].prompt_len] for i in batch]
             ids, mask, positions = _left_padded(prompts, pad, device)
             logits, cache = bridge(
@@ -353,16 +364,55 @@ def evaluate_task(
         `answers`, `n_tokens` (prompt tokens), each metric in `spec.metrics` plus `rouge_l`
         and `gold_logprob`, and `score` (the task's headline metric, `spec.metrics[0]`).
     """
+    tokenized = _tokenize_all(model, examples)
+    predictions, logprobs = answers_and_logprobs(
+        model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, hooks=hooks,
+        batch_size=batch_size,
+    )
+    return _metric_rows(spec, examples, tokenized, predictions, logprobs)
+
+
+def evaluate_head_sets(
+    model: Any,
+    spec: TaskSpec,
+    examples: Sequence[Example],
+    ablation: Any,
+    *,
+    batch_size: int = 16,
+    max_new_tokens: int | None = None,
+) -> list[list[dict[str, Any]]]:
+    """`evaluate_task` for every head set of `ablation` (a `HeadSetAblation`), sharing batches.
+
+    The rows are every (head set, example) pair; rows of one example have equal length and
+    sort together, so a batch holds one prompt under several ablations and no padding is
+    wasted. Each row's values equal `evaluate_task` with that head set alone (tested).
+
+    Returns:
+        One `evaluate_task` result per head set, in `ablation.head_sets` order.
+    """
+    tokenized = _tokenize_all(model, examples)
+    n_sets, n = len(ablation.head_sets), len(tokenized)
+    pairs = [(s, i) for s in range(n_sets) for i in range(n)]
+    predictions, logprobs = _answers_and_logprobs(
+        model, [tokenized[i] for _, i in pairs], max_new_tokens=max_new_tokens or spec.max_new_tokens,
+        batch_size=batch_size, hooks_for=lambda batch: ablation.hooks([pairs[b][0] for b in batch]),
+    )
+    return [_metric_rows(spec, examples, tokenized, predictions[s * n:(s + 1) * n], logprobs[s * n:(s + 1) * n])
+            for s in range(n_sets)]
+
+
+def _tokenize_all(model: Any, examples: Sequence[Example]) -> list[TokenizedExample]:
     tokenized = []
     for ex in examples:
         try:
             tokenized.append(tokenize_example(ex, model.tokenizer))
         except LocosError as exc:
             raise LocosError(f"{exc} (while tokenising for {model.name})") from None
-    predictions, logprobs = answers_and_logprobs(
-        model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, hooks=hooks,
-        batch_size=batch_size,
-    )
+    return tokenized
+
+
+def _metric_rows(spec: TaskSpec, examples: Sequence[Example], tokenized: Sequence[TokenizedExample],
+                 predictions: Sequence[str], logprobs: Sequence[float]) -> list[dict[str, Any]]:
     names = list(dict.fromkeys([*spec.metrics, "rouge_l", "gold_logprob"]))
     rows = []
     for ex, item, pred, lp in zip(examples, tokenized, predictions, logprobs):

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.ablation import AblationSpec, HeadAblation, HeadMeans, reference_means
+from locos_bench.ablation import AblationSpec, HeadAblation, HeadMeans, HeadSetAblation, reference_means
 from locos_bench.config import RunConfig
 from locos_bench.detectors import detector_source, get_detector_class, make_detector, run_detector
 from locos_bench.errors import LocosError
@@ -262,6 +262,45 @@ class Worker:
         with self._timed("rank_diagnostic"):
             return self._rank_unit(data, key, job.heads[0], means)
 
+    def run_many(self, jobs: Sequence[Job]) -> list[Any]:
+        """Compute `jobs`, in order; evaluations of one task share batches (several head sets
+        per forward pass, `evaluate_head_sets`), which any executor gets by handing a worker
+        several jobs at once. Each unit equals what `run` computes for its job alone."""
+        out: dict[int, Any] = {}
+        evals: dict[str, list[int]] = {}
+        for n, job in enumerate(jobs):
+            lm_eval_control = hasattr(self.tasks[job.key.task], "values")
+            if job.key.kind == "eval" and self.cfg.eval_head_sets > 1 and not lm_eval_control:
+                evals.setdefault(job.key.task, []).append(n)
+            else:
+                out[n] = self.run(job)
+        for task, ns in evals.items():
+            for start in range(0, len(ns), self.cfg.eval_head_sets):
+                chunk = ns[start:start + self.cfg.eval_head_sets]
+                for n, unit in zip(chunk, self._eval_units(self.tasks[task], [jobs[n] for n in chunk])):
+                    out[n] = unit
+        return [out[n] for n in range(len(jobs))]
+
+    def _eval_units(self, data: TaskData, jobs: Sequence[Job]) -> list[EvalUnit]:
+        """Several evaluations of one task in shared batches; seconds are split evenly."""
+        from locos_bench.evaluate import evaluate_head_sets
+
+        means = self._reference(data)
+        with self._timed("evaluate"):
+            start = time.perf_counter()
+            ablation = HeadSetAblation([job.heads for job in jobs], self.ablation, means)
+            results = evaluate_head_sets(self.model, data.spec, data.evaluation, ablation,
+                                         batch_size=self.cfg.batch_size * self.cfg.eval_head_sets)
+            seconds = (time.perf_counter() - start) / len(jobs)
+        return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
+
+    def _eval_record(self, data: TaskData, job: Job, rows: list[dict[str, Any]], seconds: float) -> EvalUnit:
+        key = job.key
+        return EvalUnit(task=data.spec.name, detector=key.detector, draw=key.draw, k=key.index,
+                        heads=[list(h) for h in job.heads], heads_from=job.heads_from,
+                        values={m: [float(r[m]) for r in rows] for m in data.entry.metrics},
+                        generations=[r["generation"] for r in rows], seconds=seconds)
+
     def _reference(self, data: TaskData) -> HeadMeans | None:
         """The task's mean activations, computed once when its first ablation needs them."""
         name = data.spec.name
@@ -304,21 +343,16 @@ class Worker:
 
     def _eval_unit(self, data: TaskData, key: UnitKey, heads: list[Head], means: HeadMeans | None,
                    heads_from: str | None) -> EvalUnit:
-        """The evaluation split with `heads` ablated."""
+        """The evaluation split with `heads` ablated (the simple path: one head set)."""
         from locos_bench.evaluate import evaluate_task
 
-        task = data.spec.name
-        base = dict(task=task, detector=key.detector, draw=key.draw, k=key.index,
-                    heads=[list(h) for h in heads], heads_from=heads_from)
         start = time.perf_counter()
         if hasattr(data, "values"):  # an lm-eval control (locos_bench.lm_eval.LmEvalControl)
             values = data.values(self.model, self._hooks(heads, means), batch_size=self.cfg.batch_size)
             return EvalUnit(**base, values=values, seconds=time.perf_counter() - start)
         rows = evaluate_task(self.model, data.spec, data.evaluation,
                              hooks=self._hooks(heads, means), batch_size=self.cfg.batch_size)
-        metrics = data.entry.metrics
-        return EvalUnit(**base, values={m: [float(r[m]) for r in rows] for m in metrics},
-                        generations=[r["generation"] for r in rows], seconds=time.perf_counter() - start)
+        return self._eval_record(data, Job(key, heads, heads_from), rows, time.perf_counter() - start)
 
     def _rank_unit(self, data: TaskData, key: UnitKey, head: Head, means: HeadMeans | None) -> RankUnit:
         """One head ablated alone: teacher-forced gold log-prob only (no generation)."""
@@ -348,8 +382,10 @@ class LocalExecutor:
         self.worker = worker
 
     def run(self, jobs: Sequence[Job]) -> Iterator[Any]:
-        for job in jobs:
-            yield self.worker.run(job)
+        # A chunk at a time, so the driver records units as they finish (a kill loses one chunk).
+        size = max(1, self.worker.cfg.eval_head_sets)
+        for start in range(0, len(jobs), size):
+            yield from self.worker.run_many(jobs[start:start + size])
 
     def timings(self) -> dict[str, float]:
         """Seconds per phase spent by the workers (taken once: the count restarts)."""
