@@ -1,4 +1,4 @@
-"""Run configuration: the presets by name and `RunConfig`, resolved and validated.
+"""Run configuration: `RunConfig`, filled from a preset (`locos_bench.presets`), resolved and validated.
 
 Kept free of torch so the CLI can list and check configurations fast.
 """
@@ -8,24 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from locos_bench.errors import LocosError, unknown
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # A smoke test: minutes on a laptop CPU.
-    "quick": dict(tasks=["kv-retrieval", "arithmetic"], budgets=[1, 4], n_calib=2, n_ref=4,
-                  n_eval=6, random_draws=2, rank_diagnostic=3),
-    # The embedded default on a 2-core CPU (see README for the measured wall time).
-    "default": dict(tasks=["kv-retrieval", "niah-literal", "arithmetic"], budgets=[1, 4, 8],
-                    n_calib=2, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3),
-    # The paper's configuration, for GPU machines and 7-8B models.
-    "paper": dict(tasks=["nolima-synth", "musique-synth", "babilong-synth", "niah-literal",
-                         "kv-retrieval", "parametric-recall", "arithmetic"],
-                  budgets=[1, 2, 4, 8, 16, 32, 50], n_calib=32, n_ref=32, n_eval=200,
-                  random_draws=5, rank_diagnostic=10),
-}
-
+from locos_bench.presets import PRESETS
 
 @dataclass
 class RunConfig:

@@ -100,9 +100,8 @@ class _RayWorker:
     """A Ray actor: the model and the task splits of one run, loaded once; computes jobs."""
 
     def __init__(self, cfg_json: str) -> None:
-        from locos_bench.harness import Worker
+        from locos_bench.harness import Worker, run_tasks
         from locos_bench.models import load_model
-        from locos_bench.splits import build_run_tasks
 
         data = json.loads(cfg_json)
         for name in ("output_dir", "data"):  # the config's paths travel as text
@@ -110,7 +109,7 @@ class _RayWorker:
                 data[name] = Path(data[name])
         cfg = RunConfig(**data)
         model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-        tasks, _ = build_run_tasks(cfg, model)  # the driver's own rule: same splits, same names
+        tasks, _ = run_tasks(cfg, model)  # the driver's own rule: same splits, same names
         self.worker = Worker(cfg, model, tasks, lambda message: print(message, file=sys.stderr, flush=True))
 
     def run(self, job_json: str) -> tuple[str, dict[str, float]]:

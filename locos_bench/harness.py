@@ -14,7 +14,6 @@ owns timing, parameters and validation: a detector only scores.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import shlex
 import sys
@@ -25,14 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from locos_bench.ablation import AblationSpec, HeadAblation, HeadMeans, HeadSetAblation, reference_means
 from locos_bench.config import RunConfig
 from locos_bench.detectors import detector_source, get_detector_class, make_detector, run_detector
 from locos_bench.errors import LocosError
 from locos_bench.headset import Head, rank_heads
-from locos_bench.plan import BASELINE, RunPlan, UnitKey
+from locos_bench.plan import BASELINE, RunPlan, UnitKey, detector_rng
 from locos_bench.progress import Progress
 from locos_bench.records import (
     DetectorEntry,
@@ -77,7 +75,7 @@ class Run:
         """Build the splits, the manifest and the plan (nothing is written yet)."""
         cfg = self.cfg
         with self._timed("prepare"):
-            tasks, fallbacks = build_run_tasks(cfg, self.model)
+            tasks, fallbacks = run_tasks(cfg, self.model)
         if not any(t.spec.kind == "retrieval" for t in tasks.values()):
             raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
         max_heads = self.model.geometry.n_total_heads
@@ -317,7 +315,7 @@ class Worker:
 
     def _score(self, data: TaskData, name: str, draw: int) -> ScoresUnit:
         detector = make_detector(name)
-        rng = np.random.default_rng([self.cfg.seed, draw, _stable_int(data.spec.name), _stable_int(name)])
+        rng = detector_rng(self.cfg.seed, UnitKey.scores(data.spec.name, name, draw))
         start = time.perf_counter()
         try:
             result = run_detector(detector, self.model, data.calibration, rng=rng)
@@ -349,7 +347,9 @@ class Worker:
         start = time.perf_counter()
         if hasattr(data, "values"):  # an lm-eval control (locos_bench.lm_eval.LmEvalControl)
             values = data.values(self.model, self._hooks(heads, means), batch_size=self.cfg.batch_size)
-            return EvalUnit(**base, values=values, seconds=time.perf_counter() - start)
+            return EvalUnit(task=data.spec.name, detector=key.detector, draw=key.draw, k=key.index,
+                            heads=[list(h) for h in heads], heads_from=heads_from, values=values,
+                            seconds=time.perf_counter() - start)
         rows = evaluate_task(self.model, data.spec, data.evaluation,
                              hooks=self._hooks(heads, means), batch_size=self.cfg.batch_size)
         return self._eval_record(data, Job(key, heads, heads_from), rows, time.perf_counter() - start)
@@ -364,6 +364,22 @@ class Worker:
         values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
                                hooks=self._hooks([head], means), batch_size=self.cfg.batch_size)
         return RankUnit(**base, values={"gold_logprob": values}, seconds=time.perf_counter() - start)
+
+
+def run_tasks(cfg: RunConfig, model: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every task a run executes, by name: its splits (`build_run_tasks`) and any lm-eval tasks
+    as controls with the first retrieval task's heads. The driver and every worker call it, so
+    all hold the same tasks."""
+    tasks, fallbacks = build_run_tasks(cfg, model)
+    if cfg.lm_eval_tasks:
+        from locos_bench.lm_eval import lm_eval_controls
+
+        source = next((t for t in tasks.values() if t.spec.kind == "retrieval"), None)
+        if source is None:
+            raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
+        for control in lm_eval_controls(cfg.lm_eval_tasks, source, limit=cfg.n_eval):
+            tasks[control.spec.name] = control
+    return tasks, fallbacks
 
 
 def resolve_batch_size(cfg: RunConfig, model: Any) -> None:
@@ -418,10 +434,6 @@ def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     for phase, seconds in b.items():
         out[phase] = round(out.get(phase, 0.0) + seconds, 3)
     return out
-
-
-def _stable_int(text: str) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
 def run_benchmark(cfg: RunConfig, *, model: Any = None, executor: Any = None) -> RunDir:

@@ -149,15 +149,15 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
     data, cfg = _task_data(model, parts["task"], preset=preset, seed=seed)
     if data.spec.kind != "retrieval":
         raise LocosError(f"task {parts['task']!r} is a {data.spec.kind} task: detectors score heads on a retrieval task")
-    from locos_bench.harness import Job, Worker
-    from locos_bench.plan import UnitKey
+    from locos_bench.detectors import make_detector, run_detector
+    from locos_bench.plan import UnitKey, detector_rng
 
-    # The harness's own worker computes the scores unit (its seeding included); nothing is written.
-    job = Job(UnitKey.scores(data.spec.name, parts["detector"], 0), [])
-    unit = Worker(cfg, model, {data.spec.name: data}).run(job)
-    if unit.error or unit.scores is None:
-        raise LocosError(f"detector {parts['detector']!r} failed on {parts['task']}: {unit.error}")
-    return _head_scores(unit)
+    # The harness's own scoring call and seeding rule (`plan.detector_rng`); nothing is written.
+    key = UnitKey.scores(data.spec.name, parts["detector"], 0)
+    try:
+        return run_detector(make_detector(key.detector), model, data.calibration, rng=detector_rng(cfg.seed, key))
+    except LocosError as exc:
+        raise LocosError(f"detector {parts['detector']!r} failed on {parts['task']}: {exc}") from None
 
 
 def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> Any:

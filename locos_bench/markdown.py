@@ -106,6 +106,8 @@ def _header(run: RunStats) -> str:
         ["timings", timings],
         ["statistics", stats],
     ]
+    if m.fallbacks:  # --preset paper: a real benchmark's data was missing, its synthetic twin ran
+        rows.append(["synthetic fallbacks", "; ".join(f"`{task}`: {why}" for task, why in sorted(m.fallbacks.items()))])
     return _table(rows, ["", ""])
 
 

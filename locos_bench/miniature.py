@@ -127,7 +127,7 @@ def byte_tokenizer(corpus: list[str] | None = None, *, vocab_size: int = 512, ch
 
 
 def _default_corpus() -> list[str]:
-    from locos_bench.config import PRESETS
+    from locos_bench.presets import PRESETS
     from locos_bench.tasks import load_task, make_examples
 
     texts = []

@@ -13,6 +13,7 @@ found on the run's first retrieval task (`heads_from`), which is what specificit
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -52,6 +53,18 @@ class UnitKey:
     @classmethod
     def rank(cls, task: str, detector: str, draw: int, rank: int) -> UnitKey:
         return cls("rank", task, detector, draw, rank)
+
+
+def detector_rng(seed: int, key: UnitKey) -> Any:
+    """The random generator a scores unit's detector gets: a function of the run's seed and the
+    unit's identity alone, so any process that computes the unit draws the same numbers."""
+    import numpy as np
+
+    return np.random.default_rng([seed, key.draw, _stable_int(key.task), _stable_int(key.detector)])
+
+
+def _stable_int(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
 class _Done(Protocol):

@@ -95,7 +95,7 @@ def context_tokens(tasks: list[str]) -> int:
 
 def preset_contexts() -> dict[str, int]:
     """`context_tokens` of each preset's tasks."""
-    from locos_bench.config import PRESETS
+    from locos_bench.presets import PRESETS
 
     return {name: context_tokens(preset["tasks"]) for name, preset in PRESETS.items()}
 

@@ -77,13 +77,4 @@ def build_run_tasks(cfg: Any, model: Any) -> tuple[dict[str, TaskData], dict[str
     why. Any worker that holds the same configuration builds the same splits.
     """
     specs, fallbacks = resolve_tasks(cfg.tasks, data=cfg.data, prefer_real=cfg.preset == "paper")
-    tasks: dict[str, Any] = {spec.name: build_task_data(spec, cfg, model) for spec in specs}
-    if getattr(cfg, "lm_eval_tasks", None):  # lm-eval tasks as controls (locos_bench.lm_eval)
-        from locos_bench.lm_eval import lm_eval_controls
-
-        source = next((t for t in tasks.values() if t.spec.kind == "retrieval"), None)
-        if source is None:
-            raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
-        for control in lm_eval_controls(cfg.lm_eval_tasks, source, limit=cfg.n_eval):
-            tasks[control.spec.name] = control
-    return tasks, fallbacks
+    return {spec.name: build_task_data(spec, cfg, model) for spec in specs}, fallbacks

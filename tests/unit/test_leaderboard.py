@@ -279,3 +279,12 @@ def test_cli_errors_one_line_exit_2(case: str, message: str, run_dir: Path, tmp_
     assert message in err
     assert len(err.splitlines()) == 1
     assert not (run_dir / LEADERBOARD).exists()
+
+
+def test_synthetic_fallbacks_are_named_in_the_header(run_dir: Path):
+    run = analyze_runs([run_dir], n_resamples=50)[0]
+    assert "synthetic fallbacks" not in render_markdown([run])
+    run.manifest.fallbacks = {"babilong-synth": "babilong: needs the Hugging Face hub (offline)"}
+    text = render_markdown([run])
+    row = next(line for line in text.splitlines() if line.startswith("| synthetic fallbacks"))
+    assert "`babilong-synth`: babilong: needs the Hugging Face hub (offline)" in row

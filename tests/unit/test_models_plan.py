@@ -8,7 +8,7 @@ import pytest
 
 from locos_bench import models, planning
 from locos_bench.errors import LocosError
-from locos_bench.config import PRESETS
+from locos_bench.presets import PRESETS
 from tests.unit.test_models import cli
 
 HUB = [spec.alias for spec in map(models.MODELS.get, models.MODELS.names()) if spec.source == "hub"]

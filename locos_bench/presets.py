@@ -1,0 +1,20 @@
+"""Run sizes by name (`--preset`): a leaf module, so model planning and the CLI read them
+without importing the rest of the configuration (or torch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # A smoke test: minutes on a laptop CPU.
+    "quick": dict(tasks=["kv-retrieval", "arithmetic"], budgets=[1, 4], n_calib=2, n_ref=4,
+                  n_eval=6, random_draws=2, rank_diagnostic=3),
+    # The embedded default on a 2-core CPU (see README for the measured wall time).
+    "default": dict(tasks=["kv-retrieval", "niah-literal", "arithmetic"], budgets=[1, 4, 8],
+                    n_calib=2, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3),
+    # The paper's configuration, for GPU machines and 7-8B models.
+    "paper": dict(tasks=["nolima-synth", "musique-synth", "babilong-synth", "niah-literal",
+                         "kv-retrieval", "parametric-recall", "arithmetic"],
+                  budgets=[1, 2, 4, 8, 16, 32, 50], n_calib=32, n_ref=32, n_eval=200,
+                  random_draws=5, rank_diagnostic=10),
+}
