@@ -47,6 +47,16 @@ from locos_bench.tasks.tokenize import tokenize_example
 _PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic"}
 
 
+@contextmanager
+def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the block's wall seconds to `timings[phase]` (the driver's and each worker's clock)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
+
+
 class Run:
     """One benchmark run bound to a run directory: the driver.
 
@@ -136,13 +146,8 @@ class Run:
             if not isinstance(unit, ScoresUnit) and not unit.error:
                 self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
 
-    @contextmanager
-    def _timed(self, phase: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timings[phase] = round(self.timings.get(phase, 0.0) + time.perf_counter() - start, 3)
+    def _timed(self, phase: str) -> Any:
+        return timed(self.timings, phase)
 
     def _save(self, unit: Any) -> Any:
         self.dir.append(unit)
@@ -240,13 +245,8 @@ class Worker:
         self.timings: dict[str, float] = {}
         self._means: dict[str, HeadMeans | None] = {}
 
-    @contextmanager
-    def _timed(self, phase: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timings[phase] = round(self.timings.get(phase, 0.0) + time.perf_counter() - start, 3)
+    def _timed(self, phase: str) -> Any:
+        return timed(self.timings, phase)
 
     def run(self, job: Job) -> Any:
         key, data = job.key, self.tasks[job.key.task]
