@@ -8,6 +8,9 @@
 * `evaluate_task`: both, plus every metric the task lists, per example.
 * `evaluate_head_sets`: `evaluate_task` for several head sets at once, each batch row with
   its own ablation (one prompt under many ablations per forward pass).
+* `CleanPrefix`: the unablated prefill of each batch, kept so that an ablated evaluation of
+  the same batch starts at its lowest ablated layer (the layers below compute exactly what
+  the clean run computed).
 
 Both primitives run the bridge's own forward (`bridge(tokens, ...)`), so every
 TransformerLens hook name works and hooks behave exactly as in detection.
@@ -16,7 +19,9 @@ TransformerLens hook name works and hooks behave exactly as in detection.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from locos_bench.errors import LocosError
@@ -134,6 +139,169 @@ def _greedy(
     return [cut_answer(t) for t in texts] if cut else texts
 
 
+class CleanPrefix:
+    """The unablated prefill of each batch of prompts, kept to start ablated runs late.
+
+    Layers below the lowest ablated layer see the same inputs as in the unablated run and run
+    the same kernels, so their outputs and keys/values are the clean run's, bit for bit. A
+    batch's clean prefill is computed once (the first time any head set of that batch asks)
+    and each later prefill of the batch starts at its lowest hooked layer: the baseline's
+    needs no layer at all, a set whose lowest head sits at layer 11 of 18 runs 7.
+
+    Attributes:
+        max_bytes: What the kept prefills may hold; batches beyond it run whole.
+        layers_run / layers_skipped: Prefill layer computations done and saved (a figure for
+            `benchmarks/run.py`).
+    """
+
+    def __init__(self, max_bytes: int = 2 * 1024 ** 3) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.layers_run = 0
+        self.layers_skipped = 0
+        self._batches: dict[tuple, _Prefill] = {}
+
+    def get(self, model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: bool,
+            logits_to_keep: Any) -> _Prefill | None:
+        """The batch's clean prefill, computed now (without hooks) if new and room is left."""
+        keep = logits_to_keep.tolist() if hasattr(logits_to_keep, "tolist") else logits_to_keep
+        key = (with_cache, str(keep), tuple(ids.shape), ids.cpu().numpy().tobytes(), mask.cpu().numpy().tobytes())
+        if key not in self._batches:
+            if self.bytes >= self.max_bytes:
+                return None
+            clean = _capture(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
+            self.layers_run += len(clean.outputs)
+            self.bytes += clean.nbytes
+            self._batches[key] = clean
+        return self._batches[key]
+
+
+@dataclass
+class _Prefill:
+    outputs: list[Any]
+    """What each block returned in the clean run."""
+    kv: dict[int, tuple[Any, Any]]
+    """The keys and values each layer handed its KV cache (empty without a cache)."""
+    logits: Any
+    """The clean run's kept logits."""
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [o[0] if isinstance(o, tuple) else o for o in self.outputs]
+        tensors += [t for pair in self.kv.values() for t in pair] + [self.logits]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.bridge.original_model.config)
+
+
+def _capture(model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: bool,
+             logits_to_keep: Any) -> _Prefill:
+    """One unablated forward that records every block's output and cache update."""
+    bridge = model.bridge
+    outputs: dict[int, Any] = {}
+    kv: dict[int, tuple[Any, Any]] = {}
+    handles = [block.register_forward_hook(lambda module, args, out, layer=layer: outputs.__setitem__(layer, out))
+               for layer, block in enumerate(bridge.blocks)]
+    kwargs = _forward_kwargs(mask, positions, logits_to_keep)
+    if with_cache:
+        cache = _new_cache(model)
+        update = cache.update
+
+        def recording(keys: Any, values: Any, layer_idx: int, *args: Any, **kw: Any) -> Any:
+            kv[layer_idx] = (keys, values)
+            return update(keys, values, layer_idx, *args, **kw)
+
+        cache.update = recording
+        kwargs.update(past_key_values=cache, return_type="logits_and_cache")
+    try:
+        result = bridge(ids, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+        if with_cache:
+            del cache.update
+    logits = result[0] if with_cache else result
+    return _Prefill([outputs[layer] for layer in range(len(bridge.blocks))], kv, logits)
+
+
+def _forward_kwargs(mask: Any, positions: Any, logits_to_keep: Any) -> dict[str, Any]:
+    kwargs = dict(attention_mask=mask, logits_to_keep=logits_to_keep)
+    if positions is not None:
+        kwargs["position_ids"] = positions
+    return kwargs
+
+
+def _first_hooked_layer(hooks: Sequence[Hook], n_layers: int) -> int:
+    """The lowest layer any hook sits on (`n_layers` for none; 0 when a name is not a block's)."""
+    first = n_layers
+    for name, _ in hooks:
+        parts = name.split(".") if isinstance(name, str) else []
+        if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
+            return 0
+        first = min(first, int(parts[1]))
+    return first
+
+
+def _forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Hook],
+             prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any = 1) -> Any:
+    """The bridge's forward of a batch with `hooks` active (`(logits, KV cache)` when
+    `with_cache`), starting at the lowest hooked layer when `prefix` holds (or can take) the
+    batch's clean run."""
+    bridge = model.bridge
+    n_layers = len(bridge.blocks)
+    start = _first_hooked_layer(hooks, n_layers) if prefix is not None else 0
+    clean = None
+    if start > 0:
+        clean = prefix.get(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
+    kwargs = _forward_kwargs(mask, positions, logits_to_keep)
+    if with_cache:
+        kwargs["return_type"] = "logits_and_cache"
+    if clean is None:
+        if prefix is not None:
+            prefix.layers_run += n_layers
+        with bridge.hooks(fwd_hooks=list(hooks)):
+            return bridge(ids, **kwargs)
+    prefix.layers_skipped += start
+    prefix.layers_run += n_layers - start
+    cache = _new_cache(model) if with_cache else None
+    if start == n_layers:  # nothing ablated: the clean run is the answer
+        if cache is None:
+            return clean.logits
+        for layer in range(n_layers):
+            cache.update(*clean.kv[layer], layer)
+        return clean.logits, cache
+    if cache is not None:
+        kwargs["past_key_values"] = cache
+    with _skipping(bridge, clean, start), bridge.hooks(fwd_hooks=list(hooks)):
+        return bridge(ids, **kwargs)
+
+
+@contextmanager
+def _skipping(bridge: Any, clean: _Prefill, start: int) -> Iterator[None]:
+    """Blocks below `start` return their clean output and replay their clean cache update."""
+    def stub(layer: int) -> Callable[..., Any]:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            cache = kwargs.get("past_key_values")
+            if cache is not None and layer in clean.kv:
+                cache.update(*clean.kv[layer], layer)
+            return clean.outputs[layer]
+
+        return forward
+
+    blocks = list(bridge.blocks)[:start]
+    for layer, block in enumerate(blocks):
+        object.__setattr__(block, "forward", stub(layer))  # the bridge would pass `forward` on to HF
+    try:
+        yield
+    finally:
+        for block in blocks:
+            del block.__dict__["forward"]
+
+
 def generate_answers(
     model: Any,
     examples: Sequence[Example | TokenizedExample],
@@ -209,19 +377,21 @@ def gold_logprobs(
     *,
     hooks: Sequence[Hook] = (),
     batch_size: int = 4,
+    prefix: CleanPrefix | None = None,
 ) -> list[float]:
     """Teacher-forced mean log-prob of each example's gold answer tokens.
 
     One forward pass per batch over prompt + answer (right-padded); logits are computed
     only at the union of the batch's answer positions (`q_j`, the positions predicting each
-    answer token), and log-softmax only there.
+    answer token), and log-softmax only there. With `prefix`, each pass starts at the lowest
+    hooked layer (`CleanPrefix`); results are the same.
 
     Returns:
         One float per example (mean over its answer tokens), in input order.
     """
     items = [_tokenized(model, ex) for ex in tokenized_examples]
     scored = continuation_logprobs(model, [(it.input_ids, len(it.answer_ids)) for it in items],
-                                   hooks=hooks, batch_size=batch_size)
+                                   hooks=hooks, batch_size=batch_size, prefix=prefix)
     torch = _torch()
     return [float(torch.tensor(lp).mean()) for lp, _ in scored]
 
@@ -232,6 +402,7 @@ def continuation_logprobs(
     *,
     hooks: Sequence[Hook] = (),
     batch_size: int = 4,
+    prefix: CleanPrefix | None = None,
 ) -> list[tuple[list[float], list[bool]]]:
     """Teacher-forced log-probs of the last `n` tokens of each `(token_ids, n)` sequence.
 
@@ -243,12 +414,11 @@ def continuation_logprobs(
         argmax (greedy) token at its position.
     """
     torch = _torch()
-    bridge = model.bridge
     device = getattr(model, "device", "cpu")
     pad = _pad_id(model.tokenizer)
     out: list[tuple[list[float], list[bool]]] = [([], [])] * len(sequences)
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks)):
+    with torch.inference_mode():
         for batch in _batches(order, max(1, batch_size)):
             width = max(len(sequences[i][0]) for i in batch)
             ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -263,10 +433,8 @@ def continuation_logprobs(
                 where_rows.append(list(range(len(tokens) - 1 - n, len(tokens) - 1)))
             keep = sorted({p for rows in where_rows for p in rows})
             where = {p: k for k, p in enumerate(keep)}
-            logits = bridge(
-                ids.to(device), attention_mask=mask.to(device),
-                logits_to_keep=torch.tensor(keep, device=device),
-            )
+            logits = _forward(model, ids.to(device), mask.to(device), None, hooks, prefix, with_cache=False,
+                              logits_to_keep=torch.tensor(keep, device=device))
             for row, i in enumerate(batch):
                 tokens, n = sequences[i]
                 cols = [where[p] for p in where_rows[row]]
@@ -283,6 +451,7 @@ def answers_and_logprobs(
     max_new_tokens: int = 8,
     hooks: Sequence[Hook] = (),
     batch_size: int = 4,
+    prefix: CleanPrefix | None = None,
 ) -> tuple[list[str], list[float]]:
     """`generate_answers` and `gold_logprobs` together, sharing one prompt prefill.
 
@@ -290,16 +459,17 @@ def answers_and_logprobs(
     last logits give both the first greedy token and the gold log-prob of the first answer
     token. The remaining answer tokens run on a copy of the prompt's KV cache (a few
     positions, not a second pass over the prompt); generation continues from the original
-    cache. Results equal the two separate functions (tested).
+    cache. Results equal the two separate functions (tested). With `prefix`, each prefill
+    starts at the lowest hooked layer (`CleanPrefix`); results are the same.
     """
     items = [_tokenized(model, ex) for ex in examples]
     return _answers_and_logprobs(model, items, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                 hooks_for=lambda batch: hooks)
+                                 hooks_for=lambda batch: hooks, prefix=prefix)
 
 
 def _answers_and_logprobs(
     model: Any, items: Sequence[TokenizedExample], *, max_new_tokens: int, batch_size: int,
-    hooks_for: Callable[[list[int]], Sequence[Hook]],
+    hooks_for: Callable[[list[int]], Sequence[Hook]], prefix: CleanPrefix | None = None,
 ) -> tuple[list[str], list[float]]:
     """`answers_and_logprobs` where each batch (its item indices) gets its own hooks."""
     import copy
@@ -313,13 +483,12 @@ def _answers_and_logprobs(
     scores: list[float] = [0.0] * len(items)
     order = sorted(range(len(items)), key=lambda i: items[i].prompt_len)
     for batch in _batches(order, max(1, batch_size)):
-        with torch.inference_mode(), bridge.hooks(fwd_hooks=list(hooks_for(batch))):
+        hooks = list(hooks_for(batch))
+        with torch.inference_mode():
             prompts = [items[i].input_ids[: items[i].prompt_len] for i in batch]
             ids, mask, positions = _left_padded(prompts, pad, device)
-            logits, cache = bridge(
-                ids, attention_mask=mask, position_ids=positions,
-                return_type="logits_and_cache", logits_to_keep=1,
-            )
+            logits, cache = _forward(model, ids, mask, positions, hooks, prefix, with_cache=True)
+        with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
             firsts = token_logprobs(logits[:, -1, :], [items[i].answer_ids[0] for i in batch])  # [B]
             # Gold answer tokens after the first, teacher-forced on a copy of the cache.
             longest = max(len(items[i].answer_ids) for i in batch)
@@ -356,8 +525,10 @@ def evaluate_task(
     hooks: Sequence[Hook] = (),
     batch_size: int = 4,
     max_new_tokens: int | None = None,
+    prefix: CleanPrefix | None = None,
 ) -> list[dict[str, Any]]:
-    """Generate answers and score every example on all of the task's metrics.
+    """Generate answers and score every example on all of the task's metrics (`prefix`: see
+    `answers_and_logprobs`).
 
     Returns:
         One dict per example: `index`, `generation` (the answer, cut at the first newline),
@@ -367,7 +538,7 @@ def evaluate_task(
     tokenized = _tokenize_all(model, examples)
     predictions, logprobs = answers_and_logprobs(
         model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, hooks=hooks,
-        batch_size=batch_size,
+        batch_size=batch_size, prefix=prefix,
     )
     return _metric_rows(spec, examples, tokenized, predictions, logprobs)
 
@@ -380,6 +551,7 @@ def evaluate_head_sets(
     *,
     batch_size: int = 16,
     max_new_tokens: int | None = None,
+    prefix: CleanPrefix | None = None,
 ) -> list[list[dict[str, Any]]]:
     """`evaluate_task` for every head set of `ablation` (a `HeadSetAblation`), sharing batches.
 
@@ -396,6 +568,7 @@ def evaluate_head_sets(
     predictions, logprobs = _answers_and_logprobs(
         model, [tokenized[i] for _, i in pairs], max_new_tokens=max_new_tokens or spec.max_new_tokens,
         batch_size=batch_size, hooks_for=lambda batch: ablation.hooks([pairs[b][0] for b in batch]),
+        prefix=prefix,
     )
     return [_metric_rows(spec, examples, tokenized, predictions[s * n:(s + 1) * n], logprobs[s * n:(s + 1) * n])
             for s in range(n_sets)]

@@ -244,9 +244,17 @@ class Worker:
         self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise)
         self.timings: dict[str, float] = {}
         self._means: dict[str, HeadMeans | None] = {}
+        self._prefixes: dict[str, Any] = {}
 
     def _timed(self, phase: str) -> Any:
         return timed(self.timings, phase)
+
+    def _prefix(self, data: TaskData) -> Any:
+        """The task's clean prefills (`evaluate.CleanPrefix`): ablated evaluations start at
+        their lowest ablated layer."""
+        from locos_bench.evaluate import CleanPrefix
+
+        return self._prefixes.setdefault(data.spec.name, CleanPrefix())
 
     def run(self, job: Job) -> Any:
         key, data = job.key, self.tasks[job.key.task]
@@ -288,7 +296,8 @@ class Worker:
             start = time.perf_counter()
             ablation = HeadSetAblation([job.heads for job in jobs], self.ablation, means)
             results = evaluate_head_sets(self.model, data.spec, data.evaluation, ablation,
-                                         batch_size=self.cfg.batch_size * self.cfg.eval_head_sets)
+                                         batch_size=self.cfg.batch_size * self.cfg.eval_head_sets,
+                                         prefix=self._prefix(data))
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
 
@@ -350,8 +359,8 @@ class Worker:
             return EvalUnit(task=data.spec.name, detector=key.detector, draw=key.draw, k=key.index,
                             heads=[list(h) for h in heads], heads_from=heads_from, values=values,
                             seconds=time.perf_counter() - start)
-        rows = evaluate_task(self.model, data.spec, data.evaluation,
-                             hooks=self._hooks(heads, means), batch_size=self.cfg.batch_size)
+        rows = evaluate_task(self.model, data.spec, data.evaluation, hooks=self._hooks(heads, means),
+                             batch_size=self.cfg.batch_size, prefix=self._prefix(data))
         return self._eval_record(data, Job(key, heads, heads_from), rows, time.perf_counter() - start)
 
     def _rank_unit(self, data: TaskData, key: UnitKey, head: Head, means: HeadMeans | None) -> RankUnit:
@@ -362,7 +371,8 @@ class Worker:
         base = dict(task=task, detector=key.detector, rank=key.index, head=list(head))
         start = time.perf_counter()
         values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
-                               hooks=self._hooks([head], means), batch_size=self.cfg.batch_size)
+                               hooks=self._hooks([head], means), batch_size=self.cfg.batch_size,
+                               prefix=self._prefix(data))
         return RankUnit(**base, values={"gold_logprob": values}, seconds=time.perf_counter() - start)
 
 

@@ -14,6 +14,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from locos_bench.architecture import hf_config, shipped_config
+
 ARCHITECTURES: dict[str, str] = {
     "qwen3": "qwen3-8b",
     "olmo3": "olmo3-7b",
@@ -21,7 +23,7 @@ ARCHITECTURES: dict[str, str] = {
     "gemma3-multimodal": "gemma3-4b",
     "llama3": "llama3-8b",
 }
-"""Each architecture the README names, and the alias whose shipped configuration it scales."""
+"""Each architecture the README names, and the shipped configuration it scales (named as its alias)."""
 
 TINY = dict(d_model=64, d_head=16, d_mlp=128, window=16, max_positions=4096, max_kv_heads=2)
 """Scaled-down sizes: layer types, GQA ratio, norms, RoPE settings and tying stay the real ones."""
@@ -74,14 +76,6 @@ def scale_down(config: dict[str, Any], *, vocab_size: int) -> dict[str, Any]:
         for key in ("boi_token_index", "eoi_token_index", "image_token_index"):
             tiny[key] = vocab_size - 1
     return tiny
-
-
-def hf_config(config: dict[str, Any]) -> Any:
-    """The transformers config object for a shipped (or scaled) config dict."""
-    from transformers import AutoConfig
-
-    fields = {k: v for k, v in config.items() if k not in ("model_type", "torch_dtype")}
-    return AutoConfig.for_model(config["model_type"], **fields)
 
 
 def random_model(config: dict[str, Any], *, dtype: Any = None, device: str = "cpu", seed: int = 0) -> Any:
@@ -152,8 +146,6 @@ def miniature(
 
     `overrides` replace fields of the (text) config after scaling, e.g.
     `max_position_embeddings=64`."""
-    from locos_bench.models import shipped_config
-
     if architecture not in ARCHITECTURES:
         from locos_bench.errors import unknown
 

@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from locos_bench import architecture
+from locos_bench.architecture import HeadGeometry, hf_config
 from locos_bench.errors import LocosError, unknown
 from locos_bench.registry import Registry
 
@@ -105,44 +107,6 @@ for _spec in [
                   kind="instruct", config="llama3-8b"),
 ]:
     MODELS.add(_spec.alias, _spec, source="built-in", aliases=_spec.also)
-
-
-@dataclass(frozen=True)
-class HeadGeometry:
-    """The shape facts every detector needs.
-
-    Attributes:
-        n_layers: Transformer blocks.
-        n_heads: Query heads per layer (the unit detectors score).
-        n_kv_heads: Key/value heads per layer (GQA shares each among query heads).
-        d_head: Width of one head.
-        d_model: Width of the residual stream.
-        d_vocab: Vocabulary size of the unembedding.
-        sliding_window: Window of the local-attention layers, or None.
-        sliding_layers: Layers that attend only within `sliding_window` tokens.
-        attn_out_norm: Whether the attention output passes through a norm (Gemma 3's
-            post-attention RMSNorm, hooked as `blocks.{L}.ln1_post`) before the residual.
-        norm_offset: Whether RMSNorms multiply by `(1 + w)` (Gemma) rather than `w`.
-    """
-
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_head: int
-    d_model: int
-    d_vocab: int
-    sliding_window: int | None
-    sliding_layers: list[int]
-    attn_out_norm: bool
-    norm_offset: bool
-
-    @property
-    def n_total_heads(self) -> int:
-        return self.n_layers * self.n_heads
-
-    def kv_head(self, head: int) -> int:
-        """The key/value head that query head `head` reads (GQA grouping)."""
-        return head // (self.n_heads // self.n_kv_heads)
 
 
 @dataclass
@@ -413,6 +377,7 @@ def load_model(
     dtype: str | None = None,
     planted_config: Any = None,
     context_tokens: int | None = None,
+    attention: str = "sdpa",
 ) -> LoadedModel:
     """Load a model by alias, Hugging Face id or local directory and boot the bridge.
 
@@ -424,6 +389,8 @@ def load_model(
         planted_config: For `planted` only: a `PlantedConfig` overriding the default build.
         context_tokens: The longest sequence the run will feed; on CUDA the model and one
             such sequence must fit in free memory, checked before loading.
+        attention: `sdpa` (the fused kernel wherever no hook reads the pattern; see
+            `locos_bench.attention`) or `eager` (TransformerLens's explicit scores always).
 
     Raises:
         LocosError: unknown alias, missing package, hub unreachable, corrupt GGUF, no GPU,
@@ -448,7 +415,7 @@ def load_model(
         if getattr(hf_model, "locos_multimodal", None):
             info["language_model_of"] = hf_model.locos_multimodal
     return wrap_model(hf_model, tokenizer, spec=spec, name=canonical_name(name), device=device,
-                      dtype=dtype_name, info=info, cached=cached, started=start)
+                      dtype=dtype_name, info=info, cached=cached, started=start, attention=attention)
 
 
 def wrap_model(
@@ -462,9 +429,12 @@ def wrap_model(
     info: dict[str, Any] | None = None,
     cached: bool = False,
     started: float | None = None,
+    attention: str = "sdpa",
 ) -> LoadedModel:
     """Boot the bridge around a transformers model already in memory (what `load_model` does
     after loading; `benchmarks/gpu.py` passes a randomly initialised full-size model)."""
+    if attention not in ("sdpa", "eager"):
+        raise LocosError(f"unknown attention {attention!r}; choose sdpa or eager")
     started = time.perf_counter() if started is None else started
     dtype_name, torch_dtype = _check_device_dtype(device, dtype or default_dtype(device))
     name = name or type(hf_model).__name__
@@ -473,6 +443,12 @@ def wrap_model(
     if not hf_model.config.architectures:
         hf_model.config.architectures = [type(hf_model).__name__]
     bridge = _boot(spec, hf_model, tokenizer, device, torch_dtype)
+    info = dict(info or {})
+    if attention == "sdpa":
+        from locos_bench.attention import install
+
+        attention = install(bridge)
+    info["attention"] = attention
     return LoadedModel(
         name=name,
         spec=spec,
@@ -483,7 +459,7 @@ def wrap_model(
         cached=cached,
         device=device,
         dtype=dtype_name,
-        info=info or {},
+        info=info,
     )
 
 
@@ -505,8 +481,6 @@ def _check_gpu_fits(spec: ModelSpec, device: str, dtype: str, context_tokens: in
     raw = _architecture_numbers(spec)
     if raw is None:
         return  # a hub id without shipped numbers: transformers reports what does not fit
-    from locos_bench.miniature import hf_config
-
     config = hf_config(raw)
     needed = planning.parameter_counts(config)["language_model"] * planning.BYTES[dtype]
     what = f"{spec.alias} in {dtype}"
@@ -541,15 +515,13 @@ def plan_model(name: str, *, dtype: str | None = None) -> dict[str, Any]:
 
 
 def shipped_config(name: str) -> dict[str, Any]:
-    """The architecture numbers shipped for alias `name` (a subset of its `config.json`)."""
-    from importlib import resources
-
+    """The architecture numbers shipped for alias `name` (a subset of its `config.json`):
+    the registry names the file, `locos_bench.architecture` reads it."""
     spec = resolve_spec(name)
     if spec.config is None:
         raise LocosError(f"model {spec.alias!r} has no shipped configuration; "
                          f"aliases with one: {', '.join(a for a in MODELS.names() if MODELS.get(a).config)}")
-    text = resources.files("locos_bench").joinpath(f"data/model_configs/{spec.config}.json").read_text()
-    return json.loads(text)
+    return architecture.shipped_config(spec.config)
 
 
 def _quiet_transformers() -> None:

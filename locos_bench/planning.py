@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from locos_bench.architecture import HeadGeometry, hf_config
 from locos_bench.errors import LocosError
-from locos_bench.models import HeadGeometry
 
 GIB = 1024**3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -74,16 +74,20 @@ def kv_cache_bytes(geo: HeadGeometry, tokens: int, dtype: str = "bfloat16") -> i
 
 
 def eager_scores_bytes(geo: HeadGeometry, tokens: int, dtype: str = "bfloat16") -> int:
-    """One layer's `[heads, T, T]` attention scores, which eager attention materialises."""
+    """One layer's `[heads, T, T]` attention scores, which the explicit attention path
+    materialises (only where a hook reads the pattern: attention-knockout, `--attention eager`)."""
     return geo.n_heads * tokens * tokens * BYTES[dtype]
 
 
-def sequence_bytes(geo: HeadGeometry, tokens: int, dtype: str = "bfloat16") -> int:
-    """Peak extra memory of one sequence in a forward pass: its KV cache, one layer's eager
-    scores (and their softmax), and a few residual-width activations per token."""
+def sequence_bytes(geo: HeadGeometry, tokens: int, dtype: str = "bfloat16", *, attention: str = "sdpa") -> int:
+    """Peak extra memory of one sequence in a forward pass: its KV cache, the attention's own
+    term and a few residual-width activations per token. The lean path's term is a padded
+    batch's head-free `[T, T]` mask (none without padding); the explicit path's is one layer's
+    scores and their softmax."""
     activations = 8 * tokens * geo.d_model * BYTES[dtype]
     logits = tokens * geo.d_vocab * 4  # float32 logits at every position (teacher forcing)
-    return kv_cache_bytes(geo, tokens, dtype) + 2 * eager_scores_bytes(geo, tokens, dtype) + activations + logits
+    scores = 2 * eager_scores_bytes(geo, tokens, dtype) if attention == "eager" else tokens * tokens * BYTES[dtype]
+    return kv_cache_bytes(geo, tokens, dtype) + scores + activations + logits
 
 
 def context_tokens(tasks: list[str]) -> int:
@@ -102,8 +106,6 @@ def preset_contexts() -> dict[str, int]:
 
 def plan(raw_config: dict[str, Any], dtype: str = "bfloat16") -> dict[str, Any]:
     """Geometry, parameter counts and memory at each preset's context, from a config dict."""
-    from locos_bench.miniature import hf_config
-
     config = hf_config(raw_config)
     geo = geometry_from_config(config)
     params = parameter_counts(config)
@@ -115,6 +117,7 @@ def plan(raw_config: dict[str, Any], dtype: str = "bfloat16") -> dict[str, Any]:
             "kv_cache_gib_per_sequence": round(kv_cache_bytes(geo, tokens, dtype) / GIB, 4),
             "eager_scores_gib_per_layer": round(eager_scores_bytes(geo, tokens, dtype) / GIB, 4),
             "peak_gib_batch_1": round((weights + sequence_bytes(geo, tokens, dtype)) / GIB, 2),
+            "peak_gib_batch_1_eager": round((weights + sequence_bytes(geo, tokens, dtype, attention="eager")) / GIB, 2),
         }
     return {
         **asdict(geo),

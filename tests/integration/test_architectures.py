@@ -15,6 +15,12 @@ import pytest
 from locos_bench import heads
 from locos_bench.miniature import ARCHITECTURES, TINY, miniature
 from locos_bench.models import load_model
+from tests.integration.test_attention import (  # noqa: F401
+    count_lean,
+    test_a_pattern_hook_gets_the_explicit_path,
+    test_lean_attention_equals_the_explicit_path,
+    test_lean_cached_generation_equals_the_explicit_path,
+)
 from tests.integration.test_generation import test_cached_generation_equals_uncached  # noqa: F401
 from tests.integration.test_head_identities import (  # noqa: F401
     test_direct_logit_attribution_sums_to_logits,

@@ -1,0 +1,204 @@
+"""Attention through PyTorch's fused kernel wherever no hook reads the pattern.
+
+TransformerLens 4.3 reimplements every rotary model's attention
+(`PositionEmbeddingsAttentionBridge.forward`) with an explicit `[batch, heads, q, kv]` score
+matrix, whatever attention implementation transformers was given: at 32k tokens that is
+64 GiB per layer for Qwen3-8B in bfloat16. `install` gives each such attention module a lean
+forward that runs `scaled_dot_product_attention` instead, with the same hooks on the way in
+and out (`hook_in`, `hook_q/k/v`, the QK-norm hooks, the rotary hooks, `hook_rot_q/k`,
+`hook_z`, `hook_out`) and the same KV-cache update. It falls back to TransformerLens's own
+forward for the call whenever a hook listens on `hook_attn_scores` or `hook_pattern` (the
+only hooks that need the full matrix; of the detectors, attention-knockout), and always for
+what the lean forward does not implement (softcapping, attention sinks, gated or split
+inputs, partial or interleaved rotary, clipped QKV, ...). The masks transformers builds are
+switched to the SDPA kind: none at all for an unpadded causal batch, a boolean one otherwise,
+so a long single prompt needs no `T x T` tensor anywhere.
+
+Numbers equal the explicit path to float rounding (tests/integration/test_attention.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+_UNSUPPORTED_CONFIG = ("use_split_qkv_input", "use_attn_in", "gated_q_proj", "qk_norm_after_rope",
+                       "rotary_interleaved_cos_sin", "rotary_adjacent_pairs", "use_attn_result")
+_UNSUPPORTED_MODULE = ("key_multiplier", "attn_logit_softcapping", "sinks")
+
+
+def _bridge_class() -> type:
+    from transformer_lens.model_bridge.generalized_components.position_embeddings_attention import (
+        PositionEmbeddingsAttentionBridge,
+    )
+
+    return PositionEmbeddingsAttentionBridge
+
+
+def why_not_lean(attn: Any) -> str | None:
+    """Why `attn` must keep the explicit path for good (None when the lean forward applies)."""
+    cls = _bridge_class()
+    if not isinstance(attn, cls):
+        return f"{type(attn).__name__} is not a rotary attention bridge"
+    if type(attn)._pre_output_projection is not cls._pre_output_projection:
+        return "a transform before the output projection"
+    if attn._modules.get("gate") is not None:
+        return "a separate attention gate"
+    cfg, hf = attn.config, attn.original_component
+    for flag in _UNSUPPORTED_CONFIG:
+        if getattr(cfg, flag, False):
+            return flag
+    for name in _UNSUPPORTED_MODULE:
+        if getattr(hf, name, None) is not None:
+            return name
+    if getattr(getattr(hf, "config", None), "clip_qkv", None) is not None:
+        return "clip_qkv"
+    rope = getattr(getattr(hf, "config", None), "rope_parameters", None)
+    if isinstance(rope, dict) and rope.get("llama_4_scaling_beta") is not None:
+        return "llama-4 query scaling"
+    if getattr(attn, "compatibility_mode", False):
+        return "compatibility mode"
+    return None
+
+
+def install(bridge: Any) -> str:
+    """Give every attention module of `bridge` the lean forward; returns what runs: `sdpa`, or
+    `eager (REASON)` when some module cannot (the model then keeps the explicit path
+    everywhere, and transformers' eager masks)."""
+    modules = [block.attn for block in bridge.blocks]
+    for attn in modules:
+        reason = why_not_lean(attn)
+        if reason is not None:
+            return f"eager ({reason})"
+    for attn in modules:
+        object.__setattr__(attn, "forward", _LeanForward(attn))  # the bridge would pass `forward` on to HF
+    bridge.original_model.config._attn_implementation = "sdpa"  # masks: None or boolean
+    return "sdpa"
+
+
+@contextmanager
+def eager(bridge: Any) -> Iterator[None]:
+    """Run the block with TransformerLens's explicit attention (the reference the lean path is
+    tested against)."""
+    forwards = [attn.forward for attn in (b.attn for b in bridge.blocks) if isinstance(attn.forward, _LeanForward)]
+    for f in forwards:
+        f.enabled = False
+    try:
+        yield
+    finally:
+        for f in forwards:
+            f.enabled = True
+
+
+def _listened(hook_point: Any) -> bool:
+    return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
+
+
+class _LeanForward:
+    """The lean forward bound to one attention bridge (an instance attribute `forward`)."""
+
+    def __init__(self, attn: Any) -> None:
+        self.attn = attn
+        self.enabled = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        attn = self.attn
+        explicit = type(attn).forward
+        if (not self.enabled or attn.training or _listened(attn.hook_attn_scores)
+                or _listened(attn.hook_pattern)):
+            return explicit(attn, *args, **kwargs)
+        position_embeddings = kwargs.get("position_embeddings")
+        head_dim = attn.original_component.head_dim
+        if position_embeddings is None:
+            if not attn.rope_optional and getattr(attn.config, "positional_embedding_type", None) == "rotary":
+                return explicit(attn, *args, **kwargs)  # TransformerLens warns about it
+        elif position_embeddings[0].shape[-1] != head_dim:
+            return explicit(attn, *args, **kwargs)  # partial or half-width rotary
+        return _lean(attn, *args, **kwargs)
+
+
+def _lean(attn: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    hf = attn.original_component
+    if "hidden_states" in kwargs:
+        hidden_states = kwargs.pop("hidden_states")
+    else:
+        hidden_states, args = args[0], args[1:]
+    position_embeddings = kwargs.pop("position_embeddings", None)
+    attention_mask = kwargs.pop("attention_mask", None)
+
+    hidden_states = attn.hook_in(hidden_states)
+    input_shape = hidden_states.shape[:-1]
+    head_dim = hf.head_dim
+    q, k, v = attn.q(hidden_states), attn.k(hidden_states), attn.v(hidden_states)
+    has_q_norm, has_k_norm = "q_norm" in attn.submodules, "k_norm" in attn.submodules
+    phase = attn._qk_norm_phase
+    if has_q_norm and phase == "pre_reshape":
+        q = attn._apply_pre_reshape_qk_norm(q, attn.q_norm, attn.hook_q_normed, head_dim)
+        if has_k_norm:
+            k = attn._apply_pre_reshape_qk_norm(k, attn.k_norm, attn.hook_k_normed, head_dim)
+    shape = (*input_shape, -1, head_dim)
+    q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+    if has_q_norm and phase == "post_reshape":
+        if attn._qk_norm_per_head:
+            q = attn.hook_q_normed(attn.q_norm(q.transpose(1, 2)).transpose(1, 2))
+            if has_k_norm:
+                k = attn.hook_k_normed(attn.k_norm(k.transpose(1, 2)).transpose(1, 2))
+        else:
+            q = attn.hook_q_normed(attn.q_norm(q))
+            if has_k_norm:
+                k = attn.hook_k_normed(attn.k_norm(k))
+    if position_embeddings is not None:
+        cos, sin = attn._apply_position_embedding_hooks(position_embeddings)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    if hasattr(attn, "hook_rot_q"):
+        q = attn.hook_rot_q(q)
+    if hasattr(attn, "hook_rot_k"):
+        k = attn.hook_rot_k(k)
+    k, v = attn._update_kv_cache(k, v, **kwargs)
+
+    q_len, kv_len = q.shape[-2], k.shape[-2]
+    mask, causal = _sdpa_mask(attention_mask, q_len, kv_len, q.dtype, q.device)
+    groups = getattr(hf, "num_key_value_groups", 1)
+    out = scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, scale=getattr(hf, "scaling", head_dim ** -0.5),
+        enable_gqa=groups > 1,
+    )
+    out = out.transpose(1, 2).contiguous().reshape(*input_shape, -1)
+    o_weight = getattr(getattr(attn.o, "original_component", None), "weight", None)
+    if isinstance(o_weight, torch.Tensor) and o_weight.dtype.is_floating_point and out.dtype != o_weight.dtype:
+        out = out.to(o_weight.dtype)
+    return attn.hook_out(attn.o(out)), None
+
+
+def _sdpa_mask(mask: Any, q_len: int, kv_len: int, dtype: Any, device: Any) -> tuple[Any, bool]:
+    """The mask argument and `is_causal` flag of SDPA for transformers' mask (None, boolean or
+    additive), cut to the live queries and keys as the explicit path cuts it.
+
+    A boolean mask with a query row that sees no key (the leading pads of a left-padded row)
+    becomes additive with the dtype's minimum, as eager masks are, so that row averages
+    instead of turning NaN."""
+    import torch
+
+    if mask is None:
+        if q_len == kv_len:
+            return None, True
+        if q_len == 1:
+            return None, False
+        causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(kv_len - q_len)
+        return causal, False
+    if mask.ndim < 4:
+        raise ValueError(f"expected a 4-D attention mask from transformers, got shape {tuple(mask.shape)}")
+    mask = mask[..., :kv_len]
+    if mask.shape[-2] != q_len:
+        mask = mask[..., -q_len:, :]
+    if mask.dtype == torch.bool:
+        if bool(mask.any(-1).all()):
+            return mask, False
+        zero = torch.zeros((), dtype=dtype, device=device)
+        return torch.where(mask, zero, torch.finfo(dtype).min), False
+    return mask.to(dtype), False

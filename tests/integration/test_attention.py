@@ -1,0 +1,115 @@
+"""The lean attention path (SDPA, `locos_bench.attention`) computes what TransformerLens's
+explicit path computes, hook for hook, and steps aside whenever a hook reads the pattern.
+
+Run on both embedded models here and on every architecture by tests/integration/test_architectures.py
+(which imports these tests); contexts are longer than the sliding windows and one row is
+left-padded, so both kinds of mask and the fully masked pad rows are exercised."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import locos_bench.attention as attention
+from locos_bench.errors import LocosError
+from locos_bench.evaluate import generate_from_ids
+
+ATOL = 1e-5
+"""Logits, relative to the largest: float rounding of the fused kernel (measured: 1.4e-6 on
+gemma3 at 1,040 tokens)."""
+ZTOL = 1e-4
+"""Each layer's `hook_z`, relative to its largest entry: the rounding of every layer below adds
+up (measured: 1.3e-5 in gemma3's upper layers)."""
+
+
+@pytest.fixture
+def count_lean(monkeypatch):
+    calls = []
+    lean = attention._lean
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return lean(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "_lean", counting)
+    return calls
+
+
+def _batch(model, seed=0):
+    """Two rows longer than any sliding window, the second left-padded by a third."""
+    geo = model.geometry
+    length = max(96, 2 * (geo.sliding_window or 0) + 16)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, min(geo.d_vocab, 500), (2, length), generator=gen)
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, : length // 3] = 0
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _forward_with_z(model, ids, mask, positions):
+    zs = {}
+
+    def keep(z, hook):
+        zs[hook.name] = z.clone()
+
+    hooks = [(f"blocks.{layer}.attn.hook_z", keep) for layer in range(model.geometry.n_layers)]
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=hooks):
+        logits = model.bridge(ids, attention_mask=mask, position_ids=positions)
+    return logits, zs
+
+
+def test_lean_attention_equals_the_explicit_path(real_model, count_lean):
+    assert real_model.info["attention"] == "sdpa"
+    ids, mask, positions = _batch(real_model)
+    lean, lean_z = _forward_with_z(real_model, ids, mask, positions)
+    assert len(count_lean) == real_model.geometry.n_layers  # the lean forward ran in every layer
+    with attention.eager(real_model.bridge):
+        explicit, explicit_z = _forward_with_z(real_model, ids, mask, positions)
+    assert len(count_lean) == real_model.geometry.n_layers  # and not under `eager`
+    real = mask.bool()
+    scale = explicit[real].abs().max()
+    assert torch.isfinite(lean[real]).all()
+    assert (lean - explicit)[real].abs().max() <= ATOL * scale
+    for name, z in explicit_z.items():
+        assert (lean_z[name] - z)[real].abs().max() <= ZTOL * z[real].abs().max()
+
+
+def test_lean_cached_generation_equals_the_explicit_path(real_model, count_lean):
+    ids, mask, _ = _batch(real_model, seed=1)
+    prompts = [ids[0, :-8].tolist(), ids[1, ids.shape[1] // 2:].tolist()]  # unequal: padded batch
+    lean = generate_from_ids(real_model, prompts, max_new_tokens=6, batch_size=2)
+    assert count_lean  # prefill and the decode steps ran lean
+    with attention.eager(real_model.bridge):
+        explicit = generate_from_ids(real_model, prompts, max_new_tokens=6, batch_size=2)
+    assert lean == explicit
+
+
+def test_a_pattern_hook_gets_the_explicit_path(real_model, count_lean):
+    """Whoever reads `hook_pattern` or `hook_attn_scores` gets them, from the explicit path."""
+    ids, mask, positions = _batch(real_model)
+    seen = []
+    hooks = [("blocks.0.attn.hook_pattern", lambda p, hook: seen.append(tuple(p.shape))),
+             ("blocks.1.attn.hook_attn_scores", lambda s, hook: seen.append(tuple(s.shape)))]
+    with torch.inference_mode(), real_model.bridge.hooks(fwd_hooks=hooks):
+        real_model.bridge(ids[:1], attention_mask=mask[:1], position_ids=positions[:1])
+    T, H = ids.shape[1], real_model.geometry.n_heads
+    assert seen == [(1, H, T, T), (1, H, T, T)]
+    assert len(count_lean) == real_model.geometry.n_layers - 2
+
+
+def test_unknown_attention_is_refused():
+    from locos_bench.models import load_model
+
+    with pytest.raises(LocosError, match="unknown attention 'flash'; choose sdpa or eager"):
+        load_model("planted", attention="flash")
+
+
+def test_eager_models_keep_the_explicit_path(count_lean):
+    from locos_bench.models import load_model
+
+    model = load_model("planted", attention="eager")
+    assert model.info["attention"] == "eager"
+    ids = torch.tensor([[1, 5, 6, 7, 8]])
+    with torch.inference_mode():
+        model.bridge(ids)
+    assert not count_lean

@@ -1,0 +1,57 @@
+"""Starting an ablated evaluation at its lowest ablated layer (`evaluate.CleanPrefix`) changes
+nothing: generations, gold log-probs and the rank diagnostic's log-probs are bit for bit
+those of the whole forward, on the planted model and on Gemma 3 (sliding-window cache)."""
+
+from __future__ import annotations
+
+import pytest
+
+from locos_bench.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
+from locos_bench.evaluate import CleanPrefix, evaluate_head_sets, evaluate_task, gold_logprobs
+from tests.integration.test_shared_batches import _sets, _task
+
+
+@pytest.fixture(params=["planted", "gemma3"])
+def case(request):
+    model = request.getfixturevalue(request.param)
+    task, n = ("planted-kv", 6) if request.param == "planted" else ("kv-retrieval", 3)
+    _, data = _task(model, task, n)
+    means = reference_means(model, [t.input_ids for t in data.tokenized(model, "reference")])
+    return model, data, means
+
+
+def test_late_start_equals_the_whole_forward(case):
+    model, data, means = case
+    spec = AblationSpec.parse("mean")
+    prefix = CleanPrefix()
+    top = model.geometry.n_layers - 1
+    sets = [*_sets(model), [(top, 0)], [(top, 1), (1, 0)]]
+    for heads in sets:
+        hooks = HeadAblation(heads, spec, means).hooks() if heads else []
+        whole = evaluate_task(model, data.spec, data.evaluation, hooks=hooks, batch_size=2)
+        late = evaluate_task(model, data.spec, data.evaluation, hooks=hooks, batch_size=2, prefix=prefix)
+        assert late == whole, heads
+    n_layers, n_batches = model.geometry.n_layers, -(-len(data.evaluation) // 2)
+    assert prefix.layers_skipped >= n_batches * (n_layers + top)  # the baseline and the top-layer sets
+    assert prefix.layers_run + prefix.layers_skipped == (len(sets) + 1) * n_batches * n_layers
+
+
+def test_late_start_of_shared_batches_and_the_rank_diagnostic(case):
+    model, data, means = case
+    spec = AblationSpec.parse("mean")
+    prefix = CleanPrefix()
+    ablation = HeadSetAblation(_sets(model, seed=1), spec, means)
+    assert (evaluate_head_sets(model, data.spec, data.evaluation, ablation, batch_size=4, prefix=prefix)
+            == evaluate_head_sets(model, data.spec, data.evaluation, ablation, batch_size=4))
+    items = data.tokenized(model, "evaluation")
+    for layer in range(model.geometry.n_layers):
+        hooks = HeadAblation([(layer, 0)], spec, means).hooks()
+        assert gold_logprobs(model, items, hooks=hooks, prefix=prefix) == gold_logprobs(model, items, hooks=hooks)
+
+
+def test_a_full_prefix_store_runs_whole(planted):
+    _, data = _task(planted, "planted-kv", 4)
+    prefix = CleanPrefix(max_bytes=0)
+    rows = evaluate_task(planted, data.spec, data.evaluation, batch_size=2, prefix=prefix)
+    assert rows == evaluate_task(planted, data.spec, data.evaluation, batch_size=2)
+    assert prefix.layers_skipped == 0 and prefix.bytes == 0
