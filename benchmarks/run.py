@@ -13,6 +13,7 @@ sides of a ratio run back to back, the faster of `--repeats` runs each.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import tempfile
@@ -28,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from detector_report import run_detector  # noqa: E402  (reused: scoring with timing)
 
 from locos_bench.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means  # noqa: E402
-from locos_bench.evaluate import evaluate_head_sets, generate_answers  # noqa: E402
+from locos_bench.attention import eager  # noqa: E402
+from locos_bench.evaluate import CleanPrefix, evaluate_head_sets, evaluate_task, generate_answers  # noqa: E402
 from locos_bench.models import load_model  # noqa: E402
 from locos_bench.tasks import load_task, make_examples  # noqa: E402
 from locos_bench.tasks.tokenize import tokenize_example  # noqa: E402
@@ -122,8 +124,12 @@ def measure(model: Any, quick: bool, repeats: int, max_tokens: int | None = None
             continue
         forward = _rss_peak_of(_lean_forward(model, ex))
         locos = _rss_peak_of(_detector(model, "locos", ex))
+        with eager(model.bridge):
+            explicit = _rss_peak_of(_lean_forward(model, ex))
         fig[f"locos_peak_mem_over_forward_{label}"] = locos / max(forward, 1e-3)
         fig[f"forward_peak_mem_mb_{label}"] = forward
+        fig[f"locos_peak_mem_mb_{label}"] = locos
+        fig[f"eager_forward_peak_mem_mb_{label}"] = explicit
     ex = make_examples(load_task(_task_for(model)), n, model=model)
     forward = _best(_lean_forward(model, ex), repeats)
     fig["act_patching_forward_equivalents"] = _best(_detector(model, "activation-patching", ex), 1) / forward
@@ -143,8 +149,24 @@ def _evaluation(model: Any, ex: list[Any], forward: float, quick: bool, repeats:
     k = min(8, len(every))
     sets = [[every[i] for i in rng.choice(len(every), k, replace=False)] for _ in range(4 if quick else 8)]
     mean = AblationSpec.parse("mean")
-    seconds = _best(lambda: evaluate_head_sets(model, spec, ex, HeadSetAblation(sets, mean, means)), repeats)
-    out = {"eval_seconds_per_example_over_forward": seconds / (len(sets) * len(ex)) / (forward / len(ex))}
+    last = {}
+
+    def harness_path() -> None:
+        """What a run's worker does for a task: each head set in turn, the clean prefill shared."""
+        last["prefix"] = prefix = CleanPrefix()
+        for heads in [[], *sets]:
+            evaluate_task(model, spec, ex, hooks=HeadAblation(heads, mean, means).hooks(), prefix=prefix)
+
+    seconds = _best(harness_path, repeats)
+    per_example = seconds / ((len(sets) + 1) * len(ex))
+    prefix = last["prefix"]
+    shared = _best(lambda: evaluate_head_sets(model, spec, ex, HeadSetAblation(sets, mean, means)), repeats)
+    out = {
+        "eval_seconds_per_example_over_forward": per_example / (forward / len(ex)),
+        "eval_seconds_per_example": per_example,
+        "prefill_layers_skipped_share": prefix.layers_skipped / (prefix.layers_skipped + prefix.layers_run),
+        "shared_batch_eval_seconds_per_example_over_forward": shared / (len(sets) * len(ex)) / (forward / len(ex)),
+    }
     hooks = HeadAblation(sets[0], mean, means).hooks()
 
     def tokens_per_second(h: list) -> float:
@@ -218,7 +240,19 @@ def write_results(path: Path, figures: dict[str, Any], args: argparse.Namespace,
     path.write_text("\n".join(lines))
 
 
+def _fixed_mmap_threshold() -> None:
+    """Re-run this script with glibc's mmap threshold fixed, so every tensor of 64 KiB or more is
+    mapped and unmapped on its own: freed tensors leave the resident set and each call's peak
+    shows in VmHWM (glibc otherwise raises the threshold after the first frees and keeps the
+    memory, and a later call's peak hides under an earlier one)."""
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and sys.platform.startswith("linux"):
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        _fixed_mmap_threshold()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one example per figure and the quick preset's run")
     parser.add_argument("--model", default="gemma3")

@@ -296,8 +296,7 @@ class Worker:
             start = time.perf_counter()
             ablation = HeadSetAblation([job.heads for job in jobs], self.ablation, means)
             results = evaluate_head_sets(self.model, data.spec, data.evaluation, ablation,
-                                         batch_size=self.cfg.batch_size * self.cfg.eval_head_sets,
-                                         prefix=self._prefix(data))
+                                         batch_size=self.cfg.batch_size, prefix=self._prefix(data))
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
 

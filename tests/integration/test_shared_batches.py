@@ -59,7 +59,7 @@ def test_head_sets_in_one_batch_equal_one_at_a_time(planted, planted_task, mode,
     sets = _sets(planted)
     simple = [evaluate_task(planted, data.spec, data.evaluation,
                             hooks=HeadAblation(s, spec, ref).hooks() if s else [], batch_size=2) for s in sets]
-    for batch_size in (1, 5, 64):  # a batch holds parts of a head set, several, or all
+    for batch_size in (1, 5, 64):  # examples per batch: one, some, all
         fast = evaluate_head_sets(planted, data.spec, data.evaluation, HeadSetAblation(sets, spec, ref),
                                   batch_size=batch_size)
         _assert_same(simple, fast)
