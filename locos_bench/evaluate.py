@@ -167,8 +167,8 @@ class CleanPrefix:
         keep = logits_to_keep.tolist() if hasattr(logits_to_keep, "tolist") else logits_to_keep
         key = (with_cache, str(keep), tuple(ids.shape), ids.cpu().numpy().tobytes(), mask.cpu().numpy().tobytes())
         if key not in self._batches:
-            if self.bytes >= self.max_bytes:
-                return None
+            if self.bytes + _prefill_bytes(model, ids, with_cache) > self.max_bytes:
+                return None  # checked before capturing: keeping one batch must not overrun the budget
             clean = _capture(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
             self.layers_run += len(clean.outputs)
             self.bytes += clean.nbytes
@@ -190,6 +190,15 @@ class _Prefill:
         tensors = [o[0] if isinstance(o, tuple) else o for o in self.outputs]
         tensors += [t for pair in self.kv.values() for t in pair] + [self.logits]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _prefill_bytes(model: Any, ids: Any, with_cache: bool) -> int:
+    """What keeping one batch's clean prefill holds: every block's output and, with a cache,
+    every layer's keys and values (the kept logits are left out: a few positions)."""
+    geo = model.geometry
+    per_token = geo.d_model + (2 * geo.n_kv_heads * geo.d_head if with_cache else 0)
+    dtype = next(model.bridge.original_model.parameters()).dtype
+    return ids.numel() * geo.n_layers * per_token * dtype.itemsize
 
 
 def _new_cache(model: Any) -> Any:

@@ -55,3 +55,15 @@ def test_a_full_prefix_store_runs_whole(planted):
     rows = evaluate_task(planted, data.spec, data.evaluation, batch_size=2, prefix=prefix)
     assert rows == evaluate_task(planted, data.spec, data.evaluation, batch_size=2)
     assert prefix.layers_skipped == 0 and prefix.bytes == 0
+
+
+def test_a_batch_larger_than_the_budget_is_not_kept(planted):
+    """The budget is checked before capturing, so one big batch cannot overrun it."""
+    _, data = _task(planted, "planted-kv", 4)
+    prefix = CleanPrefix(max_bytes=1024)
+    rows = evaluate_task(planted, data.spec, data.evaluation, batch_size=2, prefix=prefix)
+    assert rows == evaluate_task(planted, data.spec, data.evaluation, batch_size=2)
+    assert prefix.bytes == 0 and prefix.layers_skipped == 0
+    roomy = CleanPrefix()
+    evaluate_task(planted, data.spec, data.evaluation, batch_size=2, prefix=roomy)
+    assert 0 < roomy.bytes
