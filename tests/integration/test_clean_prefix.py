@@ -49,14 +49,6 @@ def test_late_start_of_shared_batches_and_the_rank_diagnostic(case):
         assert gold_logprobs(model, items, hooks=hooks, prefix=prefix) == gold_logprobs(model, items, hooks=hooks)
 
 
-def test_a_full_prefix_store_runs_whole(planted):
-    _, data = _task(planted, "planted-kv", 4)
-    prefix = CleanPrefix(max_bytes=0)
-    rows = evaluate_task(planted, data.spec, data.evaluation, batch_size=2, prefix=prefix)
-    assert rows == evaluate_task(planted, data.spec, data.evaluation, batch_size=2)
-    assert prefix.layers_skipped == 0 and prefix.bytes == 0
-
-
 def test_a_batch_larger_than_the_budget_is_not_kept(planted):
     """The budget is checked before capturing, so one big batch cannot overrun it."""
     _, data = _task(planted, "planted-kv", 4)
