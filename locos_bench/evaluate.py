@@ -167,11 +167,12 @@ class CleanPrefix:
         keep = logits_to_keep.tolist() if hasattr(logits_to_keep, "tolist") else logits_to_keep
         key = (with_cache, str(keep), tuple(ids.shape), ids.cpu().numpy().tobytes(), mask.cpu().numpy().tobytes())
         if key not in self._batches:
-            if self.bytes + _prefill_bytes(model, ids, with_cache) > self.max_bytes:
+            size = _prefill_bytes(model, ids, with_cache)
+            if self.bytes + size > self.max_bytes:
                 return None  # checked before capturing: keeping one batch must not overrun the budget
             clean = _capture(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
             self.layers_run += len(clean.outputs)
-            self.bytes += clean.nbytes
+            self.bytes += size
             self._batches[key] = clean
         return self._batches[key]
 
@@ -184,12 +185,6 @@ class _Prefill:
     """The keys and values each layer handed its KV cache (empty without a cache)."""
     logits: Any
     """The clean run's kept logits."""
-
-    @property
-    def nbytes(self) -> int:
-        tensors = [o[0] if isinstance(o, tuple) else o for o in self.outputs]
-        tensors += [t for pair in self.kv.values() for t in pair] + [self.logits]
-        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _prefill_bytes(model: Any, ids: Any, with_cache: bool) -> int:
