@@ -15,12 +15,13 @@ Two linearisations make per-head quantities add up exactly:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
 
 
@@ -69,6 +70,64 @@ def run_and_capture(
     if missing:
         raise KeyError(f"hooks never fired: {sorted(missing)}")
     return logits, store
+
+
+def run_layer_by_layer(
+    model: LoadedModel,
+    input_ids: Tensor | Sequence[int],
+    names: Iterable[str],
+    each_layer: Callable[[int, dict[str, Tensor]], None],
+    *,
+    logits_at: Sequence[int] | None = None,
+) -> Tensor:
+    """`run_and_capture`, but each layer's captures are handed to `each_layer(layer, cache)`
+    the moment the last of them fires, then dropped.
+
+    So a detector that scores layer by layer holds one layer's captures at a time, not every
+    layer's: its peak memory stays near a plain forward's at any context length.
+
+    Args:
+        names: Hook names, each under a block (`blocks.{L}.…`).
+        each_layer: Called once per layer that has names, in the order the layers finish.
+
+    Returns:
+        Logits as in `run_and_capture`.
+
+    Raises:
+        LocosError: a name not under a block.
+        KeyError: a hook that never fired.
+    """
+    by_layer: dict[int, set[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
+            raise LocosError(f"layer-by-layer capture needs block hooks (blocks.L.…), got {name!r}")
+        by_layer.setdefault(int(parts[1]), set()).add(name)
+    pending: dict[int, dict[str, Tensor]] = {layer: {} for layer in by_layer}
+    done: set[int] = set()
+
+    def keeper(layer: int, name: str) -> Any:
+        def keep(tensor: Tensor, hook: Any) -> None:
+            if layer in done:
+                return
+            pending[layer][name] = tensor.detach()
+            if len(pending[layer]) == len(by_layer[layer]):
+                done.add(layer)
+                each_layer(layer, pending.pop(layer))
+
+        return keep
+
+    ids = _as_batch(input_ids, model)
+    kwargs = {}
+    if logits_at is not None:
+        kwargs["logits_to_keep"] = torch.as_tensor(list(logits_at), device=ids.device)
+    hooks = [(name, keeper(layer, name)) for layer, layer_names in by_layer.items() for name in layer_names]
+    with torch.no_grad():
+        logits = model.bridge.run_with_hooks(ids, fwd_hooks=hooks, **kwargs)
+    if pending:
+        missing = sorted(name for layer in pending for name in by_layer[layer] - set(pending[layer]))
+        raise KeyError(f"hooks never fired: {missing}")
+    return logits
 
 
 def _as_batch(input_ids: Tensor | Sequence[int], model: LoadedModel) -> Tensor:

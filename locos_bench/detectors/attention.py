@@ -21,18 +21,22 @@ from locos_bench.models import LoadedModel
 from locos_bench.tasks.tokenize import TokenizedExample
 
 
-def token_scores(model: LoadedModel, cache: dict[str, Any], t: TokenizedExample,
+def layer_scores(model: LoadedModel, cache: dict[str, Any], t: TokenizedExample, layer: int,
                  answer_positions: Sequence[int]) -> torch.Tensor:
-    """`[n_layers, n_heads, P]` attention mass contrast of one example, per answer position.
+    """`[n_heads, P]` attention mass contrast of one layer of one example, per answer position.
 
     The `attention` detector averages it over answer tokens and examples; `locos-bench
-    explain` shows it beside LOCOS for one example.
+    explain` shows it beside LOCOS for one example (`token_scores`).
     """
-    return torch.stack([
-        _common.contrast(heads.attention_rows(model, cache, layer, answer_positions),  # [H, P, T]
-                         t.needle_positions, t.off_needle)
-        for layer in range(model.geometry.n_layers)
-    ])
+    return _common.contrast(heads.attention_rows(model, cache, layer, answer_positions),  # [H, P, T]
+                            t.needle_positions, t.off_needle)
+
+
+def token_scores(model: LoadedModel, cache: dict[str, Any], t: TokenizedExample,
+                 answer_positions: Sequence[int]) -> torch.Tensor:
+    """`[n_layers, n_heads, P]`: `layer_scores` of every layer."""
+    return torch.stack([layer_scores(model, cache, t, layer, answer_positions)
+                        for layer in range(model.geometry.n_layers)])
 
 
 @register_detector("attention")
@@ -52,9 +56,10 @@ class AttentionMass(OnePassDetector):
     def __init__(self, answer_tokens: str = "mean") -> None:
         self.answer_tokens = answer_tokens
 
-    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, torch.Tensor]) -> torch.Tensor:
+    def score_layer(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, torch.Tensor],
+                    layer: int) -> torch.Tensor:
         positions, _ = _common.answer_slice(t, self.answer_tokens)
-        return token_scores(model, cache, t, positions).mean(-1)
+        return layer_scores(model, cache, t, layer, positions).mean(-1)
 
 
 @register_detector("retrieval-head")
@@ -70,13 +75,11 @@ class RetrievalHead(OnePassDetector):
     cost = "1"
     needs_off_needle = False
 
-    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, torch.Tensor]) -> torch.Tensor:
+    def score_layer(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, torch.Tensor],
+                    layer: int) -> torch.Tensor:
         ids = torch.as_tensor(t.input_ids)
         in_needle = torch.zeros(len(t.input_ids), dtype=torch.bool)
         in_needle[t.needle_positions] = True
         gold = torch.as_tensor(t.answer_ids)  # [P]
-        out = []
-        for layer in range(model.geometry.n_layers):
-            top = heads.attention_rows(model, cache, layer, t.answer_positions).argmax(-1).cpu()  # [H, P]
-            out.append((in_needle[top] & (ids[top] == gold[None, :])).double().mean(-1))
-        return torch.stack(out)
+        top = heads.attention_rows(model, cache, layer, t.answer_positions).argmax(-1).cpu()  # [H, P]
+        return (in_needle[top] & (ids[top] == gold[None, :])).double().mean(-1)

@@ -14,9 +14,11 @@ norm before the residual (Gemma 3's `ln1_post`), that norm is linearised at `q_j
 folded into `u_j`, so `sum_s c_h(j, s)` is exactly head h's write at `q_j` projected on
 `u_j`.
 
-Cost: one forward pass per example caching only `hook_v`, the rotated queries and keys and
-(Gemma) `ln1_post.hook_scale`; the attention rows are recomputed only at the answer positions
-(`heads.attention_rows`), never the full `[H, T, T]` pattern; logits at one position only.
+Cost: one forward pass per example capturing only `hook_v`, the rotated queries and keys and
+(Gemma) `ln1_post.hook_scale`, one layer at a time (each layer is scored as soon as its
+captures fire, then they are dropped); the attention rows are recomputed only at the answer
+positions (`heads.attention_rows`), never the full `[H, T, T]` pattern; logits at one
+position only.
 
 `locos-argmax` is the seed paper's pseudo-code taken literally; see `LocosArgmax`.
 """
@@ -89,6 +91,27 @@ def contributions(
     return rows * value_writes_on(model, cache, layer, u, answer_positions)
 
 
+def layer_scores(
+    model: LoadedModel,
+    cache: dict[str, Tensor],
+    t: TokenizedExample,
+    layer: int,
+    answer_positions: Sequence[int],
+    answer_ids: Sequence[int],
+    *,
+    final_norm: bool = True,
+) -> Tensor:
+    """`[n_heads, P]` LOCOS of one layer of one example, per answer token, before averaging.
+
+    The detector averages it over answer tokens and examples; `locos-bench explain` shows it
+    for one example (and each answer token, `token_scores`), so both read the same numbers.
+    """
+    return _common.contrast(
+        contributions(model, cache, layer, answer_positions, answer_ids, final_norm=final_norm),
+        t.needle_positions, t.off_needle,
+    )
+
+
 def token_scores(
     model: LoadedModel,
     cache: dict[str, Tensor],
@@ -98,16 +121,9 @@ def token_scores(
     *,
     final_norm: bool = True,
 ) -> Tensor:
-    """`[n_layers, n_heads, P]` LOCOS of one example, per answer token, before averaging.
-
-    The detector averages it over answer tokens and examples; `locos-bench explain` shows it
-    for one example (and each answer token), so both read the same numbers.
-    """
+    """`[n_layers, n_heads, P]`: `layer_scores` of every layer."""
     return torch.stack([
-        _common.contrast(
-            contributions(model, cache, layer, answer_positions, answer_ids, final_norm=final_norm),
-            t.needle_positions, t.off_needle,
-        )
+        layer_scores(model, cache, t, layer, answer_positions, answer_ids, final_norm=final_norm)
         for layer in range(model.geometry.n_layers)
     ])
 
@@ -131,9 +147,9 @@ class Locos(OnePassDetector):
     def capture(self, model: LoadedModel) -> list[str]:
         return capture_names(model)
 
-    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor]) -> Tensor:
+    def score_layer(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor], layer: int) -> Tensor:
         positions, ids = _common.answer_slice(t, self.answer_tokens)
-        return token_scores(model, cache, t, positions, ids, final_norm=self.final_norm).mean(-1)
+        return layer_scores(model, cache, t, layer, positions, ids, final_norm=self.final_norm).mean(-1)
 
 
 @register_detector("locos-argmax")
@@ -163,20 +179,17 @@ class LocosArgmax(OnePassDetector):
     def capture(self, model: LoadedModel) -> list[str]:
         return capture_names(model)
 
-    def score_example(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor]) -> Tensor:
+    def score_layer(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor], layer: int) -> Tensor:
         kv = heads.kv_head_map(model)
         _, ids = _common.answer_slice(t, self.answer_tokens)
         u = heads.answer_directions(model, ids, final_norm=self.final_norm)  # [P, D]
         needle, off = t.needle_positions, t.off_needle
         rows_at = needle + off  # R query rows
-        out = []
-        for layer in range(model.geometry.n_layers):
-            rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
-            weight, src = rows.max(dim=-1)  # [H, R]
-            v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
-            v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
-            write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
-            write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
-            c = weight * (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
-            out.append(c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1))
-        return torch.stack(out)
+        rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
+        weight, src = rows.max(dim=-1)  # [H, R]
+        v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
+        v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
+        write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
+        write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
+        c = weight * (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
+        return c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1)

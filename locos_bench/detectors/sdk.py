@@ -1,9 +1,10 @@
 """The detector SDK: two base classes that do the loop, so a new detector only scores.
 
 * `OnePassDetector`: declare the hooks to capture (`capture`), score one example from its
-  cache (`score_example`). One teacher-forced forward pass per calibration example; logits
-  at one position only. `attention`, `retrieval-head`, `locos` and `locos-argmax` are built
-  on it.
+  cache (`score_example`), or one layer of it (`score_layer`, which lets the pass drop each
+  layer's captures as soon as that layer is scored). One teacher-forced forward pass per
+  calibration example; logits at one position only. `attention`, `retrieval-head`, `locos`
+  and `locos-argmax` are built on it, layer by layer.
 * `InterventionDetector`: declare the intervention (`intervention`: forward hooks in which
   batch row r intervenes on head r of a chunk) and get the teacher-forced gold-log-prob drop
   of every head, batched (`batch_size` heads per pass) and prefix-cached (the prompt before
@@ -39,8 +40,11 @@ Hook = tuple[str, Any]
 class OnePassDetector(Detector):
     """Head scores from one captured forward pass per example, averaged over examples.
 
-    Subclasses implement `score_example`, and `capture` when they read more than the rotated
-    queries and keys that `heads.attention_rows` needs (the default).
+    Subclasses implement `score_layer` (preferred) or `score_example`, and `capture` when
+    they read more than the rotated queries and keys that `heads.attention_rows` needs (the
+    default). With `score_layer`, each layer is scored the moment its captures have fired
+    and they are dropped (`heads.run_layer_by_layer`), so the pass holds one layer's
+    captures, not all of them: peak memory near a plain forward's at any length.
 
     Class attributes:
         needs_off_needle: Examples must have off-needle context to contrast with.
@@ -57,9 +61,19 @@ class OnePassDetector(Detector):
         if hasattr(self, "answer_tokens"):
             _common.check_answer_tokens(self.answer_tokens, self.name)
 
+    def score_layer(self, model: LoadedModel, example: TokenizedExample, cache: dict[str, Tensor],
+                    layer: int) -> Tensor:
+        """`[n_heads]` scores of one layer of one example, from that layer's captures."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither score_layer nor score_example")
+
     def score_example(self, model: LoadedModel, example: TokenizedExample, cache: dict[str, Tensor]) -> Tensor:
-        """`[n_layers, n_heads]` scores of one example from its cache."""
-        raise NotImplementedError
+        """`[n_layers, n_heads]` scores of one example from its whole cache (default:
+        `score_layer` on each layer)."""
+        return torch.stack([self.score_layer(model, example, cache, layer)
+                            for layer in range(model.geometry.n_layers)])
+
+    def _by_layer(self) -> bool:
+        return type(self).score_layer is not OnePassDetector.score_layer
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
         self.check_params()
@@ -69,9 +83,19 @@ class OnePassDetector(Detector):
         geo = model.geometry
         total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
         for t in tokenized:
-            _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=t.answer_positions[-1:])
-            total += self.score_example(model, t, cache).double().cpu()
-            del cache
+            if self._by_layer():
+                scores: dict[int, Tensor] = {}
+
+                def each_layer(layer: int, cache: dict[str, Tensor], t: TokenizedExample = t) -> None:
+                    scores[layer] = self.score_layer(model, t, cache, layer).double().cpu()
+
+                heads.run_layer_by_layer(model, t.input_ids, names, each_layer, logits_at=t.answer_positions[-1:])
+                for layer in range(geo.n_layers):  # a layer that captures nothing is scored from nothing
+                    total[layer] += scores[layer] if layer in scores else self.score_layer(model, t, {}, layer).double().cpu()
+            else:
+                _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=t.answer_positions[-1:])
+                total += self.score_example(model, t, cache).double().cpu()
+                del cache
         return HeadScores(scores=total / len(tokenized), detector=name, params=self.get_params(),
                           forward_passes=len(tokenized))
 

@@ -119,16 +119,23 @@ def test_multi_token_answers_mean_or_first(model):
 
 
 def test_locos_is_one_narrow_forward_per_example(model, examples, monkeypatch):
-    """The cost contract: one pass, no full pattern, no z, logits at one position."""
-    calls = []
-    real = heads.run_and_capture
+    """The cost contract: one pass, no full pattern, no z, logits at one position, and each
+    layer scored from its own captures alone (so they can be dropped before the next)."""
+    calls, handed = [], []
+    real = heads.run_layer_by_layer
 
-    def spy(m, ids, names, *, logits_at=None):
+    def spy(m, ids, names, each_layer, *, logits_at=None):
         names = list(names)
         calls.append((names, logits_at))
-        return real(m, ids, names, logits_at=logits_at)
 
-    monkeypatch.setattr(heads, "run_and_capture", spy)
+        def watched(layer, cache):
+            handed.append((layer, sorted(cache)))
+            each_layer(layer, cache)
+
+        return real(m, ids, names, watched, logits_at=logits_at)
+
+    monkeypatch.setattr(heads, "run_layer_by_layer", spy)
+    monkeypatch.setattr(heads, "run_and_capture", None)  # the whole-cache path must not run
     from locos_bench.detectors.base import run_detector
 
     result = run_detector(make_detector("locos"), model, examples, rng=RNG(0))  # timed by the caller
@@ -136,7 +143,33 @@ def test_locos_is_one_narrow_forward_per_example(model, examples, monkeypatch):
     for names, logits_at in calls:
         assert not any(n.endswith(("hook_pattern", "hook_attn_scores", "hook_z", "hook_result")) for n in names)
         assert logits_at is not None and len(logits_at) == 1
+    n_layers = model.geometry.n_layers
+    assert [layer for layer, _ in handed] == list(range(n_layers)) * len(examples)
+    for layer, names in handed:
+        assert names == sorted(n for n in capture_names(model) if n.startswith(f"blocks.{layer}."))
     assert result.seconds > 0
+
+
+def test_layer_by_layer_capture_rejects_what_it_cannot_split(model):
+    with pytest.raises(LocosError, match="block hooks"):
+        heads.run_layer_by_layer(model, [1, 2, 3], ["ln_final.hook_scale"], lambda layer, cache: None)
+
+
+def test_one_pass_detector_scores_layers_it_captures_nothing_for(model, examples):
+    """A `score_layer` detector that captures one layer still scores every layer."""
+    from locos_bench.detectors.sdk import OnePassDetector
+
+    class LastLayerOnly(OnePassDetector):
+        def capture(self, m):
+            return heads.hooks_for_rows([m.geometry.n_layers - 1])
+
+        def score_layer(self, m, t, cache, layer):
+            if not cache:
+                return torch.full((m.geometry.n_heads,), -1.0)
+            return heads.attention_rows(m, cache, layer, t.answer_positions[:1])[:, 0].max(-1).values
+
+    scores = LastLayerOnly().score(model, examples[:2], rng=RNG(0)).scores
+    assert (scores[:-1] == -1).all() and (scores[-1] > 0).all()
 
 
 def test_final_norm_parameter_changes_the_direction(model, examples):
