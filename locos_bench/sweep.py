@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from locos_bench.config import RunConfig
-from locos_bench.errors import LocosError, did_you_mean
+from locos_bench.errors import LocosError, did_you_mean, read_yaml_mapping
 
 Names = list[str]
 
@@ -110,16 +109,8 @@ class Sweep:
 def load_sweep(path: Path | str) -> Sweep:
     """Read, validate and expand a sweep file; each bad input is one `LocosError` line naming it."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise LocosError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 1})" if where is not None else ""
-        raise LocosError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}") from None
-    if not isinstance(data, dict):
-        raise LocosError(f"{path}: expected a mapping with output_dir, grid and fixed")
+    data = read_yaml_mapping(path, str(path), "expected a mapping with output_dir, grid and fixed",
+                             unreadable="cannot read sweep file")
     try:
         spec = SweepFile.model_validate(data)
     except ValidationError as exc:

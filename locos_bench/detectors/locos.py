@@ -153,7 +153,7 @@ class Locos(OnePassDetector):
 
 
 @register_detector("locos-argmax")
-class LocosArgmax(OnePassDetector):
+class LocosArgmax(Locos):
     """The seed paper's pseudo-code taken literally (kept as a registered variant).
 
     For each needle position s *as a query row*: `a = argmax_t A_h[s, t]` and the
@@ -167,17 +167,8 @@ class LocosArgmax(OnePassDetector):
     that predicts the answer*. It keeps only the argmax source, so it ignores diffuse
     attention. A head that copies the needle to the answer position gets no credit unless
     it happens to write the answer direction at the needle too; read it as the literal
-    reading, not as LOCOS.
+    reading, not as LOCOS. Parameters and captures are LOCOS's.
     """
-
-    cost = "1"
-
-    def __init__(self, answer_tokens: str = "mean", final_norm: bool = True) -> None:
-        self.answer_tokens = answer_tokens
-        self.final_norm = final_norm
-
-    def capture(self, model: LoadedModel) -> list[str]:
-        return capture_names(model)
 
     def score_layer(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor], layer: int) -> Tensor:
         kv = heads.kv_head_map(model)

@@ -14,10 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from locos_bench.errors import LocosError, unknown
+from locos_bench.errors import LocosError, read_yaml_mapping, unknown
 from locos_bench.tasks.spec import TaskSpec
 
 TASKS_ENV = "LOCOS_BENCH_TASKS_DIR"
@@ -92,15 +91,7 @@ def read_task_file(path: str | Path) -> TaskSpec:
     where = _display(path)
     if not path.is_file():
         raise LocosError(f"{where}: no such task file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise LocosError(f"{where}: not valid YAML{at}: {problem}") from None
-    if not isinstance(data, dict):
-        raise LocosError(f"{where}: a task file must be a mapping of keys, got {type(data).__name__}")
+    data = read_yaml_mapping(path, where, "a task file must be a mapping of keys")
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
