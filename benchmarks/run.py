@@ -7,7 +7,7 @@
 Prints one `name: value` line per figure and writes `benchmarks/RESULTS.md` (machine,
 versions, commit, figures). A figure that cannot be measured on this model (a context longer
 than its window) prints `n/a (why)`. Wall-clock ratios on a shared machine are noisy: both
-sides of a ratio run back to back, the faster of `--repeats` runs each.
+sides of a ratio run alternately, the faster of `--repeats` runs each.
 """
 
 from __future__ import annotations
@@ -47,6 +47,18 @@ def _best(fn: Callable[[], Any], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def _best_ratio(top: Callable[[], Any], bottom: Callable[[], Any], repeats: int) -> float:
+    """Fastest `top` over fastest `bottom`, the two run alternately (`repeats` times each), so a
+    change in the machine's load meets both sides alike."""
+    tops, bottoms = [], []
+    for _ in range(repeats):
+        for fn, times in ((bottom, bottoms), (top, tops)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return min(tops) / min(bottoms)
 
 
 def _rss_peak_of(fn: Callable[[], Any]) -> float:
@@ -116,8 +128,7 @@ def measure(model: Any, quick: bool, repeats: int, max_tokens: int | None = None
         if isinstance(ex, str):
             fig[f"locos_over_forward_{tokens}"] = ex
             continue
-        forward = _best(_lean_forward(model, ex), repeats)
-        fig[f"locos_over_forward_{tokens}"] = _best(_detector(model, "locos", ex), repeats) / forward
+        fig[f"locos_over_forward_{tokens}"] = _best_ratio(_detector(model, "locos", ex), _lean_forward(model, ex), repeats)
     for label, tokens in (("1k", 1024), ("2k", 2048), ("4k", 4096), ("8k", 8192)):
         ex = _examples(model, tokens, 1, max_tokens)
         if isinstance(ex, str):
@@ -133,8 +144,8 @@ def measure(model: Any, quick: bool, repeats: int, max_tokens: int | None = None
         fig[f"eager_forward_peak_mem_mb_{label}"] = explicit
     ex = make_examples(load_task(_task_for(model)), n, model=model)
     forward = _best(_lean_forward(model, ex), repeats)
-    fig["act_patching_forward_equivalents"] = _best(_detector(model, "activation-patching", ex), 1) / forward
-    fig["attribution_patching_over_forward"] = _best(_detector(model, "attribution-patching", ex), repeats) / forward
+    fig["act_patching_forward_equivalents"] = _best_ratio(_detector(model, "activation-patching", ex), _lean_forward(model, ex), 1)
+    fig["attribution_patching_over_forward"] = _best_ratio(_detector(model, "attribution-patching", ex), _lean_forward(model, ex), repeats)
     fig.update(_evaluation(model, ex, forward, quick, repeats))
     return fig
 
@@ -237,9 +248,9 @@ def write_results(path: Path, figures: dict[str, Any], args: argparse.Namespace,
         f"- model: `{model.name}` ({getattr(model, 'dtype', '?')}), device {model.device}",
         f"- versions: {', '.join(f'{k} {v}' for k, v in _versions().items())}, Python {platform.python_version()}",
         f"- commit: {_commit()}", "",
-        "Every speed figure is a ratio of two measurements taken back to back in this run "
-        "(the faster of the repeats each); memory is peak resident memory above the level before "
-        "the call (Linux VmHWM).", "",
+        "Every speed figure is a ratio of two measurements taken in this run (the detector figures "
+        "alternately, the others back to back; the faster of the repeats each); memory is peak "
+        "resident memory above the level before the call (Linux VmHWM).", "",
         "| figure | value |", "|---|---|",
         *(f"| `{name}` | {_fmt(value)} |" for name, value in figures.items()),
         "",
