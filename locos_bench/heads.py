@@ -59,13 +59,7 @@ def run_and_capture(
 
         return keep
 
-    kwargs = {}
-    if logits_at is not None:
-        kwargs["logits_to_keep"] = torch.as_tensor(list(logits_at), device=ids.device)
-    with torch.no_grad():
-        logits = model.bridge.run_with_hooks(
-            ids, fwd_hooks=[(name, keeper(name)) for name in wanted], **kwargs
-        )
+    logits = _run_with_hooks(model, ids, [(name, keeper(name)) for name in wanted], logits_at)
     missing = wanted - set(store)
     if missing:
         raise KeyError(f"hooks never fired: {sorted(missing)}")
@@ -103,31 +97,33 @@ def run_layer_by_layer(
         if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
             raise LocosError(f"layer-by-layer capture needs block hooks (blocks.L.…), got {name!r}")
         by_layer.setdefault(int(parts[1]), set()).add(name)
-    pending: dict[int, dict[str, Tensor]] = {layer: {} for layer in by_layer}
-    done: set[int] = set()
+    pending: dict[int, dict[str, Tensor]] = {layer: {} for layer in by_layer}  # a scored layer leaves
 
     def keeper(layer: int, name: str) -> Any:
         def keep(tensor: Tensor, hook: Any) -> None:
-            if layer in done:
+            if layer not in pending:
                 return
             pending[layer][name] = tensor.detach()
             if len(pending[layer]) == len(by_layer[layer]):
-                done.add(layer)
                 each_layer(layer, pending.pop(layer))
 
         return keep
 
-    ids = _as_batch(input_ids, model)
-    kwargs = {}
-    if logits_at is not None:
-        kwargs["logits_to_keep"] = torch.as_tensor(list(logits_at), device=ids.device)
     hooks = [(name, keeper(layer, name)) for layer, layer_names in by_layer.items() for name in layer_names]
-    with torch.no_grad():
-        logits = model.bridge.run_with_hooks(ids, fwd_hooks=hooks, **kwargs)
+    logits = _run_with_hooks(model, _as_batch(input_ids, model), hooks, logits_at)
     if pending:
         missing = sorted(name for layer in pending for name in by_layer[layer] - set(pending[layer]))
         raise KeyError(f"hooks never fired: {missing}")
     return logits
+
+
+def _run_with_hooks(model: LoadedModel, ids: Tensor, hooks: list[tuple[str, Any]],
+                    logits_at: Sequence[int] | None) -> Tensor:
+    kwargs = {}
+    if logits_at is not None:
+        kwargs["logits_to_keep"] = torch.as_tensor(list(logits_at), device=ids.device)
+    with torch.no_grad():
+        return model.bridge.run_with_hooks(ids, fwd_hooks=hooks, **kwargs)
 
 
 def _as_batch(input_ids: Tensor | Sequence[int], model: LoadedModel) -> Tensor:
