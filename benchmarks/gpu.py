@@ -1,7 +1,7 @@
 """GPU speed and memory at long contexts, on a random full-size model built from a shipped config.
 
 Speed and memory do not depend on the weights' values, so no weights travel: the model is
-`locos_bench.miniature.random_model(shipped_config(MODEL))` (Qwen3-8B by default) with an
+`locos_bench.models.miniature.random_model(shipped_config(MODEL))` (Qwen3-8B by default) with an
 offline byte-level tokenizer. At each context length it prints
 
 * a plain forward's time and peak memory,
@@ -29,12 +29,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from locos_bench import planning
-from locos_bench.ablation import AblationSpec, HeadAblation, reference_means
 from locos_bench.detectors.registry import make_detector
-from locos_bench.evaluate import generate_answers
-from locos_bench.miniature import byte_tokenizer, random_model, scale_down
-from locos_bench.models import shipped_config, wrap_model
+from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+from locos_bench.evaluation.generation import generate_answers
+from locos_bench.models import planning
+from locos_bench.models.aliases import shipped_config
+from locos_bench.models.loading import wrap_model
+from locos_bench.models.miniature import byte_tokenizer, random_model, scale_down
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -113,8 +114,8 @@ def bench_context(model: Any, tokens: int, *, device: str, new_tokens: int, k: i
 
 def paper_run(model: Any, out_dir: Path, tasks: list[str] | None, budgets: list[int] | None) -> dict[str, Any]:
     """`--preset paper` with reduced sizes on the random model; the leaderboard's path."""
-    from locos_bench.config import RunConfig
-    from locos_bench.harness import run_benchmark
+    from locos_bench.harness.driver import run_benchmark
+    from locos_bench.run.config import RunConfig
 
     cfg = RunConfig(model=model.name, preset="paper", tasks=tasks, budgets=budgets, n_calib=2, n_ref=2, n_eval=2,
                     random_draws=1, rank_diagnostic=1, output_dir=out_dir, device=model.device,

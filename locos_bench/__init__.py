@@ -15,17 +15,17 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     # running the benchmark
-    "run_benchmark": "locos_bench.harness",
-    "RunConfig": "locos_bench.config",
-    "PRESETS": "locos_bench.config",
-    "RunPlan": "locos_bench.plan",
-    "UnitKey": "locos_bench.plan",
-    "RunDir": "locos_bench.records",
-    "load_run": "locos_bench.records",
-    "write_leaderboard": "locos_bench.leaderboard",
+    "run_benchmark": "locos_bench.harness.driver",
+    "RunConfig": "locos_bench.run.config",
+    "PRESETS": "locos_bench.presets",
+    "RunPlan": "locos_bench.run.plan",
+    "UnitKey": "locos_bench.run.plan",
+    "RunDir": "locos_bench.run.rundir",
+    "load_run": "locos_bench.run.rundir",
+    "write_leaderboard": "locos_bench.report.leaderboard",
     # models
-    "load_model": "locos_bench.models",
-    "LoadedModel": "locos_bench.models",
+    "load_model": "locos_bench.models.loading",
+    "LoadedModel": "locos_bench.models.loading",
     # detectors and the SDK
     "Detector": "locos_bench.detectors.base",
     "HeadScores": "locos_bench.detectors.base",
@@ -35,7 +35,7 @@ _EXPORTS = {
     "register_detector": "locos_bench.detectors.registry",
     "make_detector": "locos_bench.detectors.registry",
     "detector_names": "locos_bench.detectors.registry",
-    "head_name": "locos_bench.headset",
+    "head_name": "locos_bench.names",
     # tasks
     "Example": "locos_bench.tasks",
     "TaskSpec": "locos_bench.tasks",

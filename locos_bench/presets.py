@@ -18,3 +18,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                   budgets=[1, 2, 4, 8, 16, 32, 50], n_calib=32, n_ref=32, n_eval=200,
                   random_draws=5, rank_diagnostic=10),
 }
+
+
+def preset_contexts() -> dict[str, int]:
+    """The longest prompt plus answer, in tokens, of each preset's tasks (what model memory is
+    planned for: `models.plan_model`)."""
+    from locos_bench.tasks import context_tokens
+
+    return {name: context_tokens(preset["tasks"]) for name, preset in PRESETS.items()}

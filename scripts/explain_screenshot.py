@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from locos_bench._chromium import Chromium
+from locos_bench.explain._chromium import Chromium
 
 
 def main(page: str, png: str, width: int = 1400, height: int = 900) -> None:

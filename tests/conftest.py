@@ -7,28 +7,28 @@ import pytest
 
 @pytest.fixture(scope="session")
 def gemma3():
-    from locos_bench.models import load_model
+    from locos_bench.models.loading import load_model
 
     return load_model("gemma3")
 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from locos_bench.models import load_model
+    from locos_bench.models.loading import load_model
 
     return load_model("smollm2")
 
 
 @pytest.fixture(scope="session")
 def planted():
-    from locos_bench.models import load_model
+    from locos_bench.models.loading import load_model
 
     return load_model("planted")
 
 
 @pytest.fixture(scope="session")
 def planted_nonliteral():
-    from locos_bench.models import load_model
+    from locos_bench.models.loading import load_model
 
     return load_model("planted-nonliteral")
 

@@ -22,8 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.baselines import compare, load_baselines, run_figures, update_records, verdict_table
-    from locos_bench.records import RunDir
+    from locos_bench.report.baselines import (
+        compare,
+        load_baselines,
+        run_figures,
+        update_records,
+        verdict_table,
+    )
+    from locos_bench.run.rundir import RunDir
 
     run_dir = RunDir(args.run_dir)
     if not run_dir.exists():

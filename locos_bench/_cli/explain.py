@@ -18,7 +18,7 @@ from locos_bench.errors import LocosError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from locos_bench.config import PRESETS
+    from locos_bench.run.config import PRESETS
 
     add_model_options(parser)
     parser.add_argument("--task", help="task name or YAML path (with --index)")
@@ -89,8 +89,9 @@ def prompt_example(prompt: str, answer: str, needles: list[str], distractors: li
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.explain import explain, write_page
-    from locos_bench.models import load_model
+    from locos_bench.explain.attribution import explain
+    from locos_bench.explain.page import write_page
+    from locos_bench.models.loading import load_model
     from locos_bench.tasks import load_task, make_example
 
     # Everything that can be checked without the model is checked first.
@@ -139,9 +140,8 @@ def main(args: argparse.Namespace) -> int:
 
 def reference_split(spec, model, preset: str):
     """The reference prompts a `locos-bench run --preset` of this task ablates with."""
-    from locos_bench.config import RunConfig
-    from locos_bench.splits import build_task_data
-    from locos_bench.config import PRESETS
+    from locos_bench.run.config import PRESETS, RunConfig
+    from locos_bench.run.splits import build_task_data
 
     sizes = {k: PRESETS[preset][k] for k in ("n_calib", "n_ref", "n_eval")}
     return build_task_data(spec, RunConfig(**sizes), model).reference

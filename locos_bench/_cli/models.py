@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from locos_bench import models
+    from locos_bench.presets import preset_contexts
 
     if args.name is None:
         rows = models.list_models()
@@ -38,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     spec = models.resolve_spec(args.name)
     if spec.config and not args.load:
-        info = models.plan_model(args.name, dtype=args.dtype)
+        info = models.plan_model(args.name, preset_contexts(), dtype=args.dtype)
     else:
         info = models.load_model(args.name, device=args.device, dtype=args.dtype).describe()
     if args.json:

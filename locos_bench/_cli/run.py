@@ -20,7 +20,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from locos_bench.config import PRESETS
+    from locos_bench.run.config import PRESETS
 
     parser.add_argument("--model", default="gemma3", help="model alias, HF id or local dir (default gemma3)")
     parser.add_argument("--detector", action="append", default=None, metavar="all|NAME[,NAME]",
@@ -72,16 +72,16 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_executor_from_args(args: argparse.Namespace, cfg) -> object:
     """The executor the flags name (None: local), for the resolved `cfg`."""
-    from locos_bench.executors import make_executor
+    from locos_bench.harness.executors import make_executor
 
     return make_executor(args.executor, cfg, address=args.address, workers=args.workers,
                          gpus_per_worker=args.gpus_per_worker)
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.config import RunConfig
-    from locos_bench.harness import run_benchmark
-    from locos_bench.records import RunDir
+    from locos_bench.harness.driver import run_benchmark
+    from locos_bench.run.config import RunConfig
+    from locos_bench.run.rundir import RunDir
 
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,

@@ -12,15 +12,15 @@ from locos_bench._cli.run import add_executor_arguments
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep", type=Path, metavar="SWEEP.yaml",
-                        help="grid of models, seeds, presets, detector and task sets (see locos_bench.sweep)")
+                        help="grid of models, seeds, presets, detector and task sets (see locos_bench.harness.sweep)")
     parser.add_argument("--list", action="store_true", help="print the runs the file expands to and stop")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     add_executor_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.executors import make_executor, ray_session
-    from locos_bench.sweep import load_sweep, run_sweep
+    from locos_bench.harness.executors import make_executor, ray_session
+    from locos_bench.harness.sweep import load_sweep, run_sweep
 
     sweep = load_sweep(args.sweep)
     if args.list:

@@ -9,7 +9,7 @@ from locos_bench.detectors.registry import (
     make_detector,
     register_detector,
 )
-from locos_bench.headset import head_name
+from locos_bench.names import head_name
 
 
 def __getattr__(name: str):

@@ -35,14 +35,11 @@ from torch import Tensor
 from locos_bench.detectors import _common
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.errors import LocosError
-from locos_bench.evaluate import token_logprobs
-from locos_bench.models import LoadedModel
+from locos_bench.evaluation.logprobs import token_logprobs
+from locos_bench.models.loading import LoadedModel
+from locos_bench.names import Head, Hook, hook_attn_scores, hook_z
 from locos_bench.tasks.spec import Example
 from locos_bench.tasks.tokenize import TokenizedExample
-
-Head = tuple[int, int]
-Hook = tuple[str, Callable[..., Any]]
-
 
 # ---------------------------------------------------------------------------------------
 # Examples
@@ -236,7 +233,7 @@ def knockout_hooks(assign: Sequence[Head], queries: Sequence[int], keys: Sequenc
             scores[idx] = float("-inf")
             return scores
 
-        hooks.append((f"blocks.{layer}.attn.hook_attn_scores", block))
+        hooks.append((hook_attn_scores(layer), block))
     return hooks
 
 
@@ -259,7 +256,7 @@ def patch_z_hooks(assign: Sequence[Head], source: dict[int, Tensor], queries: Se
             z[rows.view(-1, 1), qi.view(1, -1), heads.view(-1, 1)] = src[:, heads].transpose(0, 1).to(z.dtype)
             return z
 
-        hooks.append((f"blocks.{layer}.attn.hook_z", patch))
+        hooks.append((hook_z(layer), patch))
     return hooks
 
 
@@ -355,7 +352,7 @@ def capture_z(model: LoadedModel, ids: Tensor, positions: Sequence[int]) -> tupl
 
         return keep
 
-    hooks = [(f"blocks.{layer}.attn.hook_z", keeper(layer)) for layer in range(geo.n_layers)]
+    hooks = [(hook_z(layer), keeper(layer)) for layer in range(geo.n_layers)]
     with torch.no_grad(), attached(model, hooks):
         logits = model.bridge(ids.unsqueeze(0), logits_to_keep=pos.to(ids.device))
     if len(store) != geo.n_layers:

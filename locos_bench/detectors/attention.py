@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from locos_bench import heads
 from locos_bench.detectors import _common
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import OnePassDetector
-from locos_bench.models import LoadedModel
+from locos_bench.models import heads
+from locos_bench.models.loading import LoadedModel
 from locos_bench.tasks.tokenize import TokenizedExample
 
 

@@ -30,11 +30,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from locos_bench import heads
 from locos_bench.detectors import _common
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import OnePassDetector
-from locos_bench.models import LoadedModel
+from locos_bench.models import heads
+from locos_bench.models.loading import LoadedModel
+from locos_bench.names import hook_attn_out_scale, hook_v
 from locos_bench.tasks.tokenize import TokenizedExample
 
 
@@ -42,9 +43,9 @@ def capture_names(model: LoadedModel) -> list[str]:
     """Hook names LOCOS caches: values, rotated q/k and (Gemma) the post-attention norm scale."""
     names = []
     for layer in range(model.geometry.n_layers):
-        names += [f"blocks.{layer}.attn.hook_v", *heads.hooks_for_rows([layer])]
+        names += [hook_v(layer), *heads.hooks_for_rows([layer])]
         if model.geometry.attn_out_norm:
-            names.append(f"blocks.{layer}.ln1_post.hook_scale")
+            names.append(hook_attn_out_scale(layer))
     return names
 
 
@@ -65,7 +66,7 @@ def value_writes_on(
     gain = heads.attn_out_gain(model, cache, layer, positions)  # [P, D]
     readout = (directions * gain).float()  # [P, D]
     per_head = torch.einsum("hdD,pD->hpd", heads.w_o(model, layer).float(), readout)  # [H, P, d]
-    v = cache[f"blocks.{layer}.attn.hook_v"][0].float()[:, heads.kv_head_map(model)]  # [T, H, d]
+    v = cache[hook_v(layer)][0].float()[:, heads.kv_head_map(model)]  # [T, H, d]
     return torch.einsum("thd,hpd->hpt", v, per_head)
 
 
@@ -178,7 +179,7 @@ class LocosArgmax(Locos):
         rows_at = needle + off  # R query rows
         rows = heads.attention_rows(model, cache, layer, rows_at)  # [H, R, T]
         weight, src = rows.max(dim=-1)  # [H, R]
-        v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [T, K, d]
+        v = cache[hook_v(layer)][0].float()  # [T, K, d]
         v_src = v[src, kv.to(src.device)[:, None]]  # [H, R, d]
         write = torch.einsum("hrd,hdD->hrD", v_src, heads.w_o(model, layer).float())
         write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)

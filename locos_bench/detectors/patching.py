@@ -30,13 +30,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from locos_bench import heads as H
 from locos_bench.detectors import _interventions as iv
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import InterventionDetector
 from locos_bench.errors import LocosError
-from locos_bench.models import LoadedModel
+from locos_bench.models import heads as H
+from locos_bench.models.loading import LoadedModel
+from locos_bench.names import HOOK_FINAL_SCALE, hook_resid_post, hook_z
 from locos_bench.tasks.spec import Example
 
 FINAL_NORM_MODES = ("recompute", "frozen")
@@ -144,15 +145,15 @@ def path_patching_drops(
     assert prep.corrupted is not None
     geo = model.geometry
     last = geo.n_layers - 1
-    z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(geo.n_layers)]
-    resid_name = f"blocks.{last}.hook_resid_post"
-    names = H.hooks_for_writes(model, range(geo.n_layers)) + [resid_name, "ln_final.hook_scale"]
+    z_names = [hook_z(layer) for layer in range(geo.n_layers)]
+    resid_name = hook_resid_post(last)
+    names = H.hooks_for_writes(model, range(geo.n_layers)) + [resid_name, HOOK_FINAL_SCALE]
     logits, clean = H.run_and_capture(model, prep.ids, names, logits_at=prep.positions)
     _, corrupted = H.run_and_capture(model, prep.corrupted, z_names, logits_at=prep.positions[-1:])
     pos = torch.as_tensor(prep.positions, dtype=torch.long)
     with torch.no_grad():
         resid = clean[resid_name][0, pos].float()  # [P, D]
-        scale = clean["ln_final.hook_scale"][0, pos].float()  # [P, 1]
+        scale = clean[HOOK_FINAL_SCALE][0, pos].float()  # [P, 1]
         deltas = []
         for layer, z_name in enumerate(z_names):
             mixed = {**clean, z_name: corrupted[z_name]}  # corrupted z, clean norm scale
@@ -225,7 +226,7 @@ def attribution_patching_drops(model: LoadedModel, prep: iv.Prepared, *, prefix_
 
         return keep
 
-    hooks = [(f"blocks.{layer}.attn.hook_z", keeper(layer)) for layer in range(geo.n_layers)]
+    hooks = [(hook_z(layer), keeper(layer)) for layer in range(geo.n_layers)]
     with iv.frozen_weights(model), torch.enable_grad():
         runner.start()
         logp = iv.gold_logprob(runner.run(1, hooks), prep.answer_ids)[0]

@@ -18,6 +18,7 @@ from locos_bench.tasks.examples import (
 from locos_bench.tasks.registry import (
     BUILTIN_TASKS_DIR,
     TASKS_ENV,
+    context_tokens,
     list_tasks,
     load_task,
     read_task_file,
@@ -30,6 +31,7 @@ from locos_bench.tasks.spec import Example, TaskSpec
 __all__ = [
     "BUILTIN_TASKS_DIR",
     "TASKS_ENV",
+    "context_tokens",
     "Example",
     "TaskSpec",
     "example_rng",

@@ -114,8 +114,8 @@ def with_data(spec: TaskSpec, data: str | Path) -> TaskSpec:
 
 
 def _check_references(spec: TaskSpec, where: str) -> None:
-    from locos_bench.metrics import METRICS
     from locos_bench.tasks.generators import generator_names
+    from locos_bench.tasks.metrics import METRICS
 
     generator = spec.source.generator
     if generator is not None and generator not in generator_names():
@@ -209,3 +209,8 @@ def task_path(name: str) -> Path:
     if name not in files:
         raise unknown("task", name, files)
     return files[name]
+
+
+def context_tokens(tasks: list[str]) -> int:
+    """Longest prompt plus answer, in tokens, of `tasks` (their nominal context lengths)."""
+    return max(max(s.context_lengths) + s.max_new_tokens for s in map(load_task, tasks))

@@ -128,7 +128,7 @@ class TaskSpec(BaseModel):
     """`completion` (`<context>\\n\\nQuestion: ...\\nAnswer:`), `chat` (the tokenizer's chat
     template) or `auto` (chat for instruct models, completion otherwise)."""
     metrics: list[str] = Field(default_factory=lambda: ["rouge_l", "contains"])
-    """Metric names from `locos_bench.metrics`; the first is the task's headline metric."""
+    """Metric names from `locos_bench.tasks.metrics`; the first is the task's headline metric."""
     max_new_tokens: int = 8
     """Generation budget for the answer."""
     sizes: SizesSpec = Field(default_factory=SizesSpec)

@@ -1,7 +1,7 @@
 """Every architecture the README names, in miniature, through the path a hub checkpoint takes.
 
 Each is a tiny randomly initialised instance built from transformers' own config class with
-the shipped checkpoint's structure scaled down (`locos_bench.miniature`), saved with
+the shipped checkpoint's structure scaled down (`locos_bench.models.miniature`), saved with
 `save_pretrained` plus an offline tokenizer, and loaded with `load_model(directory)`. The
 per-head identities, cached generation and ablation mechanics are the very tests written
 for the embedded models, imported here and run on each architecture through the fixtures
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from locos_bench import heads
-from locos_bench.miniature import ARCHITECTURES, TINY, miniature
-from locos_bench.models import load_model
+from locos_bench.models import heads
+from locos_bench.models.loading import load_model
+from locos_bench.models.miniature import ARCHITECTURES, TINY, miniature
 from tests.integration.test_attention import (  # noqa: F401
     count_lean,
     test_a_pattern_hook_gets_the_explicit_path,
@@ -119,7 +119,7 @@ def test_every_detector_conforms(real_model):
 
     GQA's check runs where heads share key/values and the detector scored anything: on
     random weights `retrieval-head` (argmax copying) can score every head zero."""
-    from locos_bench import conformance
+    from locos_bench.detectors import conformance
     from locos_bench.detectors.registry import detector_names
     from locos_bench.tasks import load_task, make_examples
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from locos_bench.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
-from locos_bench.evaluate import CleanPrefix, evaluate_head_sets, evaluate_task, gold_logprobs
+from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
+from locos_bench.evaluation.clean_prefix import CleanPrefix
+from locos_bench.evaluation.logprobs import gold_logprobs
+from locos_bench.evaluation.task_eval import evaluate_head_sets, evaluate_task
 from tests.integration.test_shared_batches import _sets, _task
 
 

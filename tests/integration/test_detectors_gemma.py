@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from locos_bench import heads
 from locos_bench.detectors import make_detector
 from locos_bench.detectors.locos import capture_names, contributions
+from locos_bench.models import heads
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 

@@ -1,6 +1,6 @@
 """Ground truth: on the planted model LOCOS ranks the true retrieval heads first.
 
-The planted model's head roles are set by hand (locos_bench/planted.py), so this is the one
+The planted model's head roles are set by hand (locos_bench/models/planted.py), so this is the one
 place where a detector's ranking can be checked against the truth rather than against
 another detector. Both decoys must rank below every retrieval head: the read-only decoy
 reads the needle as strongly but writes nothing the unembedding reads; the parametric decoy
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from locos_bench import heads
-from locos_bench.conformance import conformance_model
 from locos_bench.detectors import Detector, HeadScores, make_detector
+from locos_bench.detectors.conformance import conformance_model
+from locos_bench.models import heads
 from locos_bench.tasks import load_task, make_examples
 
 

@@ -2,7 +2,7 @@
 
 The needle "k3 v5" names a city; the answer is its country `c9`, a token that occurs nowhere
 in the prompt. The retrieval heads read `v5` and write `c9`'s unembedding direction
-(locos_bench/planted.py), so a copy-paste score (`retrieval-head`: the argmax-attended token
+(locos_bench/models/planted.py), so a copy-paste score (`retrieval-head`: the argmax-attended token
 equals the generated one) misses them by construction, while write-side and intervention
 detectors, which never ask what was copied, rank them first. The read-only decoy still
 separates read-side `attention` from `locos`.
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from locos_bench.detectors import make_detector
-from locos_bench.planted import PlantedConfig, country_of
+from locos_bench.models.planted import PlantedConfig, country_of
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 

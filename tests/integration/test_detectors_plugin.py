@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from locos_bench.conformance import detector_checks
 from locos_bench.detectors import registry
+from locos_bench.detectors.conformance import detector_checks
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1] / "plugins" / "locos_bench_example_plugin"
 DIST = "locos-bench-example-plugin"

@@ -15,7 +15,7 @@ import torch
 
 from locos_bench import cli, models
 from locos_bench.detectors.registry import make_detector
-from locos_bench.explain import page_data
+from locos_bench.explain.page import page_data
 from locos_bench.tasks import load_task, make_example
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def test_top_head_and_map_are_locos_on_that_example(gemma3, page):
 
 
 def test_gemma3_page_in_chromium(page, tmp_path):
-    from locos_bench._chromium import Chromium, find_chromium
+    from locos_bench.explain._chromium import Chromium, find_chromium
 
     if find_chromium() is None:
         if os.environ.get("CI") == "true":

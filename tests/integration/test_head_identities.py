@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from locos_bench import heads
+from locos_bench.models import heads
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ directory (`save_pretrained`, the hub's format) and `locos` on the same director
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 pytestmark = pytest.mark.slow  # lm-eval indexes its tasks (tens of seconds) before the first run
 
@@ -61,7 +61,7 @@ def manager(le):
 
 @pytest.fixture(scope="module")
 def planted_dir(tmp_path_factory):
-    from locos_bench.planted import build_planted
+    from locos_bench.models.planted import build_planted
 
     model, tokenizer, _ = build_planted()
     path = tmp_path_factory.mktemp("planted-hf")
@@ -125,7 +125,7 @@ def test_unablated_locos_equals_hf(hf_results, locos_results):
 def test_heads_on_the_fly_are_the_harness_heads(ablated_lm):
     """`locos@planted-kv:2` scores on the default preset's calibration split; on the planted
     model that is exactly its two retrieval heads."""
-    from locos_bench.planted import RETRIEVAL
+    from locos_bench.models.planted import RETRIEVAL
 
     assert sorted(ablated_lm.head_set.heads) == sorted(RETRIEVAL)
     assert ablated_lm.head_set.task == "planted-kv"
@@ -134,7 +134,7 @@ def test_heads_on_the_fly_are_the_harness_heads(ablated_lm):
 def test_ablation_matches_the_harness(ablated_lm, locos_results, manager):
     """The harness's own evaluation of the same examples with the same hooks predicts the
     lm-eval result example by example: retrieval collapses to about chance."""
-    from locos_bench.evaluate import evaluate_task
+    from locos_bench.evaluation.task_eval import evaluate_task
     from locos_bench.tasks import load_task, make_examples
 
     ablated = _evaluate(ablated_lm, manager, tasks=["planted_kv_gen", "planted_kv_mc"])
@@ -217,7 +217,7 @@ def test_entry_point_is_declared_for_newer_lm_eval():
 
 @pytest.fixture(scope="module")
 def planted(le):
-    from locos_bench.models import load_model
+    from locos_bench.models.loading import load_model
 
     return load_model("planted")
 
@@ -296,8 +296,8 @@ def test_per_example_values_of_a_local_task(le, planted):
 
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory, planted):
-    from locos_bench.config import RunConfig
-    from locos_bench.harness import run_benchmark
+    from locos_bench.harness.driver import run_benchmark
+    from locos_bench.run.config import RunConfig
 
     cfg = RunConfig(model="planted", detectors=["locos"], preset="quick", quiet=True,
                     output_dir=tmp_path_factory.mktemp("runs") / "planted-quick",
@@ -306,9 +306,9 @@ def planted_run(tmp_path_factory, planted):
 
 
 def test_lm_eval_tasks_are_controls_of_a_run(planted_run):
-    from locos_bench.leaderboard import analyze_runs
-    from locos_bench.plan import UnitKey
-    from locos_bench.records import BASELINE, EvalUnit
+    from locos_bench.report.leaderboard import analyze_runs
+    from locos_bench.run.plan import BASELINE, UnitKey
+    from locos_bench.run.records import EvalUnit
 
     manifest = planted_run.read_manifest()
     entries = {t.name: t for t in manifest.tasks}
@@ -331,8 +331,8 @@ def test_heads_from_a_run_directory(le, planted, planted_run, planted_dir):
 
     from locos_bench.detectors.base import HeadScores
     from locos_bench.errors import LocosError
-    from locos_bench.models import load_model
-    from locos_bench.records import ScoresUnit
+    from locos_bench.models.loading import load_model
+    from locos_bench.run.records import ScoresUnit
 
     unit = next(u for u in planted_run.read_units() if isinstance(u, ScoresUnit) and u.detector == "locos")
     expected = HeadScores(scores=torch.tensor(unit.scores), detector="locos").ranking()[:2]

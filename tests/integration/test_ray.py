@@ -15,16 +15,16 @@ import threading
 import time
 from pathlib import Path
 
+import _ray_detectors
 import pytest
 
 from locos_bench import cli
-from locos_bench.config import RunConfig
 from locos_bench.errors import LocosError
-from locos_bench.harness import Run
-from locos_bench.progress import Progress
-from locos_bench.records import RunDir, ScoresUnit
-
-import _ray_detectors
+from locos_bench.harness.driver import Run
+from locos_bench.harness.progress import Progress
+from locos_bench.run.config import RunConfig
+from locos_bench.run.records import ScoresUnit
+from locos_bench.run.rundir import RunDir
 
 HERE = Path(__file__).resolve().parent
 
@@ -71,7 +71,7 @@ def _units(run_dir):
 
 @pytest.mark.slow
 def test_ray_records_equal_local_records_unit_for_unit(tmp_path, cluster, planted):
-    from locos_bench.executors import RayExecutor
+    from locos_bench.harness.executors import RayExecutor
 
     detectors = "locos,attention,random,test-ray-crash"
     local = Run(_cfg(tmp_path / "local", detectors), planted, Progress(True)).execute()
@@ -89,7 +89,7 @@ def test_ray_records_equal_local_records_unit_for_unit(tmp_path, cluster, plante
 @pytest.mark.slow
 def test_killed_worker_has_its_job_retried_and_every_unit_is_recorded_once(tmp_path, cluster, markers, planted):
     """SIGKILL the worker in the middle of a job; a worker that always dies exhausts its retries."""
-    from locos_bench.executors import RayExecutor
+    from locos_bench.harness.executors import RayExecutor
 
     cfg = _cfg(tmp_path / "ray", "test-ray-slow,test-ray-suicide,locos", budgets=[1], rank_diagnostic=1)
     killed = []
@@ -118,7 +118,7 @@ def test_killed_worker_has_its_job_retried_and_every_unit_is_recorded_once(tmp_p
     assert slow["error"] is None and slow["scores"]
     lost = units[ScoresUnit(task="planted-kv", detector="test-ray-suicide").key]
     assert lost["error"].startswith("worker died 2 time(s)")
-    from locos_bench.records import load_run
+    from locos_bench.run.rundir import load_run
 
     load_run(run_dir.path)  # complete: every unit the plan needs is there
 
@@ -200,7 +200,7 @@ def test_ray_options_without_ray_executor(tmp_path, capsys):
 
 
 def test_bad_worker_count(cluster):
-    from locos_bench.executors import RayExecutor
+    from locos_bench.harness.executors import RayExecutor
 
     with pytest.raises(LocosError, match="--workers must be at least 1"):
         RayExecutor(_cfg(None, "locos"), workers=0)

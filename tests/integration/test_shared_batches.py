@@ -8,13 +8,13 @@ import random
 import pytest
 import torch
 
-from locos_bench.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
-from locos_bench.config import RunConfig
 from locos_bench.errors import LocosError
-from locos_bench.evaluate import evaluate_head_sets, evaluate_task
-from locos_bench.harness import Job, Worker
-from locos_bench.plan import UnitKey
-from locos_bench.splits import build_task_data
+from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
+from locos_bench.evaluation.task_eval import evaluate_head_sets, evaluate_task
+from locos_bench.harness.driver import Job, Worker
+from locos_bench.run.config import RunConfig
+from locos_bench.run.plan import UnitKey
+from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import load_task
 
 LOGPROB_TOL = 1e-5  # float32: a row's matmuls may be blocked differently in a bigger batch

@@ -8,7 +8,9 @@ import json
 import pytest
 import torch
 
-from locos_bench.evaluate import evaluate_task, generate_answers, gold_logprobs
+from locos_bench.evaluation.generation import generate_answers
+from locos_bench.evaluation.logprobs import gold_logprobs
+from locos_bench.evaluation.task_eval import evaluate_task
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -87,7 +89,7 @@ def test_tasks_eval_cli(capsys):
 
 
 def test_shared_prefill_equals_separate_passes(gemma3):
-    from locos_bench.evaluate import answers_and_logprobs
+    from locos_bench.evaluation.task_eval import answers_and_logprobs
 
     examples = make_examples(load_task("niah-literal"), 4, model=gemma3)  # multi-token answers
     items = [tokenize_example(e, gemma3.tokenizer) for e in examples]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from locos_bench import heads as H
-from locos_bench.ablation import AblationSpec, HeadAblation, reference_means
 from locos_bench.errors import LocosError
+from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+from locos_bench.models import heads as H
 
 
 def _ids(model, text):

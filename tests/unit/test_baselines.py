@@ -10,12 +10,21 @@ import textwrap
 import pytest
 import yaml
 
-from locos_bench.baselines import Figure, compare, judge, load_baselines, run_figures, update_records, BaselineRecord, Source
 from locos_bench.errors import LocosError
-from locos_bench.config import RunConfig
-from locos_bench.harness import Run
-from locos_bench.progress import Progress
-from locos_bench.records import RunDir
+from locos_bench.harness.driver import Run
+from locos_bench.harness.progress import Progress
+from locos_bench.report.baselines import (
+    BaselineRecord,
+    Figure,
+    Source,
+    compare,
+    judge,
+    load_baselines,
+    run_figures,
+    update_records,
+)
+from locos_bench.run.config import RunConfig
+from locos_bench.run.rundir import RunDir
 
 pytest_plugins = ["pytester"]
 
@@ -126,7 +135,7 @@ def test_incomplete_run_names_missing_units(planted_run, tmp_path):
 def test_pytest_plugin_verdicts(pytester, planted_run, baseline_file):
     """A regression is a failing test with a table; a missing baseline fails with the hint."""
     pytester.makepyfile(test_gate=f"""
-        from locos_bench.records import RunDir
+        from locos_bench.run.rundir import RunDir
 
         def test_gate(locos):
             locos.check(RunDir({str(planted_run)!r}), baseline_file={str(baseline_file)!r})

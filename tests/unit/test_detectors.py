@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from locos_bench import heads
-from locos_bench.conformance import conformance_model
 from locos_bench.detectors import make_detector
+from locos_bench.detectors.conformance import conformance_model
 from locos_bench.detectors.locos import capture_names, contributions
 from locos_bench.errors import LocosError
+from locos_bench.models import heads
 from locos_bench.tasks import Example, load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -266,13 +266,13 @@ CONTRAST_USERS = ["locos", "locos-argmax", "attention"]
 
 @pytest.mark.parametrize("name", CONTRAST_USERS)
 def test_no_off_needle_positions_is_an_error(model, name):
-    example = planted_example(f"f1 k3 v5 f2 ? k3", "k3 v5", "v5", index=7)
+    example = planted_example("f1 k3 v5 f2 ? k3", "k3 v5", "v5", index=7)
     with pytest.raises(LocosError, match=rf"detector '{name}': example hand\[7\] has no off-needle"):
         make_detector(name).score(model, [HAND, example], rng=RNG(0))
 
 
 def test_retrieval_head_needs_no_off_needle(model):
-    example = planted_example(f"f1 k3 v5 f2 ? k3", "k3 v5", "v5", context=False)
+    example = planted_example("f1 k3 v5 f2 ? k3", "k3 v5", "v5", context=False)
     scores = make_detector("retrieval-head").score(model, [example], rng=RNG(0)).scores
     assert scores[1, 0] == 1.0
 

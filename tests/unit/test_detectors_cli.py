@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from locos_bench import cli, models
-from locos_bench.conformance import conformance_model
 from locos_bench.detectors import Detector, HeadScores
+from locos_bench.detectors.conformance import conformance_model
 from locos_bench.detectors.registry import DETECTORS, register_detector
 
 NINE = {

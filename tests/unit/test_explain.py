@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from locos_bench import cli, models
-from locos_bench.conformance import conformance_model
+from locos_bench.detectors.conformance import conformance_model
 from locos_bench.detectors.registry import make_detector
 from locos_bench.errors import LocosError
-from locos_bench.explain import explain, page_data, render_html, write_page
+from locos_bench.explain.attribution import explain
+from locos_bench.explain.page import page_data, render_html, write_page
 from locos_bench.tasks import Example, load_task, make_example
 
 FILLER = " ".join(f"f{i % 20}" for i in range(24))
@@ -243,7 +244,7 @@ def test_failure_leaves_an_existing_page_untouched(model, example, tmp_path):
 def test_unsupported_architecture(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from locos_bench.planted import build_planted_tokenizer
+    from locos_bench.models.planted import build_planted_tokenizer
 
     tok = build_planted_tokenizer()
     GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=16, n_layer=1, n_head=2)

@@ -11,14 +11,20 @@ import pytest
 
 from locos_bench import cli
 from locos_bench.errors import LocosError
-from locos_bench.bootstrap import Estimate
-from locos_bench.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
-from locos_bench.markdown import fmt, fmt_ci, render_markdown
-from locos_bench.plan import RunPlan
-from locos_bench.records import (
-    BASELINE, DetectorEntry, EvalUnit, Manifest, Provenance, RankUnit, RunDir, ScoresUnit, TaskEntry,
-    load_run,
+from locos_bench.report.bootstrap import Estimate
+from locos_bench.report.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
+from locos_bench.report.markdown import fmt, fmt_ci, render_markdown
+from locos_bench.run.plan import BASELINE, RunPlan
+from locos_bench.run.records import (
+    DetectorEntry,
+    EvalUnit,
+    Manifest,
+    Provenance,
+    RankUnit,
+    ScoresUnit,
+    TaskEntry,
 )
+from locos_bench.run.rundir import RunDir, load_run
 
 
 def missing_units(manifest, units):

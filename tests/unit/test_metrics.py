@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from locos_bench.errors import LocosError
-from locos_bench.metrics import (
+from locos_bench.tasks.metrics import (
     METRICS,
     contains,
     cut_answer,
@@ -92,7 +92,7 @@ def test_registry_and_logprob():
 
 
 def test_number_match_takes_the_last_number():
-    from locos_bench.metrics import number_match
+    from locos_bench.tasks.metrics import number_match
 
     assert number_match("3 + 4 = 7", ["7"]) == 1.0
     assert number_match(" 7.", ["7"]) == 1.0

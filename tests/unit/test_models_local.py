@@ -1,6 +1,6 @@
 """Local HF directories: what loads, what is refused with one clear line, and chat templates.
 
-Models here are tiny and randomly initialised (`locos_bench.miniature`), built offline."""
+Models here are tiny and randomly initialised (`locos_bench.models.miniature`), built offline."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ import shutil
 import pytest
 
 from locos_bench.errors import LocosError
-from locos_bench.miniature import THINKING_TEMPLATE, byte_tokenizer, miniature, random_model, save_local
-from locos_bench.models import load_model, resolve_spec
+from locos_bench.models.aliases import resolve_spec
+from locos_bench.models.loading import load_model
+from locos_bench.models.miniature import (
+    THINKING_TEMPLATE,
+    byte_tokenizer,
+    miniature,
+    random_model,
+    save_local,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from locos_bench import models, planning
+from locos_bench import models
 from locos_bench.errors import LocosError
-from locos_bench.presets import PRESETS
+from locos_bench.models import planning
+from locos_bench.presets import PRESETS, preset_contexts
 from tests.unit.test_models import cli
 
 HUB = [spec.alias for spec in map(models.MODELS.get, models.MODELS.names()) if spec.source == "hub"]
@@ -36,7 +37,7 @@ def test_models_json_prints_qwen3_geometry_offline():
 
 
 def test_multimodal_gemma_plans_its_language_model():
-    info = models.plan_model("gemma3-4b")
+    info = models.plan_model("gemma3-4b", preset_contexts())
     assert info["architecture"] == "Gemma3ForConditionalGeneration"
     assert "language model" in info["note"]
     assert info["n_layers"] == 34 and len(info["sliding_layers"]) == 34 - 34 // 6
@@ -45,7 +46,7 @@ def test_multimodal_gemma_plans_its_language_model():
 
 
 def test_sliding_layers_cap_the_kv_cache():
-    from locos_bench.miniature import hf_config
+    from locos_bench.models.miniature import hf_config
 
     geo = planning.geometry_from_config(hf_config(models.shipped_config("gemma3-1b")))
     assert geo.sliding_window == 512 and len(geo.sliding_layers) == 22
@@ -60,7 +61,7 @@ def test_gpu_too_small_says_needed_and_free():
 
 
 def test_batch_size_follows_free_memory():
-    from locos_bench.miniature import hf_config
+    from locos_bench.models.miniature import hf_config
 
     geo = planning.geometry_from_config(hf_config(models.shipped_config("qwen3-8b")))
     small = planning.batch_size_for(geo, 4096, 2 * planning.GIB, "bfloat16")
@@ -70,7 +71,7 @@ def test_batch_size_follows_free_memory():
 
 def test_bad_dtype_and_alias_without_config():
     with pytest.raises(LocosError, match="unknown dtype"):
-        models.plan_model("qwen3-8b", dtype="int3")
+        models.plan_model("qwen3-8b", preset_contexts(), dtype="int3")
     with pytest.raises(LocosError, match="no shipped configuration"):
         models.shipped_config("smollm2")
 

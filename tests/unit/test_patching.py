@@ -1,6 +1,6 @@
 """The intervention detectors on the planted model: knockout and the three patching ones.
 
-What the planted model predicts (`locos_bench/planted.py`), and what these tests hold them to:
+What the planted model predicts (`locos_bench/models/planted.py`), and what these tests hold them to:
 
 * The two retrieval heads (L1H0, L2H3) are redundant copies of the needle's value into the
   answer direction, so removing either alone costs some log-prob (the other still answers):
@@ -30,11 +30,10 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from locos_bench.conformance import hook_snapshot, state_snapshot
 from locos_bench.detectors import _interventions as iv
-from locos_bench.detectors import get_detector_class
-from locos_bench.detectors import patching
+from locos_bench.detectors import get_detector_class, patching
 from locos_bench.detectors.base import run_detector
+from locos_bench.detectors.conformance import hook_snapshot, state_snapshot
 from locos_bench.detectors.knockout import knockout_drops
 from locos_bench.detectors.patching import (
     activation_patching_drops,

@@ -17,11 +17,8 @@ import pytest
 import torch
 import yaml
 
-from locos_bench.models import load_model
-from locos_bench.tasks.generators import get_generator
-from locos_bench.tasks.spec import Example, TaskSpec
-from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
-from locos_bench.planted import (
+from locos_bench.models.loading import load_model
+from locos_bench.models.planted import (
     D_MODEL,
     PlantedConfig,
     answer_word,
@@ -31,6 +28,9 @@ from locos_bench.planted import (
     planted_vocab,
     previous_token_margin,
 )
+from locos_bench.tasks.generators import get_generator
+from locos_bench.tasks.spec import Example, TaskSpec
+from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 TASK_YAML = Path(__file__).resolve().parents[2] / "tasks" / "planted-kv.yaml"
 EVAL = range(0, 110)  # 11 blocks of balanced gold values; 12-13 per (length, depth) cell

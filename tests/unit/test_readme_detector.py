@@ -6,10 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
-from locos_bench.analysis import analyze
-from locos_bench.records import load_run
+from locos_bench.report.analysis import analyze
+from locos_bench.run.rundir import load_run
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -6,11 +6,18 @@ import numpy as np
 import pytest
 
 from locos_bench.errors import LocosError
-from locos_bench.records import (
-    BASELINE, DetectorEntry, EvalUnit, Manifest, Provenance, RankUnit, ScoresUnit, TaskEntry,
+from locos_bench.report.analysis import analyze
+from locos_bench.report.bootstrap import Bootstrap, combine, curve_weights, task_seed
+from locos_bench.run.plan import BASELINE
+from locos_bench.run.records import (
+    DetectorEntry,
+    EvalUnit,
+    Manifest,
+    Provenance,
+    RankUnit,
+    ScoresUnit,
+    TaskEntry,
 )
-from locos_bench.analysis import analyze
-from locos_bench.bootstrap import Bootstrap, combine, curve_weights, task_seed
 
 PROV = Provenance(packages={}, git_commit=None, device="cpu", python="3", platform="x",
                   started_at="2025-01-01T00:00:00Z")

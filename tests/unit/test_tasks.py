@@ -14,9 +14,9 @@ from locos_bench.tasks import (
     make_examples,
     raw_example,
     read_task_file,
+    world,
 )
-from locos_bench.tasks import world
-from locos_bench.tasks.text import filler_sentences, place, Piece
+from locos_bench.tasks.text import Piece, filler_sentences, place
 
 GENERATED = [
     "nolima-synth", "niah-literal", "kv-retrieval", "babilong-synth", "musique-synth",

@@ -13,8 +13,8 @@ import pytest
 
 from locos_bench.cli import main
 from locos_bench.errors import LocosError
-from locos_bench.config import RunConfig
-from locos_bench.records import RunDir
+from locos_bench.run.config import RunConfig
+from locos_bench.run.rundir import RunDir
 from locos_bench.tasks import load_task, make_example, make_examples
 from locos_bench.tasks.registry import resolve_tasks
 

@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from locos_bench import heads
 from locos_bench.detectors import Detector, HeadScores
 from locos_bench.detectors.base import tokenize_for, validate_scores
+from locos_bench.models import heads
 
 
 class NormOfWrites(Detector):

@@ -1,0 +1,28 @@
+"""Evaluation: greedy generation, teacher-forced log-probs, clean prefixes, and head ablation.
+
+The face::
+
+    from locos_bench.evaluation import evaluate_task, generate_answers, gold_logprobs
+
+Modules: `generation`, `logprobs`, `clean_prefix` (start ablated runs at their lowest ablated
+layer), `task_eval` (answers plus every metric a task lists), `ablation` (mean, zero and
+scaling hooks; reference means).
+"""
+
+from locos_bench.evaluation.clean_prefix import CleanPrefix
+from locos_bench.evaluation.generation import generate_answers, generate_from_ids, stop_token_ids
+from locos_bench.evaluation.logprobs import continuation_logprobs, gold_logprobs, token_logprobs
+from locos_bench.evaluation.task_eval import answers_and_logprobs, evaluate_head_sets, evaluate_task
+
+__all__ = [
+    "CleanPrefix",
+    "answers_and_logprobs",
+    "continuation_logprobs",
+    "evaluate_head_sets",
+    "evaluate_task",
+    "generate_answers",
+    "generate_from_ids",
+    "gold_logprobs",
+    "stop_token_ids",
+    "token_logprobs",
+]

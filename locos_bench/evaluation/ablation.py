@@ -1,0 +1,216 @@
+"""Head interventions as forward hooks on `blocks.{L}.attn.hook_z`.
+
+Mean ablation, zero ablation and scaling are one mechanism: replace head h's `z` (its
+attention-weighted values, before `W_O`) by `alpha * z + (1 - alpha) * value`, with
+
+* mean:  alpha = 0, value = the head's mean `z` over a reference set of prompts of the same
+  task, disjoint from detection and evaluation (position-agnostic by default; per position
+  with `positionwise=True`);
+* zero:  alpha = 0, value = 0;
+* scale: alpha = factor, value = 0 (`scale:2.0` amplifies, `scale:0.5` damps; steering).
+
+The hooks work for teacher-forced passes and for KV-cached generation (each new token's
+`z` is replaced as it is computed). `HeadSetAblation` is the same intervention with one head
+set per batch row, so several head sets share one forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from locos_bench.errors import LocosError
+from locos_bench.models.loading import LoadedModel
+from locos_bench.names import Head, hook_z
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """How heads are intervened on: `mean`, `zero` or `scale:ALPHA`."""
+
+    mode: str
+    alpha: float = 0.0
+    positionwise: bool = False
+
+    @classmethod
+    def parse(cls, text: str, *, positionwise: bool = False) -> AblationSpec:
+        text = text.strip()
+        if text in ("mean", "zero"):
+            return cls(text, 0.0, positionwise and text == "mean")
+        if text.startswith("scale:"):
+            try:
+                alpha = float(text.split(":", 1)[1])
+            except ValueError:
+                raise LocosError(f"bad ablation {text!r}: scale needs a number, e.g. scale:2.0") from None
+            return cls("scale", alpha)
+        raise LocosError(f"unknown ablation {text!r}; choose mean, zero or scale:ALPHA")
+
+    def __str__(self) -> str:
+        return f"scale:{self.alpha:g}" if self.mode == "scale" else self.mode
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.mode == "mean"
+
+
+@dataclass
+class HeadMeans:
+    """Per-head mean `z` over reference prompts.
+
+    Attributes:
+        mean: `[n_layers, n_heads, d_head]` position-agnostic mean (BOS excluded: it is an
+            attention sink whose `z` is atypical).
+        by_position: `[n_layers, T_max, n_heads, d_head]` per-position means, or None.
+        counts: `[T_max]` how many reference prompts reached each position.
+    """
+
+    mean: Tensor
+    by_position: Tensor | None = None
+    counts: Tensor | None = None
+
+
+def reference_means(
+    model: LoadedModel, token_ids: Sequence[Sequence[int]], *, positionwise: bool = False
+) -> HeadMeans:
+    """Mean `hook_z` of every head over the reference prompts (one forward each)."""
+    if not token_ids:
+        raise LocosError("mean ablation needs at least one reference prompt")
+    geo = model.geometry
+    total = torch.zeros(geo.n_layers, geo.n_heads, geo.d_head, dtype=torch.float64)
+    n = 0
+    t_max = max(len(ids) for ids in token_ids)
+    by_pos = torch.zeros(geo.n_layers, t_max, geo.n_heads, geo.d_head, dtype=torch.float64) if positionwise else None
+    counts = torch.zeros(t_max, dtype=torch.float64)
+    names = [hook_z(L) for L in range(geo.n_layers)]
+    for ids in token_ids:
+        store: dict[int, Tensor] = {}
+
+        def keep(layer: int) -> Any:
+            def fn(z: Tensor, hook: Any) -> None:
+                store[layer] = z[0].detach().double()
+
+            return fn
+
+        ids_t = torch.as_tensor([list(ids)], device=model.device)
+        with torch.no_grad():
+            model.bridge.run_with_hooks(
+                ids_t, fwd_hooks=[(name, keep(L)) for L, name in enumerate(names)],
+                logits_to_keep=torch.tensor([len(ids) - 1]),
+            )
+        z = torch.stack([store[L].cpu() for L in range(geo.n_layers)])  # [L, T, H, d]
+        total += z[:, 1:].sum(1)
+        n += z.shape[1] - 1
+        if by_pos is not None:
+            by_pos[:, : z.shape[1]] += z
+        counts[: z.shape[1]] += 1
+    mean = (total / max(n, 1)).float()
+    if by_pos is not None:
+        by_pos = (by_pos / counts.clamp(min=1)[None, :, None, None]).float()
+    return HeadMeans(mean=mean, by_position=by_pos, counts=counts)
+
+
+@dataclass
+class HeadAblation:
+    """Forward hooks that intervene on `heads` according to `spec`.
+
+    Use `hooks()` with `bridge.hooks(fwd_hooks=...)` or pass them to the evaluation
+    functions. For position-wise means during KV-cached generation, the hook tracks the
+    absolute position: a call with more than one position starts a new sequence.
+    """
+
+    heads: Sequence[Head]
+    spec: AblationSpec
+    means: HeadMeans | None = None
+    _offset: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.spec.needs_reference and self.means is None:
+            raise LocosError("mean ablation needs reference means (reference_means)")
+        self._by_layer: dict[int, list[int]] = {}
+        for layer, head in self.heads:
+            self._by_layer.setdefault(int(layer), []).append(int(head))
+
+    def hooks(self) -> list[tuple[str, Any]]:
+        return [(hook_z(layer), self._hook(layer, heads)) for layer, heads in sorted(self._by_layer.items())]
+
+    def _value(self, layer: int, heads: list[int], z: Tensor, start: int) -> Tensor:
+        """Replacement `[B, T, len(heads), d]` for the ablated heads."""
+        if self.spec.mode != "mean":
+            return torch.zeros_like(z[:, :, heads])
+        means = self.means
+        assert means is not None
+        flat = means.mean[layer, heads].to(z.device, z.dtype)  # [h, d]
+        value = flat.expand(z.shape[0], z.shape[1], -1, -1)
+        if self.spec.positionwise and means.by_position is not None:
+            t_ref = means.by_position.shape[1]
+            stop = min(start + z.shape[1], t_ref)
+            if stop > start:
+                value = value.clone()
+                value[:, : stop - start] = means.by_position[layer, start:stop][:, heads].to(z.device, z.dtype)
+        return value
+
+    def _hook(self, layer: int, heads: list[int]) -> Any:
+        alpha = self.spec.alpha
+
+        def fn(z: Tensor, hook: Any) -> Tensor:
+            start = 0 if z.shape[1] > 1 else self._offset.get(layer, 0)
+            self._offset[layer] = start + z.shape[1]
+            z = z.clone()
+            value = self._value(layer, heads, z, start)
+            z[:, :, heads] = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
+            return z
+
+        return fn
+
+
+class HeadSetAblation:
+    """Several head sets in one batch: row r of a forward ablates `head_sets[rows[r]]`.
+
+    Each row's result equals `HeadAblation(head_sets[rows[r]], spec, means)` applied to that
+    row alone (same replacement values, same formula), so a worker can hand one batch many
+    head sets of one task. `hooks(rows)` binds the rows of the next batch.
+    """
+
+    def __init__(self, head_sets: Sequence[Sequence[Head]], spec: AblationSpec, means: HeadMeans | None) -> None:
+        if spec.needs_reference and means is None:
+            raise LocosError("mean ablation needs reference means (reference_means)")
+        self.head_sets = [[(int(layer), int(head)) for layer, head in heads] for heads in head_sets]
+        self._one = HeadAblation([], spec, means)  # the replacement values and the position offsets
+
+    def hooks(self, rows: Sequence[int]) -> list[tuple[str, Any]]:
+        """Hooks for a batch whose row r ablates `head_sets[rows[r]]` (no hook on clean layers)."""
+        for r in rows:
+            if not 0 <= r < len(self.head_sets):
+                raise LocosError(f"row head-set index {r} out of range (0..{len(self.head_sets) - 1})")
+        per_layer: dict[int, list[tuple[int, int]]] = {}
+        for row, r in enumerate(rows):
+            for layer, head in self.head_sets[r]:
+                per_layer.setdefault(layer, []).append((row, head))
+        return [(hook_z(layer), self._hook(layer, cells, len(rows)))
+                for layer, cells in sorted(per_layer.items())]
+
+    def _hook(self, layer: int, cells: list[tuple[int, int]], n_rows: int) -> Any:
+        one = self._one
+        alpha = one.spec.alpha
+        heads = sorted({head for _, head in cells})
+
+        def fn(z: Tensor, hook: Any) -> Tensor:
+            if z.shape[0] != n_rows:
+                raise LocosError(f"head-set hooks bound to {n_rows} rows ran on a batch of {z.shape[0]}")
+            start = 0 if z.shape[1] > 1 else one._offset.get(layer, 0)
+            one._offset[layer] = start + z.shape[1]
+            mask = torch.zeros(z.shape[0], 1, z.shape[2], 1, dtype=torch.bool, device=z.device)
+            for row, head in cells:
+                mask[row, 0, head, 0] = True
+            sub = mask[:, :, heads]  # [B, 1, h, 1]
+            value = one._value(layer, heads, z, start)
+            new = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
+            z = z.clone()
+            z[:, :, heads] = torch.where(sub, new, z[:, :, heads])
+            return z
+
+        return fn

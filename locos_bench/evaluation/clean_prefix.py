@@ -1,0 +1,183 @@
+"""Clean prefixes: the unablated prefill of each batch, kept so that an ablated evaluation of
+the same batch starts at its lowest ablated layer (the layers below compute exactly what the
+clean run computed), and the one hooked forward everything else runs through.
+
+Every forward is the bridge's own (`bridge(tokens, ...)`), so every TransformerLens hook
+name works and hooks behave exactly as in detection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from locos_bench.names import Hook
+
+
+class CleanPrefix:
+    """The unablated prefill of each batch of prompts, kept to start ablated runs late.
+
+    Layers below the lowest ablated layer see the same inputs as in the unablated run and run
+    the same kernels, so their outputs and keys/values are the clean run's, bit for bit. A
+    batch's clean prefill is computed once (the first time any head set of that batch asks)
+    and each later prefill of the batch starts at its lowest hooked layer: the baseline's
+    needs no layer at all, a set whose lowest head sits at layer 11 of 18 runs 7.
+
+    Attributes:
+        max_bytes: What the kept prefills may hold; batches beyond it run whole.
+        layers_run / layers_skipped: Prefill layer computations done and saved (a figure for
+            `benchmarks/run.py`).
+    """
+
+    def __init__(self, max_bytes: int = 2 * 1024 ** 3) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.layers_run = 0
+        self.layers_skipped = 0
+        self._batches: dict[tuple, _Prefill] = {}
+
+    def get(self, model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: bool,
+            logits_to_keep: Any) -> _Prefill | None:
+        """The batch's clean prefill, computed now (without hooks) if new and room is left."""
+        keep = logits_to_keep.tolist() if hasattr(logits_to_keep, "tolist") else logits_to_keep
+        key = (with_cache, str(keep), tuple(ids.shape), ids.cpu().numpy().tobytes(), mask.cpu().numpy().tobytes())
+        if key not in self._batches:
+            size = _prefill_bytes(model, ids, with_cache)
+            if self.bytes + size > self.max_bytes:
+                return None  # checked before capturing: keeping one batch must not overrun the budget
+            clean = _capture(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
+            self.layers_run += len(clean.outputs)
+            self.bytes += size
+            self._batches[key] = clean
+        return self._batches[key]
+
+
+@dataclass
+class _Prefill:
+    outputs: list[Any]
+    """What each block returned in the clean run."""
+    kv: dict[int, tuple[Any, Any]]
+    """The keys and values each layer handed its KV cache (empty without a cache)."""
+    logits: Any
+    """The clean run's kept logits."""
+
+
+def _prefill_bytes(model: Any, ids: Any, with_cache: bool) -> int:
+    """What keeping one batch's clean prefill holds: every block's output and, with a cache,
+    every layer's keys and values (the kept logits are left out: a few positions)."""
+    geo = model.geometry
+    per_token = geo.d_model + (2 * geo.n_kv_heads * geo.d_head if with_cache else 0)
+    dtype = next(model.bridge.original_model.parameters()).dtype
+    return ids.numel() * geo.n_layers * per_token * dtype.itemsize
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.bridge.original_model.config)
+
+
+def _capture(model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: bool,
+             logits_to_keep: Any) -> _Prefill:
+    """One unablated forward that records every block's output and cache update."""
+    bridge = model.bridge
+    outputs: dict[int, Any] = {}
+    kv: dict[int, tuple[Any, Any]] = {}
+    handles = [block.register_forward_hook(lambda module, args, out, layer=layer: outputs.__setitem__(layer, out))
+               for layer, block in enumerate(bridge.blocks)]
+    kwargs = _forward_kwargs(mask, positions, logits_to_keep)
+    if with_cache:
+        cache = _new_cache(model)
+        update = cache.update
+
+        def recording(keys: Any, values: Any, layer_idx: int, *args: Any, **kw: Any) -> Any:
+            kv[layer_idx] = (keys, values)
+            return update(keys, values, layer_idx, *args, **kw)
+
+        cache.update = recording
+        kwargs.update(past_key_values=cache, return_type="logits_and_cache")
+    try:
+        result = bridge(ids, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+        if with_cache:
+            del cache.update
+    logits = result[0] if with_cache else result
+    return _Prefill([outputs[layer] for layer in range(len(bridge.blocks))], kv, logits)
+
+
+def _forward_kwargs(mask: Any, positions: Any, logits_to_keep: Any) -> dict[str, Any]:
+    kwargs = dict(attention_mask=mask, logits_to_keep=logits_to_keep)
+    if positions is not None:
+        kwargs["position_ids"] = positions
+    return kwargs
+
+
+def _first_hooked_layer(hooks: Sequence[Hook], n_layers: int) -> int:
+    """The lowest layer any hook sits on (`n_layers` for none; 0 when a name is not a block's)."""
+    first = n_layers
+    for name, _ in hooks:
+        parts = name.split(".") if isinstance(name, str) else []
+        if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
+            return 0
+        first = min(first, int(parts[1]))
+    return first
+
+
+def _forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Hook],
+             prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any = 1) -> Any:
+    """The bridge's forward of a batch with `hooks` active (`(logits, KV cache)` when
+    `with_cache`), starting at the lowest hooked layer when `prefix` holds (or can take) the
+    batch's clean run."""
+    bridge = model.bridge
+    n_layers = len(bridge.blocks)
+    start = _first_hooked_layer(hooks, n_layers) if prefix is not None else 0
+    clean = None
+    if start > 0:
+        clean = prefix.get(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
+    kwargs = _forward_kwargs(mask, positions, logits_to_keep)
+    if with_cache:
+        kwargs["return_type"] = "logits_and_cache"
+    if clean is None:
+        if prefix is not None:
+            prefix.layers_run += n_layers
+        with bridge.hooks(fwd_hooks=list(hooks)):
+            return bridge(ids, **kwargs)
+    prefix.layers_skipped += start
+    prefix.layers_run += n_layers - start
+    cache = _new_cache(model) if with_cache else None
+    if start == n_layers:  # nothing ablated: the clean run is the answer
+        if cache is None:
+            return clean.logits
+        for layer in range(n_layers):
+            cache.update(*clean.kv[layer], layer)
+        return clean.logits, cache
+    if cache is not None:
+        kwargs["past_key_values"] = cache
+    with _skipping(bridge, clean, start), bridge.hooks(fwd_hooks=list(hooks)):
+        return bridge(ids, **kwargs)
+
+
+@contextmanager
+def _skipping(bridge: Any, clean: _Prefill, start: int) -> Iterator[None]:
+    """Blocks below `start` return their clean output and replay their clean cache update."""
+    def stub(layer: int) -> Callable[..., Any]:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            cache = kwargs.get("past_key_values")
+            if cache is not None and layer in clean.kv:
+                cache.update(*clean.kv[layer], layer)
+            return clean.outputs[layer]
+
+        return forward
+
+    blocks = list(bridge.blocks)[:start]
+    for layer, block in enumerate(blocks):
+        object.__setattr__(block, "forward", stub(layer))  # the bridge would pass `forward` on to HF
+    try:
+        yield
+    finally:
+        for block in blocks:
+            del block.__dict__["forward"]

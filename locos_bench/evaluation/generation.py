@@ -1,0 +1,130 @@
+"""Greedy, KV-cached, batched generation through the TransformerBridge, with forward hooks
+(ablations) active throughout; rows stop at a newline or EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch
+from locos_bench.names import Hook
+from locos_bench.tasks.metrics import cut_answer
+from locos_bench.tasks.spec import Example
+from locos_bench.tasks.tokenize import TokenizedExample
+
+_EXTRA_EOS = ("<end_of_turn>", "<|im_end|>", "<|endoftext|>", "<eos>", "</s>")
+
+
+def stop_token_ids(tokenizer: Any) -> set[int]:
+    """EOS and end-of-turn token ids of `tokenizer` (generation stops at any of them)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    vocab = tokenizer.get_vocab()
+    for token in _EXTRA_EOS:
+        if token in vocab:
+            ids.add(int(vocab[token]))
+    return ids
+
+
+def _greedy(
+    model: Any, logits: Any, cache: Any, mask: Any, positions: Any, *, max_new_tokens: int, cut: bool,
+    until: Sequence[str] = (),
+) -> list[str]:
+    """Greedy continuation of a prefilled batch (its last `logits` and KV `cache`); a row
+    stops at EOS, at any `until` string or, with `cut`, at its first newline; the batch
+    stops when every row has."""
+    torch = _torch()
+    tok, bridge = model.tokenizer, model.bridge
+    stops, pad = stop_token_ids(tok), _pad_id(tok)
+    rows = logits.shape[0]
+    generated: list[list[int]] = [[] for _ in range(rows)]
+    done = [False] * rows
+    for step in range(max_new_tokens):
+        nxt = logits[:, -1, :].argmax(-1)
+        for row in range(rows):
+            if done[row]:
+                continue
+            token = int(nxt[row])
+            if token in stops:
+                done[row] = True
+                continue
+            generated[row].append(token)
+            if cut or until:
+                text = tok.decode(generated[row])
+                done[row] = (cut and "\n" in text) or any(stop in text for stop in until if stop)
+        if all(done) or step == max_new_tokens - 1:
+            break
+        nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        positions = positions[:, -1:] + 1
+        logits, cache = bridge(
+            nxt[:, None], attention_mask=mask, position_ids=positions,
+            past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
+        )
+    texts = [tok.decode(g, skip_special_tokens=True) for g in generated]
+    return [cut_answer(t) for t in texts] if cut else texts
+
+
+def generate_answers(
+    model: Any,
+    examples: Sequence[Example | TokenizedExample],
+    *,
+    max_new_tokens: int = 8,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+    cut: bool = True,
+) -> list[str]:
+    """Greedy answers to `examples`, generated with the KV cache and `hooks` active.
+
+    Prompts are sorted by length and left-padded into batches (with an attention mask and
+    explicit position ids, so padding changes nothing); a row stops at its first newline or
+    EOS, and a batch stops when every row has.
+
+    Args:
+        model: A `LoadedModel`.
+        examples: Examples (or tokenized examples) whose `prompt` is fed as is.
+        max_new_tokens: Generation budget per answer.
+        hooks: `(hook_name_or_filter, fn)` forward hooks, active for every forward pass.
+        batch_size: Prompts per forward pass.
+        cut: Return the text up to the first newline / stop string (else the raw text).
+
+    Returns:
+        One string per example, in input order (without the prompt).
+    """
+    prompts = [_prompt_ids(model, ex) for ex in examples]
+    return generate_from_ids(model, prompts, max_new_tokens=max_new_tokens, hooks=hooks,
+                             batch_size=batch_size, cut=cut)
+
+
+def generate_from_ids(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+    cut: bool = False,
+    until: Sequence[str] = (),
+) -> list[str]:
+    """`generate_answers` on prompts already tokenised (lm-eval's requests come as text
+    with their own BOS rules); a row also stops once any `until` string appears in it
+    (the text is returned uncut: the caller trims at its own stop strings)."""
+    torch = _torch()
+    device = getattr(model, "device", "cpu")
+    pad = _pad_id(model.tokenizer)
+    outputs: list[str] = [""] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=list(hooks)):
+        for batch in _batches(order, max(1, batch_size)):
+            ids, mask, positions = _left_padded([prompts[i] for i in batch], pad, device)
+            logits, cache = model.bridge(
+                ids, attention_mask=mask, position_ids=positions,
+                return_type="logits_and_cache", logits_to_keep=1,
+            )
+            texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens,
+                            cut=cut, until=until)
+            for i, text in zip(batch, texts):
+                outputs[i] = text
+    return outputs

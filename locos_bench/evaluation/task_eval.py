@@ -1,0 +1,204 @@
+"""Task evaluation: answers, gold log-probs and every metric a task lists, per example.
+
+* `evaluate_task`: one head set (or none).
+* `evaluate_head_sets`: several head sets at once, each batch row with its own ablation (one
+  prompt under many ablations per forward pass); each set's prefill runs alone from its
+  lowest ablated layer, then all sets' rows decode together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from locos_bench.errors import LocosError
+from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch
+from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
+from locos_bench.evaluation.generation import _greedy
+from locos_bench.evaluation.logprobs import token_logprobs
+from locos_bench.names import Hook
+from locos_bench.tasks.metrics import METRICS
+from locos_bench.tasks.spec import Example, TaskSpec
+from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+
+
+def answers_and_logprobs(
+    model: Any,
+    examples: Sequence[TokenizedExample | Example],
+    *,
+    max_new_tokens: int = 8,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+    prefix: CleanPrefix | None = None,
+) -> tuple[list[str], list[float]]:
+    """`generate_answers` and `gold_logprobs` together, sharing one prompt prefill.
+
+    Prompts are left-padded, so every row's prompt ends at the same position: the prefill's
+    last logits give both the first greedy token and the gold log-prob of the first answer
+    token. The remaining answer tokens run on a copy of the prompt's KV cache (a few
+    positions, not a second pass over the prompt); generation continues from the original
+    cache. Results equal the two separate functions (tested). With `prefix`, each prefill
+    starts at the lowest hooked layer (`CleanPrefix`); results are the same.
+    """
+    items = [_tokenized(model, ex) for ex in examples]
+    answers, scores = _answers_and_logprobs(
+        model, items, max_new_tokens=max_new_tokens, batch_size=batch_size, prefix=prefix,
+        prefill_hooks=lambda s, rows: hooks, decode_hooks=lambda rows: hooks)
+    return answers[0], scores[0]
+
+
+def _answers_and_logprobs(
+    model: Any, items: Sequence[TokenizedExample], *, max_new_tokens: int, batch_size: int,
+    n_sets: int = 1, prefill_hooks: Callable[[int, int], Sequence[Hook]],
+    decode_hooks: Callable[[int], Sequence[Hook]], prefix: CleanPrefix | None = None,
+) -> tuple[list[list[str]], list[list[float]]]:
+    """`answers_and_logprobs` under `n_sets` head sets: per set, the answers and gold
+    log-probs of every item.
+
+    Each batch of `batch_size` items is prefilled once per set (`prefill_hooks(set, rows)`,
+    starting late with `prefix`); the sets' logits and caches are then stacked, so the gold
+    pass and every greedy step run all `n_sets x batch` rows at once (`decode_hooks(rows)`,
+    row `s * batch + j` ablating set `s`). On a CPU a decoding step costs about the same for
+    4 rows as for 16 (it reads every weight once), so the steps are shared."""
+    import copy
+
+    torch = _torch()
+    tok = model.tokenizer
+    bridge = model.bridge
+    device = getattr(model, "device", "cpu")
+    pad = _pad_id(tok)
+    answers = [[""] * len(items) for _ in range(n_sets)]
+    scores = [[0.0] * len(items) for _ in range(n_sets)]
+    order = sorted(range(len(items)), key=lambda i: items[i].prompt_len)
+    for batch in _batches(order, max(1, batch_size)):
+        with torch.inference_mode():
+            prompts = [items[i].input_ids[: items[i].prompt_len] for i in batch]
+            ids, mask, positions = _left_padded(prompts, pad, device)
+            parts = [_forward(model, ids, mask, positions, prefill_hooks(s, len(batch)), prefix, with_cache=True)
+                     for s in range(n_sets)]
+        logits, cache = _stacked(parts)
+        mask, positions = mask.repeat(n_sets, 1), positions.repeat(n_sets, 1)
+        rows = [items[i] for _ in range(n_sets) for i in batch]
+        with torch.inference_mode(), bridge.hooks(fwd_hooks=list(decode_hooks(len(rows)))):
+            firsts = token_logprobs(logits[:, -1, :], [item.answer_ids[0] for item in rows])  # [R]
+            # Gold answer tokens after the first, teacher-forced on a copy of the cache.
+            longest = max(len(item.answer_ids) for item in rows)
+            per_token = [[float(firsts[row])] for row in range(len(rows))]
+            if longest > 1:
+                gold = torch.full((len(rows), longest - 1), pad, dtype=torch.long)
+                for row, item in enumerate(rows):
+                    a = item.answer_ids[:-1]
+                    gold[row, : len(a)] = torch.tensor(a)
+                gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
+                gold_pos = positions[:, -1:] + torch.arange(1, longest, device=device)[None, :]
+                gold_logits = bridge(
+                    gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
+                    past_key_values=copy.deepcopy(cache), logits_to_keep=0,
+                )
+                for row, item in enumerate(rows):
+                    targets = item.answer_ids[1:]
+                    if targets:
+                        per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
+            # Greedy generation from the prompts' caches.
+            texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=True)
+        for row, text in enumerate(texts):
+            s, i = divmod(row, len(batch))
+            answers[s][batch[i]] = text
+            scores[s][batch[i]] = float(sum(per_token[row]) / len(per_token[row]))
+    return answers, scores
+
+
+def _stacked(parts: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """One batch from several `(logits, KV cache)` of equal shapes: rows stacked in order."""
+    if len(parts) == 1:
+        return parts[0]
+    torch = _torch()
+    logits = torch.cat([p[0] for p in parts])
+    cache = parts[0][1]
+    for layer, kept in enumerate(cache.layers):
+        kept.keys = torch.cat([p[1].layers[layer].keys for p in parts])
+        kept.values = torch.cat([p[1].layers[layer].values for p in parts])
+    return logits, cache
+
+
+def evaluate_task(
+    model: Any,
+    spec: TaskSpec,
+    examples: Sequence[Example],
+    *,
+    hooks: Sequence[Hook] = (),
+    batch_size: int = 4,
+    max_new_tokens: int | None = None,
+    prefix: CleanPrefix | None = None,
+) -> list[dict[str, Any]]:
+    """Generate answers and score every example on all of the task's metrics (`prefix`: see
+    `answers_and_logprobs`).
+
+    Returns:
+        One dict per example: `index`, `generation` (the answer, cut at the first newline),
+        `answers`, `n_tokens` (prompt tokens), each metric in `spec.metrics` plus `rouge_l`
+        and `gold_logprob`, and `score` (the task's headline metric, `spec.metrics[0]`).
+    """
+    tokenized = _tokenize_all(model, examples)
+    predictions, logprobs = answers_and_logprobs(
+        model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, hooks=hooks,
+        batch_size=batch_size, prefix=prefix,
+    )
+    return _metric_rows(spec, examples, tokenized, predictions, logprobs)
+
+
+def evaluate_head_sets(
+    model: Any,
+    spec: TaskSpec,
+    examples: Sequence[Example],
+    ablation: Any,
+    *,
+    batch_size: int = 4,
+    max_new_tokens: int | None = None,
+    prefix: CleanPrefix | None = None,
+) -> list[list[dict[str, Any]]]:
+    """`evaluate_task` for every head set of `ablation` (a `HeadSetAblation`), sharing the
+    decoding: each batch of `batch_size` examples is prefilled under each head set (late,
+    with `prefix`), then generated for all head sets at once. Each row's values equal
+    `evaluate_task` with that head set alone (tested).
+
+    Returns:
+        One `evaluate_task` result per head set, in `ablation.head_sets` order.
+    """
+    tokenized = _tokenize_all(model, examples)
+    n_sets = len(ablation.head_sets)
+    predictions, logprobs = _answers_and_logprobs(
+        model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, batch_size=batch_size,
+        n_sets=n_sets, prefix=prefix, prefill_hooks=lambda s, rows: ablation.hooks([s] * rows),
+        decode_hooks=lambda rows: ablation.hooks([r * n_sets // rows for r in range(rows)]),
+    )
+    return [_metric_rows(spec, examples, tokenized, predictions[s], logprobs[s]) for s in range(n_sets)]
+
+
+def _tokenize_all(model: Any, examples: Sequence[Example]) -> list[TokenizedExample]:
+    tokenized = []
+    for ex in examples:
+        try:
+            tokenized.append(tokenize_example(ex, model.tokenizer))
+        except LocosError as exc:
+            raise LocosError(f"{exc} (while tokenising for {model.name})") from None
+    return tokenized
+
+
+def _metric_rows(spec: TaskSpec, examples: Sequence[Example], tokenized: Sequence[TokenizedExample],
+                 predictions: Sequence[str], logprobs: Sequence[float]) -> list[dict[str, Any]]:
+    names = list(dict.fromkeys([*spec.metrics, "rouge_l", "gold_logprob"]))
+    rows = []
+    for ex, item, pred, lp in zip(examples, tokenized, predictions, logprobs):
+        row: dict[str, Any] = {
+            "index": ex.index,
+            "generation": pred,
+            "answers": list(ex.answers),
+            "n_tokens": item.prompt_len,
+        }
+        for name in names:
+            fn = METRICS.get(name)
+            row[name] = lp if name == "gold_logprob" else float(fn(pred, ex.answers))
+        row["score"] = row[spec.metrics[0]] if spec.metrics else row["rouge_l"]
+        rows.append(row)
+    return rows

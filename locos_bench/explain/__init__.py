@@ -1,0 +1,12 @@
+"""Explaining one answer: which heads wrote it and from which source tokens (`attribution`),
+as one self-contained HTML page (`page`), screenshot by headless Chromium (`_chromium`).
+
+The face::
+
+    from locos_bench.explain import explain, write_page
+"""
+
+from locos_bench.explain.attribution import Explanation, explain
+from locos_bench.explain.page import render_html, write_page
+
+__all__ = ["Explanation", "explain", "render_html", "write_page"]

@@ -1,0 +1,100 @@
+"""The explain page: one self-contained HTML file per answer (`locos_bench/data/explain.html`:
+inline CSS, JS and data, nothing fetched when opened), and the pages a run links from its
+leaderboard.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from locos_bench.errors import LocosError
+from locos_bench.explain.attribution import Explanation, explain
+from locos_bench.models.loading import LoadedModel
+
+DATA_MARK = "/*__EXPLAIN_DATA__*/null"
+
+
+def render_html(explanation: Explanation) -> str:
+    """One self-contained page: the template with the explanation's JSON inlined."""
+    template = resources.files("locos_bench").joinpath("data/explain.html").read_text(encoding="utf-8")
+    data = json.dumps(explanation.to_json(), ensure_ascii=True, allow_nan=False)
+    # Inside <script>, "</" would end the element; "<\/" is the same string to JSON.
+    data = data.replace("</", "<\\/")
+    title = f"{explanation.example.task}[{explanation.example.index}] on {explanation.model}"
+    import html
+
+    return template.replace("__EXPLAIN_TITLE__", html.escape(title)).replace(DATA_MARK, data)
+
+
+def write_page(explanation: Explanation, path: Path | str) -> Path:
+    """Write the page atomically (no half-written file on failure)."""
+    from locos_bench.run.rundir import write_atomic
+
+    path = Path(path)
+    write_atomic(path, render_html(explanation))
+    return path
+
+
+def page_data(html_text: str) -> dict[str, Any]:
+    """The JSON a page embeds (for tests and tools reading pages back)."""
+    start = html_text.find('<script id="explain-data" type="application/json">')
+    if start < 0:
+        raise LocosError("not an explain page: no embedded data")
+    start = html_text.index(">", start) + 1
+    end = html_text.index("</script>", start)
+    return json.loads(html_text[start:end])
+
+
+PAGES_DIR = "explain"
+
+
+def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any], n: int, *, top: int = 5) -> list[Path]:
+    """Explain pages for the first `n` evaluation examples of each retrieval task of a run.
+
+    Each page ablates over the run's own reference split. A page that exists is kept (a
+    resumed run does not redo it); an example that cannot be explained warns and is skipped.
+
+    Args:
+        tasks: The run's `splits.TaskData` (spec, reference and evaluation examples).
+    """
+    import warnings
+
+    out = []
+    for data in tasks:
+        if data.spec.kind != "retrieval":
+            continue
+        for example in data.evaluation[:n]:
+            path = Path(run_dir) / PAGES_DIR / f"{example.task}-{example.index}.html"
+            if not path.exists():
+                try:
+                    result = explain(model, example, top=min(top, model.geometry.n_total_heads),
+                                     reference=data.reference, max_new_tokens=data.spec.max_new_tokens)
+                except LocosError as exc:
+                    warnings.warn(f"no explain page for {example.task}[{example.index}]: {exc}", stacklevel=2)
+                    continue
+                write_page(result, path)
+            out.append(path)
+    return out
+
+
+def leaderboard_section(run_dirs: Sequence[Path | str], out_dir: Path | str) -> str:
+    """Markdown links from a leaderboard in `out_dir` to the runs' explain pages ('' if none)."""
+    import os
+
+    lines = []
+    for run_dir in run_dirs:
+        pages = sorted(Path(run_dir, PAGES_DIR).glob("*.html"),
+                       key=lambda p: (p.stem.rsplit("-", 1)[0], int(p.stem.rsplit("-", 1)[-1])
+                                      if p.stem.rsplit("-", 1)[-1].isdigit() else -1))
+        for page in pages:
+            task, _, index = page.stem.rpartition("-")
+            link = Path(os.path.relpath(page, out_dir)).as_posix()
+            lines.append(f"- `{task}[{index}]` (`{Path(run_dir).resolve().name}`): [{link}]({link})")
+    if not lines:
+        return ""
+    return ("## Explained examples\n\nWhich heads wrote each answer, from which tokens "
+            "(`locos-bench explain`; self-contained HTML, open in a browser):\n\n" + "\n".join(lines) + "\n")

@@ -1,0 +1,15 @@
+"""Executing a run: the driver (`driver.Run`, `run_benchmark`), the worker that computes each
+unit, the executors (local, Ray), sweeps of runs, and progress bars.
+
+The face::
+
+    from locos_bench.harness import run_benchmark
+
+Resume after a kill: the driver asks the plan for what is still to do
+(`run.plan.RunPlan.todo`) against the units the run directory reads back
+(`run.rundir.RunDir`), and appends each unit as it finishes.
+"""
+
+from locos_bench.harness.driver import run_benchmark
+
+__all__ = ["run_benchmark"]

@@ -1,0 +1,167 @@
+"""Head sets for lm-eval's `heads=` argument, parsed and resolved (imports without lm-eval).
+
+* `DETECTOR@TASK:K` - the detector's top K heads, scored on the fly on TASK's calibration
+  split exactly as `locos-bench run --preset P --seed S` would (same split, same seed);
+* `L3H1;L7H2` - an explicit list (mean ablation then needs `reference=TASK`);
+* `RUN_DIR:DETECTOR@TASK:K` - the top K of the head scores recorded in a run directory.
+
+Mean ablation uses the reference split of the head set's task (or of `reference=`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from locos_bench.errors import LocosError
+from locos_bench.names import Head
+
+_HEAD = re.compile(r"^L(\d+)H(\d+)$")
+
+
+_SCORED = re.compile(r"^(?:(?P<run>.+):)?(?P<detector>[^:@]+)@(?P<task>[^:@]+):(?P<k>[^:@]+)$")
+
+
+@dataclass(frozen=True)
+class HeadSet:
+    """A resolved `heads=` argument.
+
+    Attributes:
+        heads: The heads to intervene on, best first.
+        task: The task whose reference split gives the mean activations (None: none needed).
+        source: How the set was chosen, for lm-eval's results (`locos@kv-retrieval:8`).
+    """
+
+    heads: list[Head]
+    task: str | None
+    source: str
+
+
+def parse_heads(text: str) -> tuple[str, dict[str, Any]]:
+    """Split a `heads=` value into its kind (`none`, `list`, `scored`, `run`) and parts."""
+    text = (text or "").strip()
+    if text.lower() in ("", "none"):
+        return "none", {}
+    items = [t for t in re.split(r"[;\s]+", text) if t]
+    if all(_HEAD.match(t) for t in items):
+        return "list", {"heads": list(dict.fromkeys((int(m[1]), int(m[2])) for m in map(_HEAD.match, items)))}
+    match = _SCORED.match(text)
+    if match is None:
+        raise LocosError(
+            f"unknown head spec {text!r}; use DETECTOR@TASK:K (locos@niah-literal:16), "
+            "an explicit list (L3H1;L7H2) or RUN_DIR:DETECTOR@TASK:K"
+        )
+    try:
+        k = int(match["k"])
+    except ValueError:
+        raise LocosError(f"head spec {text!r}: K must be a whole number, got {match['k']!r}") from None
+    if k < 1:
+        raise LocosError(f"head spec {text!r}: K must be at least 1")
+    parts = {"detector": match["detector"], "task": match["task"], "k": k}
+    if match["run"]:
+        return "run", {**parts, "run": match["run"]}
+    return "scored", parts
+
+
+def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int = 0,
+                  reference: str | None = None) -> HeadSet:
+    """Resolve a `heads=` value against a loaded model (see the module docstring)."""
+    kind, parts = parse_heads(text)
+    geo = model.geometry
+    if kind == "none":
+        return HeadSet([], reference, "none")
+    if kind == "list":
+        for layer, head in parts["heads"]:
+            if layer >= geo.n_layers or head >= geo.n_heads:
+                raise LocosError(
+                    f"head L{layer}H{head} is outside the model: {model.name} has "
+                    f"{geo.n_layers} layers x {geo.n_heads} heads (L0H0 .. L{geo.n_layers - 1}H{geo.n_heads - 1})"
+                )
+        return HeadSet(parts["heads"], reference, ";".join(f"L{l}H{h}" for l, h in parts["heads"]))
+    k = parts["k"]
+    if k > geo.n_total_heads:
+        raise LocosError(f"head spec {text!r}: K={k} is more than the model's {geo.n_total_heads} heads")
+    scores = _run_scores(model, **parts) if kind == "run" else _fresh_scores(model, parts, preset, seed)
+    return HeadSet(scores.ranking()[:k], reference or parts["task"], text.strip())
+
+
+def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> Any:
+    """Score heads on the task's calibration split as a `locos-bench run` would."""
+    from locos_bench.detectors.registry import detector_names
+    from locos_bench.errors import unknown
+
+    if parts["detector"] not in detector_names():
+        raise unknown("detector", parts["detector"], detector_names())
+    data, cfg = _task_data(model, parts["task"], preset=preset, seed=seed)
+    if data.spec.kind != "retrieval":
+        raise LocosError(f"task {parts['task']!r} is a {data.spec.kind} task: detectors score heads on a retrieval task")
+    from locos_bench.detectors import make_detector, run_detector
+    from locos_bench.run.plan import UnitKey, detector_rng
+
+    # The harness's own scoring call and seeding rule (`plan.detector_rng`); nothing is written.
+    key = UnitKey.scores(data.spec.name, parts["detector"], 0)
+    try:
+        return run_detector(make_detector(key.detector), model, data.calibration, rng=detector_rng(cfg.seed, key))
+    except LocosError as exc:
+        raise LocosError(f"detector {parts['detector']!r} failed on {parts['task']}: {exc}") from None
+
+
+def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> Any:
+    from locos_bench.models.aliases import canonical_name
+    from locos_bench.run.records import ScoresUnit
+    from locos_bench.run.rundir import RunDir
+
+    run_dir = RunDir(run)
+    if not run_dir.exists():
+        raise LocosError(f"head spec {run}:{detector}@{task}:{k}: {run} is not a run directory (no manifest.json)")
+    manifest = run_dir.read_manifest()
+    if canonical_name(manifest.model) != canonical_name(model.name):
+        raise LocosError(f"run {run} was made on model {manifest.model!r}, not {model.name!r}: its head indices do not apply")
+    units = [u for u in run_dir.read_units() if isinstance(u, ScoresUnit) and u.scores is not None and not u.error]
+    for unit in units:
+        if (unit.detector, unit.task, unit.draw) == (detector, task, 0):
+            return _head_scores(unit)
+    have = sorted({f"{u.detector}@{u.task}" for u in units}) or ["none"]
+    raise LocosError(f"run {run} has no head scores for {detector}@{task}; it has: {', '.join(have)}")
+
+
+def _head_scores(unit: Any) -> Any:
+    import torch
+
+    from locos_bench.detectors.base import HeadScores
+
+    return HeadScores(scores=torch.tensor(unit.scores, dtype=torch.float64), detector=unit.detector)
+
+
+def _task_data(model: Any, task: str, *, preset: str, seed: int) -> tuple[Any, Any]:
+    """The harness's splits of `task` for `preset` and `seed`."""
+    from locos_bench.run.config import RunConfig
+    from locos_bench.run.splits import build_task_data
+    from locos_bench.tasks import load_task
+
+    spec = load_task(task)
+    cfg = RunConfig(model=model.name, preset=preset, seed=seed, tasks=[task], quiet=True).resolved()
+    return build_task_data(spec, cfg, model), cfg
+
+
+def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, positionwise: bool = False,
+                   preset: str = "default", seed: int = 0) -> list:
+    """Forward hooks intervening on `head_set` (mean ablation over its task's reference split)."""
+    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+    from locos_bench.tasks.tokenize import tokenize_example
+
+    spec = AblationSpec.parse(ablation, positionwise=positionwise)
+    if not head_set.heads:
+        return []
+    means = None
+    if spec.needs_reference:
+        if head_set.task is None:
+            raise LocosError(
+                f"heads={head_set.source} with mean ablation needs reference=TASK (the task whose "
+                "reference split gives the mean activations), or ablation=zero"
+            )
+        data, _ = _task_data(model, head_set.task, preset=preset, seed=seed)
+        ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in data.reference]
+        means = reference_means(model, ids, positionwise=spec.positionwise)
+    return HeadAblation(list(head_set.heads), spec, means).hooks()

@@ -1,0 +1,572 @@
+"""Every leaderboard statistic of a run, computed from its records with the paired bootstrap.
+
+Definitions (every figure is a mean over the evaluation examples of a per-example value, so
+each has a bootstrap interval from the same resamples; `locos_bench.report.bootstrap` has the maths):
+
+* **Value** of metric m at budget k: mean over examples of the metric with the detector's top-k
+  heads ablated. A stochastic detector (`random`) is first averaged over its draws per example;
+  the spread over draws is reported separately as mean and standard deviation (ddof=1) of the
+  per-draw means.
+* **Drop** at k: per example `baseline - ablated`, then the mean. Positive = the ablation hurt.
+  For `gold_logprob` a drop is in nats.
+* **Area** of a curve over the budgets: the normalised trapezoid area over log2(k), a log-k
+  weighted mean of the curve in metric units (one budget: the value at that budget). It is
+  linear, so it is computed per example with fixed weights. **Drop-area** is the area of the
+  drop curve (= baseline minus the area of the metric curve).
+* **Paired difference** of detector d against reference r (`locos`, `random`): per example
+  `drop_d - drop_r` (on the drop-area and on the drop at the largest k), then the mean.
+  Positive = d's heads hurt more than r's.
+* **Specificity** of a detector: mean drop-area over retrieval tasks minus mean drop-area over
+  control tasks (tasks weighted equally), for the headline metric of each task and for
+  `gold_logprob`. Its replicates combine the independent per-task replicates.
+
+* **Ground truth** (planted models only, whose manifest's `model_info["ground_truth"]` names
+  the true head sets): a detector's head ranking (its scores, ties broken by (layer, head))
+  against the retrieval heads. **precision@n** = share of the retrieval heads among its top n,
+  n = number of retrieval heads; **precision at k** = retrieval heads among the top k, over k,
+  per budget; **AUROC** = probability that a retrieval head outscores another head (ties count
+  one half); **rank** of every decoy and upstream head (1 = best). Stochastic detectors: the
+  mean over draws. On such a run the task tables and the summary are ranked by precision@n,
+  then AUROC, then the ablation figures: ablation also rewards heads the task needs upstream
+  of retrieval, the truth does not.
+
+Units with `error` set never enter a statistic; they are listed as failures. Which units
+exist, and which task's scores chose a control task's heads, is the run plan's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
+
+from locos_bench.errors import LocosError
+from locos_bench.names import Head, rank_heads
+from locos_bench.report.bootstrap import (
+    LEVEL,
+    N_RESAMPLES,
+    Bootstrap,
+    Estimate,
+    combine,
+    curve_weights,
+    finite_or_none,
+    spread,
+    task_seed,
+)
+from locos_bench.run.plan import BASELINE, RunPlan
+from locos_bench.run.records import EvalUnit, Manifest, RankUnit, ScoresUnit
+
+GOLD = "gold_logprob"
+REFERENCES = ("locos", "random")
+"""Detectors every other one is compared against, when present in the run."""
+
+Unit = ScoresUnit | EvalUnit | RankUnit
+Vector = Any
+"""`[n_eval]` float64 per-example values (numpy), aligned with the evaluation split."""
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+
+class Curve(_Result):
+    """One metric of one detector on one task."""
+
+    values: dict[int, Estimate]
+    """Mean metric with the top-k heads ablated, per budget k."""
+    drops: dict[int, Estimate]
+    """Baseline minus ablated, per budget k."""
+    area: Estimate
+    """Normalised area of the metric-vs-log2(k) curve (metric units)."""
+    drop_area: Estimate
+    """Normalised area of the drop curve."""
+    spread: dict[str, tuple[float, float]] | None = None
+    """Stochastic detectors: mean and sd over draws of the per-draw means
+    (keys `k=K`, `area`, `drop_area`)."""
+    drop_area_per_example: Vector = Field(default=None, exclude=True, repr=False)
+    """Per-example drop-area: what paired differences and specificity combine."""
+    drop_kmax_per_example: Vector = Field(default=None, exclude=True, repr=False)
+    """Per-example drop at the largest budget."""
+
+    @field_serializer("spread")
+    def _spread_json(self, value: dict[str, tuple[float, float]] | None) -> Any:
+        if value is None:
+            return None
+        return {key: {"mean": finite_or_none(m), "sd": finite_or_none(s)} for key, (m, s) in value.items()}
+
+
+class RankResult(_Result):
+    """A detector's rank-r head ablated alone."""
+
+    rank: int
+    head: tuple[int, int]
+    drops: dict[str, Estimate]
+    """Metric -> baseline minus ablated."""
+
+
+class Failure(_Result):
+    """A unit recorded with an error."""
+
+    task: str
+    detector: str
+    draw: int
+    unit: str
+    """`scores`, `eval k=K` or `rank r=R`."""
+    error: str
+
+
+class GroundTruth(_Result):
+    """A detector's ranking against a planted model's true head sets (mean over draws)."""
+
+    n: int
+    """Number of retrieval heads (the k of `precision_at_n`)."""
+    precision_at_n: float
+    """Retrieval heads among the top n, over n."""
+    precision: dict[int, float]
+    """Budget k -> retrieval heads among the top k, over k."""
+    auroc: float
+    """P(score of a retrieval head > score of any other head), ties counting one half."""
+    ranks: dict[str, dict[str, float]]
+    """Head set (`retrieval`, each decoy set, each upstream set) -> head name -> 1-based rank."""
+
+
+def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
+    """The planted ground truth of a run's model: set name -> heads (`retrieval` first, then
+    decoys, then upstream sets), or None for a model without one."""
+    truth = manifest.model_info.get("ground_truth")
+    if not truth:
+        return None
+    if not isinstance(truth, dict) or not truth.get("retrieval"):
+        raise LocosError(f"manifest of {manifest.model}: ground_truth names no retrieval heads")
+    decoys = truth.get("decoys") or sorted(k for k in truth if k.endswith("_decoy"))
+    upstream = truth.get("upstream") or [k for k in ("previous_token",) if k in truth]
+    sets: dict[str, list[Head]] = {}
+    for name in ["retrieval", *decoys, *upstream]:
+        if name not in truth:
+            raise LocosError(f"manifest of {manifest.model}: ground_truth lists set {name!r} "
+                             f"but has no such key (sets: {sorted(truth)})")
+        try:
+            sets[name] = [(int(h[0]), int(h[1])) for h in truth[name]]
+        except (TypeError, ValueError, IndexError):
+            raise LocosError(f"manifest of {manifest.model}: ground_truth[{name!r}] is not a list "
+                             f"of [layer, head] pairs: {truth[name]!r}") from None
+    return {name: heads for name, heads in sets.items() if heads}
+
+
+def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
+                 budgets: Sequence[int]) -> GroundTruth:
+    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws."""
+    retrieval = set(sets["retrieval"])
+    n = len(retrieval)
+    per_draw = []
+    for scores in scores_per_draw:
+        arr = np.asarray(scores, dtype=np.float64)
+        outside = [h for heads in sets.values() for h in heads
+                   if arr.ndim != 2 or not (0 <= h[0] < arr.shape[0] and 0 <= h[1] < arr.shape[1])]
+        if outside:
+            raise LocosError(f"ground-truth head L{outside[0][0]}H{outside[0][1]} is outside the "
+                             f"{'x'.join(map(str, arr.shape))} score grid")
+        if len(retrieval) == arr.size:
+            raise LocosError("ground truth marks every head as retrieval: no other head to rank against")
+        ranking = rank_heads(arr)
+        rank = {head: i + 1 for i, head in enumerate(ranking)}
+        pos = np.array([arr[h] for h in retrieval])
+        neg = np.array([arr[h] for h in ranking if h not in retrieval])
+        wins = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
+        hits = lambda k: len(retrieval & set(ranking[:k])) / k  # noqa: E731
+        per_draw.append((hits(n), {k: hits(k) for k in budgets}, float(wins),
+                         {name: {f"L{l}H{h}": rank[(l, h)] for l, h in heads}
+                          for name, heads in sets.items()}))
+    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    return GroundTruth(
+        n=n,
+        precision_at_n=mean([d[0] for d in per_draw]),
+        precision={k: mean([d[1][k] for d in per_draw]) for k in budgets},
+        auroc=mean([d[2] for d in per_draw]),
+        ranks={name: {head: mean([d[3][name][head] for d in per_draw]) for head in heads}
+               for name, heads in per_draw[0][3].items()},
+    )
+
+
+class DetectorResult(_Result):
+    """One detector (or the baseline) on one task."""
+
+    name: str
+    stochastic: bool = False
+    draws: list[int] = Field(default_factory=list)
+    """Draws whose units are all error-free, and so enter the statistics."""
+    error: str | None = None
+    """Why there are no curves, when there are none."""
+    curves: dict[str, Curve] = Field(default_factory=dict)
+    """Metric -> curve; empty when every draw failed."""
+    versus: dict[str, dict[str, dict[str, Estimate]]] = Field(default_factory=dict)
+    """Reference -> metric -> {`drop_area`, `drop_kmax`}: paired differences (this - reference)."""
+    seconds: float | None = None
+    """Scoring wall time (mean over draws)."""
+    forward_passes: float | None = None
+    """Scoring forward passes (mean over draws)."""
+    scores: list[list[float]] | None = Field(default=None, exclude=True)
+    """Head scores `[n_layers][n_heads]` of the first complete draw."""
+    heads: dict[int, list[tuple[int, int]]] = Field(default_factory=dict)
+    """Ablated heads per budget (first complete draw), best first."""
+    ranks: list[RankResult] = Field(default_factory=list)
+    truth: GroundTruth | None = None
+    """Figures against the planted model's true head sets (planted models only)."""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.curves)
+
+
+class TaskResult(_Result):
+    """Every detector on one task."""
+
+    name: str
+    kind: str
+    headline: str
+    metrics: list[str]
+    n_eval: int
+    sizes: dict[str, int]
+    chance: float | None
+    heads_from: str = ""
+    """The task whose calibration split chose the heads (itself, or for a control task the
+    retrieval task it borrows them from)."""
+    baseline: DetectorResult
+    detectors: dict[str, DetectorResult]
+    """In ranked order (best first; failed detectors last)."""
+    bootstrap: Bootstrap = Field(exclude=True, repr=False)
+
+    @computed_field
+    @property
+    def ranking(self) -> list[str]:
+        return list(self.detectors)
+
+
+class SummaryRow(_Result):
+    """One detector across the tasks of a run."""
+
+    detector: str
+    retrieval_tasks: int
+    control_tasks: int
+    figures: dict[str, dict[str, Estimate | None]]
+    """`headline` / `gold_logprob` -> {`retrieval`, `control`, `specificity`, `vs_locos`,
+    `vs_random`}: mean drop-areas, their difference, and the mean paired drop-area
+    difference over retrieval tasks."""
+    truth: dict[str, float] | None = None
+    """Planted models: mean over tasks of `precision_at_n` and `auroc` (see `GroundTruth`)."""
+
+
+class RunStats(_Result):
+    """Everything the leaderboard shows for one run directory."""
+
+    name: str = ""
+    """A label for the run (the leaderboard uses the run directory's name)."""
+    manifest: Manifest = Field(exclude=True)
+    method: str
+    level: float
+    n_resamples: int
+    tasks: list[TaskResult]
+    summary: list[SummaryRow]
+    """Ranked like the task tables: on the retrieval drop-areas (planted models: on the
+    ground truth first)."""
+    failures: list[Failure]
+
+    @computed_field
+    @property
+    def model(self) -> str:
+        return self.manifest.model
+
+    @computed_field
+    @property
+    def budgets(self) -> list[int]:
+        return sorted(set(self.manifest.budgets))
+
+    @computed_field
+    @property
+    def ablation(self) -> str:
+        return self.manifest.ablation
+
+    @computed_field
+    @property
+    def seed(self) -> int:
+        return self.manifest.seed
+
+    def specificity(self, detector: str, metric: str = "headline") -> Estimate | None:
+        for row in self.summary:
+            if row.detector == detector:
+                return row.figures[metric]["specificity"]
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready statistics (per-example vectors and the manifest left out)."""
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------------------------------
+# Analysis
+
+
+def _unit_label(unit: Unit) -> str:
+    if isinstance(unit, EvalUnit):
+        return f"eval k={unit.k}"
+    if isinstance(unit, RankUnit):
+        return f"rank r={unit.rank}"
+    return "scores"
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.strip().split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _vector(unit: EvalUnit | RankUnit, metric: str, n: int) -> np.ndarray:
+    vals = unit.values.get(metric)
+    if vals is None:
+        raise LocosError(f"{unit.task}/{unit.detector} ({_unit_label(unit)}) has no values for "
+                         f"metric {metric!r}")
+    if len(vals) != n:
+        raise LocosError(f"{unit.task}/{unit.detector} ({_unit_label(unit)}): {len(vals)} values "
+                         f"of {metric!r} for {n} evaluation examples")
+    return np.asarray(vals, dtype=np.float64)
+
+
+def rank_key(result: DetectorResult, headline: str) -> tuple:
+    """Sort key: headline drop-area, then gold-logprob drop-area (both descending), then name."""
+    def val(metric: str) -> float:
+        curve = result.curves.get(metric)
+        if curve is None or not math.isfinite(curve.drop_area.value):
+            return math.inf
+        return -round(curve.drop_area.value, 9)
+    return (not result.ok, val(headline), val(GOLD), result.name)
+
+
+def truth_key(result: DetectorResult, headline: str) -> tuple:
+    """Sort key on a planted model: precision@n, then AUROC (descending), then `rank_key`."""
+    truth = result.truth
+    figures = (-round(truth.precision_at_n, 9), -round(truth.auroc, 9)) if truth else (math.inf, math.inf)
+    return (not result.ok, *figures, *rank_key(result, headline)[1:])
+
+
+def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_RESAMPLES,
+            method: str = "percentile", level: float = LEVEL, name: str = "") -> RunStats:
+    """Compute every leaderboard statistic of one run from its manifest and units.
+
+    Missing units are not an error here (their figures are absent); the leaderboard checks
+    completeness first. Units with `error` set are excluded and listed in `failures`.
+    """
+    plan = RunPlan.from_manifest(manifest)
+    budgets = list(plan.budgets)
+    weights = curve_weights(budgets)
+    failures = [Failure(task=u.task, detector=u.detector, draw=u.draw, unit=_unit_label(u),
+                        error=_first_line(u.error))
+                for u in units if u.error is not None]
+    done = {u.key: u for u in units}
+    sets = truth_sets(manifest)
+    tasks: list[TaskResult] = []
+    for entry in manifest.tasks:
+        n = len(entry.splits.get("evaluation", []))
+        base_unit = done.get(plan.baseline_key(entry.name))
+        if n == 0 and base_unit is not None:
+            n = len(next(iter(base_unit.values.values()), []))
+        boot = Bootstrap(max(n, 1), n_resamples=n_resamples, seed=task_seed(manifest.seed, entry.name),
+                         method=method, level=level)
+        metrics = list(entry.metrics)
+        if base_unit is not None and base_unit.error is None:
+            metrics += sorted(m for m in base_unit.values if m not in metrics)
+            metrics = [m for m in metrics if m in base_unit.values]
+        headline = metrics[0] if metrics else (entry.metrics[0] if entry.metrics else GOLD)
+        sizes = {split: len(idx) for split, idx in entry.splits.items()}
+        baseline = DetectorResult(name=BASELINE)
+        base: dict[str, np.ndarray] = {}
+        if base_unit is None or base_unit.error is not None:
+            baseline.error = base_unit.error if base_unit is not None else "missing"
+        else:
+            base = {m: _vector(base_unit, m, n) for m in metrics}
+            baseline.draws = [0]
+            for m in metrics:
+                baseline.curves[m] = _curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
+        results: dict[str, DetectorResult] = {}
+        for det in plan.detectors:
+            results[det.name] = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics)
+        for ref in REFERENCES:
+            if ref not in results or not results[ref].ok:
+                continue
+            r = results[ref]
+            for res in results.values():
+                if not res.ok:
+                    continue
+                res.versus[ref] = {
+                    m: {"drop_area": _paired(boot, res.curves[m].drop_area_per_example,
+                                             r.curves[m].drop_area_per_example),
+                        "drop_kmax": _paired(boot, res.curves[m].drop_kmax_per_example,
+                                             r.curves[m].drop_kmax_per_example)}
+                    for m in metrics
+                }
+        if sets is not None and plan.heads_from(entry.name) == entry.name:
+            for det, res in results.items():
+                draws = [done.get(plan.scores_key(entry.name, det, d)) for d in plan.draws(det)]
+                scores = [u.scores for u in draws if u is not None and u.error is None]
+                if scores:
+                    res.truth = ground_truth(scores, sets, budgets)
+        key = truth_key if any(r.truth for r in results.values()) else rank_key
+        ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
+        tasks.append(TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
+                                n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
+                                detectors=ordered, bootstrap=boot, heads_from=plan.heads_from(entry.name)))
+    summary = _summary(plan, tasks)
+    return RunStats(manifest=manifest, tasks=tasks, summary=summary, failures=failures, method=method,
+                    level=level, n_resamples=n_resamples, name=name)
+
+
+def _paired(boot: Bootstrap, a: np.ndarray, b: np.ndarray) -> Estimate:
+    return combine([(1.0, boot, a), (-1.0, boot, b)])
+
+
+def _draw_mean(draws: list[dict[int, np.ndarray]], k: int) -> np.ndarray:
+    """Per-example mean over draws, summed in draw order."""
+    total = draws[0][k].copy()
+    for d in draws[1:]:
+        total = total + d[k]
+    return total / len(draws)
+
+
+def _weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
+    out = weights[0] * vecs[0]
+    for w, v in zip(weights[1:], vecs[1:]):
+        out = out + w * v
+    return out
+
+
+def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.ndarray,
+           draws: list[dict[int, np.ndarray]]) -> Curve:
+    """Curve of one metric from per-draw per-k vectors (averaged over draws per example)."""
+    mean_k = {k: _draw_mean(draws, k) for k in budgets}
+    drop_k = [base - mean_k[k] for k in budgets]
+    drop_area_vec = _weighted(weights, drop_k)
+    curve = Curve(
+        values={k: boot.estimate(mean_k[k]) for k in budgets},
+        drops={k: boot.estimate(v) for k, v in zip(budgets, drop_k)},
+        area=boot.estimate(_weighted(weights, [mean_k[k] for k in budgets])),
+        drop_area=boot.estimate(drop_area_vec),
+        drop_area_per_example=drop_area_vec,
+        drop_kmax_per_example=drop_k[-1],
+    )
+    if len(draws) > 1:
+        spreads = {f"k={k}": spread([boot.mean(d[k]) for d in draws]) for k in budgets}
+        spreads["area"] = spread([boot.mean(_weighted(weights, [d[k] for k in budgets])) for d in draws])
+        spreads["drop_area"] = spread([boot.mean(_weighted(weights, [base - d[k] for k in budgets]))
+                                       for d in draws])
+        curve.spread = spreads
+    return curve
+
+
+def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Bootstrap,
+              weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str]) -> DetectorResult:
+    res = DetectorResult(name=name, stochastic=plan.detector(name).stochastic)
+    per_draw: list[dict[str, dict[int, np.ndarray]]] = []
+    costs: list[tuple[float, int]] = []
+    errors: list[str] = []
+    for draw in plan.draws(name):
+        scores = done.get(plan.scores_key(task, name, draw))
+        if scores is None:
+            errors.append(f"draw {draw}: scores missing")
+            continue
+        if scores.error is not None:
+            errors.append(_first_line(scores.error))
+            continue
+        costs.append((scores.seconds, scores.forward_passes))
+        if res.scores is None:
+            res.scores = scores.scores
+        keys = plan.eval_keys(task, name, draw)
+        evals = [done.get(key) for key in keys]
+        bad = [e for e in evals if e is None or e.error is not None]
+        if bad:
+            errors.append("; ".join(_first_line(e.error) if e is not None else f"eval k={key.index} missing"
+                                    for key, e in zip(keys, evals) if e in bad))
+            continue
+        if not res.heads:
+            res.heads = {e.k: [(int(h[0]), int(h[1])) for h in e.heads] for e in evals}
+        if base:
+            per_draw.append({m: {e.k: _vector(e, m, n) for e in evals} for m in metrics})
+            res.draws.append(draw)
+    if costs:
+        res.seconds = float(np.mean([c[0] for c in costs]))
+        res.forward_passes = float(np.mean([c[1] for c in costs]))
+    if not per_draw:
+        res.error = errors[0] if errors else "no unablated baseline to compare with"
+        return res
+    budgets = list(plan.budgets)
+    for m in metrics:
+        res.curves[m] = _curve(boot, budgets, weights, base[m], [d[m] for d in per_draw])
+    if res.draws[0] == 0:  # the rank diagnostic runs on the first draw only
+        for key in plan.rank_keys(task, name):
+            unit = done.get(key)
+            if unit is None:
+                break
+            if unit.error is None:
+                drops = {m: boot.estimate(base[m] - _vector(unit, m, n)) for m in metrics if m in unit.values}
+                res.ranks.append(RankResult(rank=key.index, head=(int(unit.head[0]), int(unit.head[1])),
+                                            drops=drops))
+    return res
+
+
+def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
+    rows = []
+    for det in plan.detectors:
+        figures: dict[str, dict[str, Estimate | None]] = {}
+        counts = (0, 0)
+        for metric_key in ("headline", GOLD):
+            def usable(t: TaskResult) -> str | None:
+                metric = t.headline if metric_key == "headline" else GOLD
+                res = t.detectors.get(det.name)
+                return metric if res is not None and res.ok and metric in res.curves else None
+
+            retr = [(t, usable(t)) for t in tasks if t.kind == "retrieval" and usable(t)]
+            ctrl = [(t, usable(t)) for t in tasks if t.kind == "control" and usable(t)]
+            if metric_key == "headline":
+                counts = (len(retr), len(ctrl))
+
+            def vec(t: TaskResult, m: str, name: str = det.name) -> np.ndarray:
+                return t.detectors[name].curves[m].drop_area_per_example
+
+            fig: dict[str, Estimate | None] = {}
+            fig["retrieval"] = combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]) if retr else None
+            fig["control"] = combine([(1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl]) if ctrl else None
+            fig["specificity"] = (
+                combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]
+                        + [(-1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl])
+                if retr and ctrl else None)
+            for ref in REFERENCES:
+                pairs = [(t, m) for t, m in retr
+                         if ref in t.detectors and t.detectors[ref].ok and m in t.detectors[ref].curves]
+                fig[f"vs_{ref}"] = combine(
+                    [(1 / len(pairs), t.bootstrap, vec(t, m) - vec(t, m, ref)) for t, m in pairs]) if pairs else None
+            figures[metric_key] = fig
+        truths = [t.detectors[det.name].truth for t in tasks
+                  if det.name in t.detectors and t.detectors[det.name].truth is not None]
+        truth = None
+        if truths:
+            truth = {"precision_at_n": float(np.mean([g.precision_at_n for g in truths])),
+                     "auroc": float(np.mean([g.auroc for g in truths]))}
+        rows.append(SummaryRow(detector=det.name, retrieval_tasks=counts[0], control_tasks=counts[1],
+                               figures=figures, truth=truth))
+
+    def key(row: SummaryRow) -> tuple:
+        def val(metric_key: str) -> float:
+            est = row.figures[metric_key]["retrieval"]
+            return math.inf if est is None or not math.isfinite(est.value) else -round(est.value, 9)
+        truth = (() if not any(r.truth for r in rows) else
+                 (-round(row.truth["precision_at_n"], 9), -round(row.truth["auroc"], 9))
+                 if row.truth else (math.inf, math.inf))
+        return (*truth, val("headline"), val(GOLD), row.detector)
+
+    return sorted(rows, key=key)
+
+
+__all__ = [
+    "Curve", "DetectorResult", "Failure", "GOLD", "GroundTruth", "RankResult", "RunStats",
+    "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "truth_key", "truth_sets",
+]

@@ -1,0 +1,270 @@
+"""Published and reference numbers, and two-sided statistical verdicts against them.
+
+A baseline file (`baselines/*.yaml`) holds `records`, each one number: which model, task
+(with version), detector, budget k, ablation and metric, the value, and either a CI or a
+tolerance. A run's figure passes when it lies inside the record's CI (or within its
+tolerance); worse fails as a regression; better fails too, asking for an explicit update,
+so published numbers only move on purpose. A record whose task version differs from the
+run's is stale and is not compared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from tabulate import tabulate
+
+from locos_bench.errors import LocosError
+from locos_bench.run.plan import BASELINE
+from locos_bench.run.records import Manifest
+from locos_bench.run.rundir import RunDir
+
+BASELINES_DIR = Path(__file__).resolve().parent.parent / "baselines"
+
+
+class Source(BaseModel):
+    """Where a number comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["paper", "run"]
+    ref: str
+    """`arXiv:2607.01002 <table>` for a paper; the command that produced it for a run."""
+    commit: str | None = None
+    """locos-bench commit of the run (runs only)."""
+
+
+class BaselineRecord(BaseModel):
+    """One published or reference number."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Source
+    model: str
+    """Model alias or id the number was measured on."""
+    task: str
+    task_version: int | None = None
+    """Version of the task's examples; None for a paper's external dataset."""
+    detector: str
+    """A detector name, or `baseline` for the unablated model."""
+    k: int = Field(ge=0)
+    """Ablated heads (0 for the unablated baseline)."""
+    ablation: str = "mean"
+    metric: str
+    value: float
+    ci: tuple[float, float] | None = None
+    """95% interval of the value (bootstrap over evaluation examples)."""
+    tolerance: float | None = Field(default=None, ge=0)
+    """Allowed absolute difference, used when there is no CI or in addition to it."""
+    better: Literal["higher", "lower"] | None = None
+    """Which direction is an improvement. Default: higher for the unablated model (a better
+    model), lower after ablation (a stronger detector collapses the task further)."""
+    requires: list[str] = Field(default_factory=list)
+    """What reproducing it needs, e.g. `gpu`, `hub-model`, `hub-dataset`."""
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> BaselineRecord:
+        if self.ci is None and self.tolerance is None:
+            raise ValueError("a record needs a `ci` or a `tolerance`")
+        if self.ci is not None and not self.ci[0] <= self.ci[1]:
+            raise ValueError(f"ci {list(self.ci)} is not an interval")
+        if self.ci is not None and not self.ci[0] - 1e-6 <= self.value <= self.ci[1] + 1e-6:
+            # An edited value with a stale CI would otherwise pass whatever the run gives.
+            raise ValueError(f"value {self.value} lies outside its ci {list(self.ci)}")
+        if (self.detector == BASELINE) != (self.k == 0):
+            raise ValueError("`baseline` records have k = 0 and only they do")
+        return self
+
+    @property
+    def direction(self) -> str:
+        return self.better or ("higher" if self.k == 0 else "lower")
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.task}/{self.detector}@k={self.k}/{self.metric}"
+
+    def key(self) -> tuple:
+        return (self.model, self.task, self.detector, self.k, self.ablation, self.metric)
+
+
+class BaselineFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    records: list[BaselineRecord]
+
+
+def load_baselines(paths: Iterable[Path | str] | None = None) -> list[tuple[Path, BaselineRecord]]:
+    """Read and validate baseline files (default: every `baselines/*.yaml`).
+
+    Raises:
+        LocosError: naming the file, the record index and the field that is wrong.
+    """
+    files: list[Path] = []
+    for path in ([BASELINES_DIR] if paths is None else paths):
+        path = Path(path)
+        if path.is_dir():
+            files += sorted([*path.glob("*.yaml"), *path.glob("*.yml")])
+        elif path.exists():
+            files.append(path)
+        else:
+            raise LocosError(f"baseline file {path} does not exist")
+    out = []
+    for file in files:
+        try:
+            data = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as exc:
+            raise LocosError(f"{file}: not valid YAML: {exc}") from None
+        try:
+            parsed = BaselineFile.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise LocosError(f"{file}: {where}: {err['msg']}") from None
+        out += [(file, record) for record in parsed.records]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Figures of a run
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    low: float
+    high: float
+
+
+def run_figures(run_dir: RunDir | Path | str, *, n_resamples: int = 2000) -> tuple[Manifest, dict[tuple, Figure]]:
+    """Every (model, task, detector, k, ablation, metric) figure of a complete run.
+
+    Raises:
+        LocosError: the directory is not a run, or is incomplete (naming the missing units).
+    """
+    from locos_bench.report.analysis import analyze
+    from locos_bench.run.rundir import load_run
+
+    manifest, units = load_run(getattr(run_dir, "path", run_dir))
+    stats = analyze(manifest, units, n_resamples=n_resamples)
+    figures: dict[tuple, Figure] = {}
+    for task in stats.tasks:
+        results = [(BASELINE, task.baseline), *task.detectors.items()]
+        for name, result in results:
+            for metric, curve in result.curves.items():
+                points = {0: next(iter(curve.values.values()))} if name == BASELINE else curve.values
+                for k, est in points.items():
+                    key = (manifest.model, task.name, name, k, manifest.ablation, metric)
+                    figures[key] = Figure(est.value, est.low, est.high)
+    return manifest, figures
+
+
+# ---------------------------------------------------------------------------------------
+# Verdicts
+
+
+@dataclass
+class Verdict:
+    record: BaselineRecord
+    file: Path
+    status: str
+    """`pass`, `regression`, `improved`, `stale`, `not-in-run`."""
+    got: Figure | None = None
+    message: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("regression", "improved", "stale")
+
+
+def judge(record: BaselineRecord, got: Figure, tolerance: float | None = None) -> str:
+    """`pass`, `regression` or `improved` for one figure against one record."""
+    tol = record.tolerance if tolerance is None else tolerance
+    inside = record.ci is not None and record.ci[0] <= got.value <= record.ci[1]
+    close = tol is not None and abs(got.value - record.value) <= tol + 1e-12
+    if inside or close:
+        return "pass"
+    higher = got.value > record.value
+    return "improved" if higher == (record.direction == "higher") else "regression"
+
+
+def compare(
+    records: Sequence[tuple[Path, BaselineRecord]],
+    manifest: Manifest,
+    figures: dict[tuple, Figure],
+    *,
+    tolerance: float | None = None,
+) -> list[Verdict]:
+    """Verdicts for every record about this run's model and tasks."""
+    versions = {t.name: t.version for t in manifest.tasks}
+    verdicts = []
+    for file, rec in records:
+        if rec.model != manifest.model or rec.task not in versions:
+            continue
+        if rec.task_version is not None and rec.task_version != versions[rec.task]:
+            verdicts.append(Verdict(rec, file, "stale", message=(
+                f"task {rec.task} is at version {versions[rec.task]}, the baseline was measured on "
+                f"version {rec.task_version}: regenerate it (--update)")))
+            continue
+        got = figures.get(rec.key())
+        if got is None:
+            verdicts.append(Verdict(rec, file, "not-in-run", message="the run has no such figure"))
+            continue
+        status = judge(rec, got, tolerance)
+        hint = {"improved": "better than the baseline: if intended, update it (--update / --locos-update-baselines)",
+                "regression": "worse than the baseline"}.get(status, "")
+        verdicts.append(Verdict(rec, file, status, got, hint))
+    return verdicts
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> str:
+    rows = []
+    for v in verdicts:
+        rec = v.record
+        ci = f"[{rec.ci[0]:.4f}, {rec.ci[1]:.4f}]" if rec.ci else f"±{rec.tolerance:g}"
+        got = f"{v.got.value:.4f} [{v.got.low:.4f}, {v.got.high:.4f}]" if v.got else "-"
+        diff = f"{v.got.value - rec.value:+.4f}" if v.got else "-"
+        rows.append([v.status, rec.label, f"{rec.value:.4f}", ci, got, diff])
+    return tabulate(rows, headers=["verdict", "figure", "expected", "baseline CI/tol", "got [CI]", "difference"])
+
+
+def update_records(
+    path: Path, manifest: Manifest, figures: dict[tuple, Figure], *, command: str,
+    metrics: Sequence[str] | None = None,
+) -> int:
+    """Write (or refresh) reference records for this run into `path`; returns how many.
+
+    Records of other models or tasks in the file are kept; this run's are replaced."""
+    kept: list[BaselineRecord] = []
+    description = ""
+    if path.exists():
+        existing = BaselineFile.model_validate(yaml.safe_load(path.read_text()) or {"records": []})
+        description = existing.description
+        tasks = {t.name for t in manifest.tasks}
+        kept = [r for r in existing.records if not (r.model == manifest.model and r.task in tasks and r.source.kind == "run")]
+    versions = {t.name: t.version for t in manifest.tasks}
+    headline = {t.name: [t.metrics[0], "gold_logprob"] for t in manifest.tasks}
+    commit = manifest.provenance.git_commit
+    new = []
+    for (model, task, detector, k, ablation, metric), fig in sorted(figures.items(), key=lambda kv: str(kv[0])):
+        if metric not in (metrics or headline[task]):
+            continue
+        if not all(math.isfinite(x) for x in (fig.value, fig.low, fig.high)):
+            continue
+        new.append(BaselineRecord(
+            source=Source(kind="run", ref=command, commit=commit), model=model, task=task,
+            task_version=versions[task], detector=detector, k=k, ablation=ablation, metric=metric,
+            value=round(fig.value, 6), ci=(round(fig.low, 6), round(fig.high, 6)),
+        ))
+    body = BaselineFile(description=description or f"Reference numbers from `{command}`.", records=kept + new)
+    from locos_bench.run.rundir import write_atomic
+
+    write_atomic(path, yaml.safe_dump(body.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110))
+    return len(new)

@@ -1,0 +1,231 @@
+"""Paired bootstrap maths: shared resamples, exact means, percentile and BCa intervals.
+
+* **Resamples.** Per task, `B` (default 2000) resamples of the evaluation examples are drawn
+  once, from `SeedSequence([seed, crc32(task name)])` (`task_seed`), and reused for every
+  statistic of that task, so differences are *paired*. Tasks are resampled independently.
+* **Intervals.** Percentile intervals (default, 95%) of the replicates; BCa optional
+  (`method="bca"`), with the bias correction from the replicates (ties counted half) and the
+  acceleration from the closed-form jackknife of a mean (multi-sample form of Efron &
+  Tibshirani when tasks are combined). Implemented on the shared resample indices rather
+  than with `scipy.stats.bootstrap`, which cannot share one set of resamples across calls;
+  scipy supplies the normal quantiles.
+* **Area** weights (`curve_weights`): the trapezoid rule over `x = log2(k)`, divided by
+  `log2(k_K) - log2(k_1)`, i.e. a log-k weighted mean of a curve.
+
+Determinism: before summing, per-example values are quantised to a power-of-two grid
+(2^-30 unless the magnitudes need a coarser one), so every sum is a sum of integers below
+2^53 and is exact whatever order BLAS adds in: the same values give bit-identical figures
+on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, model_serializer
+from scipy import stats as _sps
+
+from locos_bench.errors import LocosError
+
+N_RESAMPLES = 2000
+LEVEL = 0.95
+METHODS = ("percentile", "bca")
+
+_QUANT_EXP = 30
+_EXACT = 2.0**52
+
+
+# ---------------------------------------------------------------------------------------
+# Estimates and the shared bootstrap
+
+
+class Estimate(BaseModel):
+    """A point estimate with its confidence interval (non-finite values serialise as null)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    value: float
+    low: float
+    high: float
+
+    def __init__(self, value: float, low: float, high: float) -> None:
+        super().__init__(value=value, low=low, high=high)
+
+    @model_serializer
+    def _json(self) -> dict[str, float | None]:
+        return {"value": finite_or_none(self.value), "low": finite_or_none(self.low), "high": finite_or_none(self.high)}
+
+
+def finite_or_none(x: float) -> float | None:
+    """`x` as a float, or None where it is NaN or infinite (JSON has neither)."""
+    return float(x) if math.isfinite(x) else None
+
+
+def _quantise(x: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    """Integer-valued float64 copy of `x` and the scale, so sums of n terms are exact."""
+    x = np.asarray(x, dtype=np.float64)
+    finite = x[np.isfinite(x)]
+    peak = float(np.max(np.abs(finite))) if finite.size else 0.0
+    exp = _QUANT_EXP
+    if peak > 0:
+        exp = min(_QUANT_EXP, math.floor(math.log2(_EXACT / (peak * max(n, 1)))) - 1)
+    scale = 2.0**exp
+    return np.round(x * scale), scale
+
+
+def curve_weights(budgets: Sequence[int]) -> np.ndarray:
+    """Per-budget weights of the normalised trapezoid area over log2(k) (they sum to 1)."""
+    ks = np.asarray(budgets, dtype=np.float64)
+    if ks.ndim != 1 or ks.size == 0 or np.any(ks <= 0) or np.any(np.diff(ks) <= 0):
+        raise LocosError(f"budgets must be positive and increasing, got {list(budgets)}")
+    if ks.size == 1:
+        return np.ones(1)
+    x = np.log2(ks)
+    gaps = np.diff(x)
+    w = np.zeros(ks.size)
+    w[:-1] += gaps / 2
+    w[1:] += gaps / 2
+    return w / (x[-1] - x[0])
+
+
+def task_seed(seed: int, task: str) -> np.random.SeedSequence:
+    """The seed of a task's resamples: stable across processes (no `hash()`)."""
+    return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(task.encode())])
+
+
+class Bootstrap:
+    """One set of resamples of `n` examples, shared by every statistic of a task.
+
+    Args:
+        n: Number of evaluation examples.
+        n_resamples: B, the number of resamples.
+        seed: Seed (an int or a `SeedSequence`; see `task_seed`).
+        method: `percentile` or `bca`.
+        level: Confidence level of the intervals.
+    """
+
+    def __init__(self, n: int, *, n_resamples: int = N_RESAMPLES, seed: Any = 0,
+                 method: str = "percentile", level: float = LEVEL) -> None:
+        if n < 1:
+            raise LocosError("the bootstrap needs at least one evaluation example")
+        if method not in METHODS:
+            raise LocosError(f"unknown interval method {method!r}; choose from: {', '.join(METHODS)}")
+        if not 0 < level < 1:
+            raise LocosError(f"confidence level must be in (0, 1), got {level}")
+        self.n, self.n_resamples, self.method, self.level = n, int(n_resamples), method, level
+        rng = np.random.default_rng(seed)
+        self.indices = rng.integers(0, n, size=(self.n_resamples, n))
+        """`[B, n]` resampled example indices."""
+        flat = (self.indices + np.arange(self.n_resamples)[:, None] * n).ravel()
+        self.counts = np.bincount(flat, minlength=self.n_resamples * n).reshape(
+            self.n_resamples, n).astype(np.float64)
+        """`[B, n]` how often each example appears in each resample."""
+
+    def _check(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (self.n,):
+            raise LocosError(f"expected {self.n} per-example values, got shape {x.shape}")
+        return x
+
+    def mean(self, x: np.ndarray) -> float:
+        q, scale = _quantise(self._check(x), self.n)
+        return float(q.sum() / (self.n * scale))
+
+    def replicates(self, x: np.ndarray) -> np.ndarray:
+        """`[B]` means of `x` over the shared resamples."""
+        q, scale = _quantise(self._check(x), self.n)
+        return (self.counts @ q) / (self.n * scale)
+
+    def jackknife(self, x: np.ndarray) -> np.ndarray:
+        """`[n]` leave-one-out means (closed form)."""
+        q, scale = _quantise(self._check(x), self.n)
+        if self.n < 2:
+            return np.full(1, q.sum() / scale)
+        return (q.sum() - q) / ((self.n - 1) * scale)
+
+    def estimate(self, x: np.ndarray) -> Estimate:
+        """Mean of `x` with its interval."""
+        return combine([(1.0, self, x)])
+
+
+def combine(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> Estimate:
+    """`sum_t c_t * mean(x_t)` over independently resampled tasks, with its interval.
+
+    Each term is `(coefficient, the task's Bootstrap, per-example values)`. Terms may share a
+    Bootstrap (a difference within one task): their vectors are then merged first, so the
+    statistic stays paired.
+    """
+    if not terms:
+        raise LocosError("nothing to combine")
+    merged: dict[int, tuple[Bootstrap, np.ndarray]] = {}
+    for coef, boot, x in terms:
+        vec = coef * boot._check(x)
+        if id(boot) in merged:
+            merged[id(boot)] = (boot, merged[id(boot)][1] + vec)
+        else:
+            merged[id(boot)] = (boot, vec)
+    boots = [b for b, _ in merged.values()]
+    method, level = boots[0].method, boots[0].level
+    if any(b.method != method or b.level != level or b.n_resamples != boots[0].n_resamples
+           for b in boots):
+        raise LocosError("combined bootstraps must share method, level and B")
+    point = 0.0
+    reps = np.zeros(boots[0].n_resamples)
+    for boot, vec in merged.values():
+        point += boot.mean(vec)
+        reps = reps + boot.replicates(vec)
+    if method == "percentile":
+        low, high = _percentile(reps, level)
+    else:
+        groups = []
+        for boot, vec in merged.values():
+            # Leaving example i of this task out moves only this task's mean.
+            groups.append(point - (boot.mean(vec) - boot.jackknife(vec)))
+        low, high = _bca(point, reps, groups, level)
+    return Estimate(point, low, high)
+
+
+def _percentile(reps: np.ndarray, level: float) -> tuple[float, float]:
+    alpha = (1 - level) / 2
+    if not np.all(np.isfinite(reps)):
+        return math.nan, math.nan
+    lo, hi = np.percentile(reps, [100 * alpha, 100 * (1 - alpha)])
+    return float(lo), float(hi)
+
+
+def _bca(point: float, reps: np.ndarray, jack_groups: Iterable[np.ndarray],
+         level: float) -> tuple[float, float]:
+    if not (math.isfinite(point) and np.all(np.isfinite(reps))):
+        return math.nan, math.nan
+    if np.ptp(reps) == 0:
+        return float(reps[0]), float(reps[0])
+    b = reps.size
+    below = (np.count_nonzero(reps < point) + 0.5 * np.count_nonzero(reps == point)) / b
+    z0 = _sps.norm.ppf(min(max(below, 0.5 / b), 1 - 0.5 / b))
+    num = den = 0.0
+    for jack in jack_groups:
+        n = jack.size
+        if n < 2:
+            continue
+        u = (n - 1) * (jack.mean() - jack)
+        num += float(np.sum(u**3)) / n**3
+        den += float(np.sum(u**2)) / n**2
+    accel = num / (6 * den**1.5) if den > 0 else 0.0
+    alpha = (1 - level) / 2
+    probs = []
+    for z_a in (_sps.norm.ppf(alpha), _sps.norm.ppf(1 - alpha)):
+        shifted = z0 + z_a
+        probs.append(float(_sps.norm.cdf(z0 + shifted / (1 - accel * shifted))))
+    lo, hi = np.percentile(reps, [100 * probs[0], 100 * probs[1]])
+    return float(lo), float(hi)
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard deviation (ddof=1; 0 for one value) of per-draw figures."""
+    arr = np.asarray(values, dtype=np.float64)
+    sd = float(np.std(arr, ddof=1)) if arr.size > 1 else 0.0
+    return float(arr.mean()), sd

@@ -1,0 +1,383 @@
+"""The leaderboard as Markdown (tabulate): deterministic text from analysed runs.
+
+The same statistics give a byte-identical file: no clock, no absolute paths, fixed float
+formatting. Plots are linked by the relative paths `locos_bench.report.plots` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from locos_bench.names import Head, head_name, rank_heads
+from locos_bench.report.analysis import GOLD, DetectorResult, RunStats, TaskResult, truth_sets
+from locos_bench.report.bootstrap import Estimate
+
+DIGITS = 3
+RANKS_SHOWN = 10
+"""The per-rank diagnostic shows at most this many ranks."""
+
+
+# ---------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt(x: float | None, digits: int = DIGITS) -> str:
+    """Fixed-point number; `—` for None, no negative zero."""
+    if x is None:
+        return "—"
+    if not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    text = f"{x:.{digits}f}"
+    return text[1:] if re.fullmatch(r"-0\.0*", text) else text
+
+
+def fmt_ci(est: Estimate | None, spread: tuple[float, float] | None = None) -> str:
+    """`value [low, high]`, plus ` ±sd` over random draws when given."""
+    if est is None:
+        return "—"
+    text = f"{fmt(est.value)} [{fmt(est.low)}, {fmt(est.high)}]"
+    if spread is not None:
+        text += f" ±{fmt(spread[1])}"
+    return text
+
+
+def _md(text: Any) -> str:
+    """A Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _table(rows: list[list[Any]], headers: list[str]) -> str:
+    return tabulate([[_md(c) for c in row] for row in rows], headers=[_md(h) for h in headers],
+                    tablefmt="github", disable_numparse=True)
+
+
+def overlap_k(budgets: Sequence[int]) -> int:
+    small = [k for k in budgets if k <= 10]
+    return max(small) if small else min(budgets)
+
+
+def top_heads(res: DetectorResult, k: int) -> list[Head] | None:
+    """The detector's k best heads: as ablated at budget k, else ranked from its scores."""
+    if k in res.heads and len(res.heads[k]) == k:
+        return res.heads[k]
+    if res.scores is None:
+        return None
+    return rank_heads(res.scores)[:k]
+
+
+# ---------------------------------------------------------------------------------------
+# Markdown
+
+
+def _header(run: RunStats) -> str:
+    m = run.manifest
+    info = m.model_info
+    model = m.model
+    if info.get("resolves_to") and info.get("resolves_to") != m.model:
+        model += f" ({info['resolves_to']})"
+    if "n_layers" in info and "n_heads" in info:
+        model += (f"; {info['n_layers']} layers × {info['n_heads']} heads = "
+                  f"{int(info['n_layers']) * int(info['n_heads'])} heads")
+    ablation = m.ablation + (" (position-wise)" if m.positionwise else " (position-agnostic)")
+    p = m.provenance
+    packages = ", ".join(f"{name} {ver}" for name, ver in sorted(p.packages.items()))
+    timings = ", ".join(f"{phase} {fmt(sec, 1)} s" for phase, sec in m.timings.items()) or "—"
+    stats = (f"paired bootstrap over evaluation examples, B = {run.n_resamples}, "
+             f"{fmt(100 * run.level, 0)}% {run.method} intervals")
+    rows = [
+        ["model", model],
+        ["budgets k", ", ".join(map(str, run.budgets))],
+        ["ablation", ablation],
+        ["random draws", m.random_draws],
+        ["rank diagnostic", f"top {m.rank_diagnostic} heads ablated one at a time"],
+        ["seed", m.seed],
+        ["batch size", m.batch_size],
+        ["commit", p.git_commit or "—"],
+        ["device", p.device],
+        ["python / platform", f"{p.python} / {p.platform}"],
+        ["packages", packages or "—"],
+        ["started", p.started_at],
+        ["timings", timings],
+        ["statistics", stats],
+    ]
+    if m.fallbacks:  # --preset paper: a real benchmark's data was missing, its synthetic twin ran
+        rows.append(["synthetic fallbacks", "; ".join(f"`{task}`: {why}" for task, why in sorted(m.fallbacks.items()))])
+    return _table(rows, ["", ""])
+
+
+def _tasks_table(run: RunStats) -> str:
+    entries = {t.name: t for t in run.manifest.tasks}
+    rows = []
+    for t in run.tasks:
+        e = entries[t.name]
+        rows.append([t.name, t.kind, e.version, t.headline, fmt(t.chance),
+                     t.sizes.get("calibration", 0), t.sizes.get("reference", 0), t.n_eval,
+                     e.data_hash[:12]])
+    return _table(rows, ["task", "kind", "version", "headline metric", "chance", "calibration",
+                         "reference", "evaluation", "data hash"])
+
+
+def _detectors_table(run: RunStats) -> str:
+    rows = [[d.name, d.source, d.cost, "yes" if d.stochastic else "no",
+             json.dumps(d.params, sort_keys=True, separators=(", ", ": "), default=str)]
+            for d in run.manifest.detectors]
+    return _table(rows, ["detector", "source", "cost (passes / example)", "stochastic", "params"])
+
+
+DEFINITIONS = """\
+*How to read the tables.* Each figure is a mean over the task's evaluation examples with a
+{level}% {method} bootstrap interval in brackets; the resamples are shared by every detector of
+a task, so differences are paired. **drop** = unablated − ablated, per example (positive: the
+ablation hurt). **area** = trapezoid area of the metric-vs-log2(k) curve over the budgets,
+divided by the log2 range (a log-k weighted mean, in metric units); **drop-area** = the same
+for the drop curve. **logp** = the teacher-forced gold-answer log-prob (nats): it keeps
+separating detectors when accuracy saturates. **specificity** = mean drop-area over retrieval
+tasks − mean drop-area over control tasks. **vs X** = this detector's drop − X's, per example.
+Random rows average each example over the draws; **±** is the standard deviation of the
+per-draw means. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
+seconds and forward passes on the calibration set (mean over draws)."""
+
+
+def detector_label(res: DetectorResult) -> str:
+    if res.stochastic:
+        return f"{res.name} ({len(res.draws)} draws)"
+    return res.name
+
+
+def _task_main_table(run: RunStats, task: TaskResult) -> str:
+    budgets = run.budgets
+    kmax = budgets[-1]
+    h = task.headline
+    headers = (["rank", "detector"] + [f"{h} k={k}" for k in budgets]
+               + [f"drop k={kmax}", "area", "drop-area", "logp drop-area", "specificity",
+                  "specificity (logp)", "seconds", "forward passes"])
+    rows = []
+    base = task.baseline
+    if base.ok:
+        bc = base.curves[h]
+        bg = base.curves.get(GOLD)
+        rows.append(["—", "baseline (unablated)"] + [fmt_ci(bc.values[k]) for k in budgets]
+                    + [fmt_ci(bc.drops[kmax]), fmt_ci(bc.area), fmt_ci(bc.drop_area),
+                       fmt_ci(bg.drop_area if bg else None), "—", "—", "—", "—"])
+    else:
+        rows.append(["—", "baseline (unablated)", f"failed: {base.error}"]
+                    + ["—"] * (len(headers) - 3))
+    rank = 0
+    for res in task.detectors.values():
+        if not res.ok:
+            rows.append(["—", detector_label(res), "failed"] + ["—"] * (len(budgets) + 5)
+                        + [fmt(res.seconds, 1), fmt(res.forward_passes, 0)])
+            continue
+        rank += 1
+        c = res.curves[h]
+        g = res.curves.get(GOLD)
+        sp = c.spread or {}
+        gsp = (g.spread or {}) if g else {}
+        rows.append(
+            [rank, detector_label(res)]
+            + [fmt_ci(c.values[k], sp.get(f"k={k}")) for k in budgets]
+            + [fmt_ci(c.drops[kmax]), fmt_ci(c.area, sp.get("area")),
+               fmt_ci(c.drop_area, sp.get("drop_area")),
+               fmt_ci(g.drop_area, gsp.get("drop_area")) if g else "—",
+               fmt_ci(run.specificity(res.name, "headline")),
+               fmt_ci(run.specificity(res.name, GOLD)),
+               fmt(res.seconds, 1), fmt(res.forward_passes, 0)])
+    return _table(rows, headers)
+
+
+GROUND_TRUTH = """\
+*Ground truth.* This model is planted: its retrieval heads are known by construction, so
+each detector's ranking is checked against them, and the tables of this run are ranked by
+**precision@{n}** (share of the {n} retrieval heads among the detector's top {n}), then
+**AUROC** (probability that a retrieval head outscores another head; 0.5 = chance), then the
+ablation figures, which also reward heads the task needs upstream of retrieval. **prec. k=K**
+= retrieval heads among the top K, over K. The other columns give each head's rank in the
+detector's ranking (1 = best; ties broken by layer, head): the decoys should rank below the
+retrieval heads; the upstream heads are necessary but do not retrieve. Random: mean over draws."""
+
+
+def _rank_text(rank: float) -> str:
+    return str(int(rank)) if float(rank).is_integer() else fmt(rank, 1)
+
+
+def _ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
+    rows_of = [r for r in task.detectors.values() if r.truth is not None]
+    if not rows_of:
+        return None
+    sets = truth_sets(run.manifest) or {}
+    others = [(name, head_name(h)) for name, heads in sets.items() if name != "retrieval" for h in heads]
+    n = rows_of[0].truth.n
+    headers = (["rank", "detector", f"precision@{n}"] + [f"prec. k={k}" for k in run.budgets]
+               + ["AUROC", "retrieval heads' ranks"]
+               + [f"{head} ({name.replace('_', ' ')})" for name, head in others])
+    rows = []
+    for i, res in enumerate(rows_of, 1):
+        g = res.truth
+        retrieval = ", ".join(f"{h} {_rank_text(r)}" for h, r in g.ranks["retrieval"].items())
+        rows.append([i, detector_label(res), fmt(g.precision_at_n)]
+                    + [fmt(g.precision[k]) for k in run.budgets]
+                    + [fmt(g.auroc), retrieval]
+                    + [_rank_text(g.ranks[name][head]) for name, head in others])
+    return _table(rows, headers)
+
+
+def _task_versus_table(run: RunStats, task: TaskResult) -> str | None:
+    refs = [r for r in ("locos", "random") if r in task.detectors and task.detectors[r].ok]
+    if not refs:
+        return None
+    kmax = run.budgets[-1]
+    headers = ["detector"]
+    for ref in refs:
+        headers += [f"vs {ref}: drop-area", f"vs {ref}: drop k={kmax}", f"vs {ref}: logp drop-area"]
+    rows = []
+    for res in task.detectors.values():
+        if not res.ok:
+            continue
+        row = [detector_label(res)]
+        for ref in refs:
+            vs = res.versus.get(ref, {})
+            hv, gv = vs.get(task.headline, {}), vs.get(GOLD, {})
+            row += [fmt_ci(hv.get("drop_area")), fmt_ci(hv.get("drop_kmax")),
+                    fmt_ci(gv.get("drop_area"))]
+        rows.append(row)
+    return _table(rows, headers)
+
+
+def _task_rank_table(task: TaskResult) -> str | None:
+    dets = [r for r in task.detectors.values() if r.ranks]
+    if not dets:
+        return None
+    n = min(RANKS_SHOWN, max(r.ranks[-1].rank for r in dets))
+    headers = ["detector"] + [f"r={i}" for i in range(1, n + 1)]
+    rows = []
+    for res in dets:
+        by_rank = {r.rank: r for r in res.ranks}
+        row = [detector_label(res)]
+        for i in range(1, n + 1):
+            r = by_rank.get(i)
+            est = r.drops.get(GOLD) if r else None
+            row.append(f"{head_name(r.head)} {fmt(est.value)}" if r and est else "—")
+        rows.append(row)
+    return _table(rows, headers)
+
+
+def _summary_table(run: RunStats, metric_key: str) -> str:
+    headers = ["rank", "detector", "tasks (retrieval + control)", "retrieval drop-area",
+               "control drop-area", "specificity", "vs locos (retrieval)", "vs random (retrieval)"]
+    truth = any(row.truth for row in run.summary)
+    if truth:
+        headers[2:2] = ["precision@n (truth)", "AUROC (truth)"]
+    rows = []
+    n_retr = sum(t.kind == "retrieval" for t in run.tasks)
+    n_ctrl = sum(t.kind == "control" for t in run.tasks)
+    for i, row in enumerate(run.summary, 1):
+        f = row.figures[metric_key]
+        cells = [i, row.detector,
+                 f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",
+                 fmt_ci(f["retrieval"]), fmt_ci(f["control"]), fmt_ci(f["specificity"]),
+                 fmt_ci(f["vs_locos"]), fmt_ci(f["vs_random"])]
+        if truth:
+            cells[2:2] = [fmt(row.truth["precision_at_n"]) if row.truth else "—",
+                          fmt(row.truth["auroc"]) if row.truth else "—"]
+        rows.append(cells)
+    return _table(rows, headers)
+
+
+def _failures_table(run: RunStats) -> str | None:
+    if not run.failures:
+        return None
+    rows = [[f.task, f.detector, f.draw, f.unit, f.error] for f in run.failures]
+    return _table(rows, ["task", "detector", "draw", "unit", "error"])
+
+
+def _image(alt: str, rel: str | None) -> str | None:
+    return f"![{alt}]({rel})" if rel else None
+
+
+def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, title: str) -> str:
+    hashes = "#" * level
+    parts = [f"{hashes} {title}", _header(run),
+             f"{hashes}# Tasks", _tasks_table(run),
+             f"{hashes}# Detectors", _detectors_table(run),
+             DEFINITIONS.format(level=fmt(100 * run.level, 0), method=run.method)]
+    truths = [r.truth for t in run.tasks for r in t.detectors.values() if r.truth is not None]
+    if truths:
+        parts.append(GROUND_TRUTH.format(n=truths[0].n))
+    parts += [f"{hashes}# Summary across tasks",
+             "Headline metric of each task (drop-areas averaged over tasks):",
+             _summary_table(run, "headline"),
+             "Gold-answer log-prob (nats):",
+             _summary_table(run, GOLD)]
+    for task in run.tasks:
+        p = plots.get(task.name, {})
+        base = task.baseline
+        intro = f"{task.kind} task, headline metric `{task.headline}`, {task.n_eval} evaluation examples."
+        if task.heads_from and task.heads_from != task.name:
+            intro += (f" Ablated heads (and cost) are those found on `{task.heads_from}`; its "
+                      "section shows their scores.")
+        if base.ok:
+            unabl = "; ".join(f"{m} {fmt_ci(base.curves[m].values[run.budgets[0]])}"
+                              for m in task.metrics)
+            intro += f" Unablated: {unabl}."
+        parts += [f"{hashes}# Task `{task.name}`", intro]
+        parts += [x for x in (_image(f"{task.name}: metric vs k", p.get("curves")),) if x]
+        truth_table = _ground_truth_table(run, task)
+        if truth_table:
+            parts += ["Ground truth (ranks this table and the next):", truth_table]
+        parts.append(_task_main_table(run, task))
+        versus = _task_versus_table(run, task)
+        if versus:
+            parts += ["Paired differences (this detector − reference):", versus]
+        ranks = _task_rank_table(task)
+        if ranks:
+            parts += ["Per-rank diagnostic: each of a detector's top heads ablated alone "
+                      "(gold log-prob drop, nats):", ranks]
+        images = [x for x in (_image(f"{task.name}: head scores", p.get("heatmap")),
+                              _image(f"{task.name}: top-k overlap", p.get("overlap"))) if x]
+        if images:
+            parts.append(" ".join(images))
+    failures = _failures_table(run)
+    parts += [f"{hashes}# Failed units"]
+    parts += [failures] if failures else ["None: every unit finished without an error."]
+    return "\n\n".join(parts)
+
+
+def _cross_run_table(runs: list[RunStats]) -> str:
+    headers = ["run", "model", "detector", "retrieval drop-area", "specificity",
+               "retrieval logp drop-area", "specificity (logp)"]
+    rows = []
+    for i, run in enumerate(runs, 1):
+        for row in run.summary:
+            h, g = row.figures["headline"], row.figures[GOLD]
+            rows.append([f"{i}: {run.name}", run.manifest.model, row.detector,
+                         fmt_ci(h["retrieval"]), fmt_ci(h["specificity"]),
+                         fmt_ci(g["retrieval"]), fmt_ci(g["specificity"])])
+    return _table(rows, headers)
+
+
+def render_markdown(runs: Sequence[RunStats],
+                    plots: Sequence[dict[str, dict[str, str]]] | None = None) -> str:
+    """The leaderboard text; `plots[i]` maps task -> {`curves`|`heatmap`|`overlap`: relative path}."""
+    runs = list(runs)
+    plots = list(plots) if plots is not None else [{} for _ in runs]
+    lines = ["# locos-bench leaderboard",
+             "Generated by `locos-bench leaderboard` from the run records; do not edit by hand."]
+    if len(runs) == 1:
+        run = runs[0]
+        lines.append(_run_section(run, plots[0], 2, f"{run.manifest.model} — run `{run.name}`"))
+    else:
+        lines += ["## Summary across runs",
+                  "Mean drop-areas over each run's retrieval tasks, and specificity "
+                  "(retrieval − control), per detector:", _cross_run_table(runs)]
+        for i, (run, p) in enumerate(zip(runs, plots), 1):
+            lines.append(_run_section(run, p, 2, f"Run {i}: {run.manifest.model} — `{run.name}`"))
+    return "\n\n".join(lines) + "\n"
+
+
+__all__ = ["fmt", "fmt_ci", "render_markdown", "top_heads"]

@@ -1,0 +1,105 @@
+"""Run configuration: `RunConfig`, filled from a preset (`locos_bench.presets`), resolved and validated.
+
+Kept free of torch so the CLI can list and check configurations fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from locos_bench.errors import LocosError, unknown
+from locos_bench.presets import PRESETS
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run (the CLI flags)."""
+
+    model: str = "gemma3"
+    detectors: list[str] = field(default_factory=lambda: ["all"])
+    preset: str = "default"
+    tasks: list[str] | None = None
+    budgets: list[int] | None = None
+    ablation: str = "mean"
+    positionwise: bool = False
+    n_calib: int | None = None
+    n_ref: int | None = None
+    n_eval: int | None = None
+    random_draws: int | None = None
+    rank_diagnostic: int | None = None
+    seed: int = 0
+    output_dir: Path | None = None
+    device: str = "cpu"
+    dtype: str | None = None
+    """None: bfloat16 on CUDA, float32 on CPU."""
+    batch_size: int | None = None
+    """None: chosen from free memory on CUDA, 4 on CPU (the manifest says which)."""
+    eval_head_sets: int = 4
+    """Head sets of a task whose generation shares its decoding steps (each set's prefill runs
+    alone, from its lowest ablated layer; `evaluate.evaluate_head_sets`). A CPU decoding step
+    costs about as much for 16 rows as for 4 (0.47 s against 0.33 s on gemma3, 2 cores), so 4
+    sets x 4 examples took 82 s where one set at a time took 126 s (niah-literal, 8 sets, 8
+    examples, identical generations); 1: one at a time."""
+    force: bool = False
+    quiet: bool = False
+    explain: int = 0
+    """Write explain pages for the first N evaluation examples of each retrieval task."""
+    lm_eval_tasks: list[str] = field(default_factory=list)
+    """lm-eval tasks (names or YAML files) evaluated as controls with the first retrieval task's heads."""
+    data: Path | None = None
+    """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
+
+    def resolved(self) -> RunConfig:
+        """Fill unset fields from the preset and validate names and sizes."""
+        if self.preset not in PRESETS:
+            raise unknown("preset", self.preset, PRESETS)
+        defaults = dict(PRESETS[self.preset])
+        from locos_bench.models.planted import PLANTED_TASKS
+
+        if self.model in PLANTED_TASKS:  # its toy vocabulary only speaks its own task
+            defaults["tasks"] = [PLANTED_TASKS[self.model]]
+        filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
+        cfg = replace(self, **filled)
+        cfg.detectors = _resolve_detectors(cfg.detectors)
+        from locos_bench.tasks import load_task
+
+        for task in cfg.tasks:
+            load_task(task)  # a name or a YAML path; unknown names fail here, with did-you-mean
+        for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
+                                  ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
+                                  ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0),
+                                  ("--explain", cfg.explain, 0), ("eval_head_sets", cfg.eval_head_sets, 1)):
+            if value is not None and value < low:
+                raise LocosError(f"{label} must be at least {low} (got {value})")
+        if not cfg.budgets or any(k < 1 for k in cfg.budgets):
+            raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
+        cfg.budgets = sorted(set(cfg.budgets))
+        from locos_bench.evaluation.ablation import AblationSpec  # torch: only once the names are checked
+
+        AblationSpec.parse(cfg.ablation)
+        if cfg.output_dir is None:
+            cfg.output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
+        return cfg
+
+
+def _resolve_detectors(requested: Sequence[str]) -> list[str]:
+    from locos_bench.detectors import detector_names
+
+    available = detector_names()
+    names: list[str] = []
+    for item in requested:
+        for name in item.split(","):
+            name = name.strip()
+            if not name:
+                continue
+            if name == "all":
+                names.extend(available)
+            elif name not in available:
+                raise unknown("detector", name, [*available, "all"])
+            else:
+                names.append(name)
+    if not names:
+        raise LocosError("no detector given; use --detector all or a comma-separated list")
+    return list(dict.fromkeys(names))

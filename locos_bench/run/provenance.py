@@ -1,0 +1,58 @@
+"""Provenance of a run: package versions, git commit, device, and a hash of each task's data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from locos_bench.run.plan import BASELINE, RunPlan, UnitKey  # noqa: F401  (BASELINE: re-exported with the records)
+from locos_bench.run.records import Provenance
+
+
+def _git_commit() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return None
+        # Published outputs are not code: regenerating baselines must not mark runs dirty.
+        outputs = [":!baselines", ":!leaderboard", ":!runs"]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
+                               cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        return commit.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(device: str) -> Provenance:
+    """Package versions, commit, device and time of a run starting now."""
+    packages = {}
+    for dist in ("locos-bench", "torch", "transformers", "transformer-lens", "numpy", "scipy", "gguf"):
+        try:
+            packages[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    if device.startswith("cuda"):
+        import torch
+
+        device = f"{device} ({torch.cuda.get_device_name()})"
+    return Provenance(
+        packages=packages, git_commit=_git_commit(), device=device, python=platform.python_version(),
+        platform=platform.platform(), started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def data_hash(examples: Sequence[Any]) -> str:
+    """sha256 over the examples' prompts and answers (a changed generator changes it)."""
+    digest = hashlib.sha256()
+    for ex in examples:
+        digest.update(json.dumps([ex.prompt, ex.answers], ensure_ascii=False).encode())
+    return digest.hexdigest()

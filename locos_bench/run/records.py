@@ -1,0 +1,168 @@
+"""Result records: pydantic models of a run's manifest and units, with an exported JSON schema.
+
+Nothing is pickled and no metadata lives in file names.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from locos_bench.run.plan import UnitKey
+
+SCHEMA_VERSION = 1
+
+
+class Provenance(BaseModel):
+    """Where and with what a run was made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    packages: dict[str, str]
+    """Versions of locos-bench, torch, transformers, transformer-lens, ..."""
+    git_commit: str | None
+    """Commit of the locos-bench checkout (None outside a git checkout); `+dirty` if modified."""
+    device: str
+    """`cpu`, or the CUDA device name."""
+    python: str
+    platform: str
+    started_at: str
+    """ISO-8601 UTC time the run directory was created."""
+
+
+class TaskEntry(BaseModel):
+    """One task of a run, with the exact examples used per split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    version: int
+    kind: Literal["retrieval", "control"]
+    metrics: list[str]
+    """Task metrics; the first is the headline metric."""
+    splits: dict[str, list[int]]
+    """Example indices of the `calibration`, `reference` and `evaluation` splits (disjoint)."""
+    data_hash: str
+    """sha256 over every used example's prompt and answers: detects changed generators."""
+    chance: float | None = None
+
+
+class DetectorEntry(BaseModel):
+    """A detector as configured for the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    params: dict[str, Any]
+    source: str
+    """`built-in` or `dist==version` of the plugin that provided it."""
+    cost: str
+    """Forward passes per calibration example, as the detector declares it."""
+    stochastic: bool = False
+
+
+class Manifest(BaseModel):
+    """Configuration and provenance of a run directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    """Model alias or id."""
+    model_info: dict[str, Any]
+    """Head geometry and load facts (`LoadedModel.describe()`)."""
+    tasks: list[TaskEntry]
+    detectors: list[DetectorEntry]
+    budgets: list[int]
+    """Numbers of ablated heads k, identical for every detector."""
+    ablation: str
+    """`mean`, `zero` or `scale:ALPHA`."""
+    positionwise: bool = False
+    """Mean ablation per position (True) or position-agnostic (False, default)."""
+    random_draws: int
+    seed: int
+    rank_diagnostic: int
+    """How many of each detector's top heads are also ablated one at a time."""
+    batch_size: int
+    provenance: Provenance
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Wall seconds per phase, filled as the run goes (`detect`, `evaluate`, ...)."""
+    fallbacks: dict[str, str] = Field(default_factory=dict)
+    """Synthetic tasks run in place of their real benchmark (`--preset paper`), with why the
+    real one was not used (its data absent, the hub unreachable)."""
+
+    def config_key(self) -> dict[str, Any]:
+        """The part that must match for a rerun to resume into the same directory."""
+        return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
+                                        "positionwise", "random_draws", "seed", "rank_diagnostic"})
+
+
+class _Unit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    detector: str
+    """Detector name, or `baseline` for the unablated evaluation."""
+    draw: int = 0
+    """Random draw index (0 for deterministic detectors)."""
+    seconds: float = 0.0
+    error: str | None = None
+    """Set when the unit failed; the run records it and goes on."""
+
+
+class ScoresUnit(_Unit):
+    """A detector's head scores on a task's calibration split."""
+
+    kind: Literal["scores"] = "scores"
+    params: dict[str, Any] = Field(default_factory=dict)
+    scores: list[list[float]] | None = None
+    """`[n_layers][n_heads]`, higher = more important; None when `error` is set."""
+    forward_passes: int = 0
+
+    @property
+    def key(self) -> UnitKey:
+        return UnitKey.scores(self.task, self.detector, self.draw)
+
+
+class EvalUnit(_Unit):
+    """The evaluation split with the top-k heads of a detector ablated (k = 0: unablated)."""
+
+    kind: Literal["eval"] = "eval"
+    k: int
+    heads: list[list[int]] = Field(default_factory=list)
+    """The ablated heads as `[layer, head]`, best first."""
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    """Per-example values of every metric (+ `gold_logprob`), aligned with the evaluation split."""
+    generations: list[str] = Field(default_factory=list)
+    heads_from: str | None = None
+    """Task whose calibration split chose the heads (a control task borrows a retrieval task's)."""
+    reused: bool = False
+    """True when another unit of this task ablated the identical head set and its per-example
+    values were copied (evaluation is deterministic, so they are the same)."""
+
+    @property
+    def key(self) -> UnitKey:
+        return UnitKey.eval(self.task, self.detector, self.draw, self.k)
+
+
+class RankUnit(_Unit):
+    """Diagnostic: a detector's rank-r head ablated alone."""
+
+    kind: Literal["rank"] = "rank"
+    rank: int
+    """1-based rank in the detector's ranking."""
+    head: list[int]
+    values: dict[str, list[float]] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> UnitKey:
+        return UnitKey.rank(self.task, self.detector, self.draw, self.rank)
+
+
+_UNIT = TypeAdapter(Annotated[ScoresUnit | EvalUnit | RankUnit, Field(discriminator="kind")])
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON schema of the manifest and of one results line."""
+    return {"manifest": Manifest.model_json_schema(), "unit": _UNIT.json_schema()}
