@@ -1,6 +1,7 @@
-"""Executors beyond this process: Ray actors that hold the model and compute jobs.
+"""Executors: this process (`LocalExecutor`, the default) or Ray actors that hold the model and
+compute jobs.
 
-An executor has one contract with the driver (`locos_bench.harness.Run`): `run(jobs)` yields
+An executor has one contract with the driver (`harness.driver.Run`): `run(jobs)` yields
 one unit per job, in any order (the driver matches them by key), and `timings()` gives the
 workers' seconds per phase. The driver alone writes the run directory, so a Ray run's records,
 their resume rule and its leaderboard are exactly those of a local run.
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
+from locos_bench.harness.worker import Job, Worker
 from locos_bench.run.config import RunConfig
 from locos_bench.run.plan import UnitKey
 
@@ -96,11 +98,29 @@ def _job_json(job: Any) -> str:
                        "heads_from": job.heads_from})
 
 
+class LocalExecutor:
+    """Runs jobs one after another in this process (the default executor)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[Any]:
+        # A chunk at a time, so the driver records units as they finish (a kill loses one chunk).
+        size = max(1, self.worker.cfg.eval_head_sets)
+        for start in range(0, len(jobs), size):
+            yield from self.worker.run_many(jobs[start:start + size])
+
+    def timings(self) -> dict[str, float]:
+        """Seconds per phase spent by the workers (taken once: the count restarts)."""
+        out, self.worker.timings = self.worker.timings, {}
+        return out
+
+
 class _RayWorker:
     """A Ray actor: the model and the task splits of one run, loaded once; computes jobs."""
 
     def __init__(self, cfg_json: str) -> None:
-        from locos_bench.harness.driver import Worker, run_tasks
+        from locos_bench.harness.worker import Worker, run_tasks
         from locos_bench.models.loading import load_model
 
         data = json.loads(cfg_json)
@@ -113,7 +133,7 @@ class _RayWorker:
         self.worker = Worker(cfg, model, tasks, lambda message: print(message, file=sys.stderr, flush=True))
 
     def run(self, job_json: str) -> tuple[str, dict[str, float]]:
-        from locos_bench.harness.driver import Job
+        from locos_bench.harness.worker import Job
 
         data = json.loads(job_json)
         job = Job(UnitKey(**data["key"]), [tuple(h) for h in data["heads"]], data["heads_from"])

