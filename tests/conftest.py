@@ -1,8 +1,19 @@
-"""Shared fixtures: each real model is loaded once per test session."""
+"""Shared fixtures: each real model is loaded once per test process."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker computes on one core: two workers on two cores, not four
+    threads fighting over two."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -72,7 +72,7 @@ class Worker:
         return timed(self.timings, phase)
 
     def _prefix(self, data: TaskData) -> Any:
-        """The task's clean prefills (`evaluate.CleanPrefix`): ablated evaluations start at
+        """The task's clean prefills (`evaluation.CleanPrefix`): ablated evaluations start at
         their lowest ablated layer. On a GPU they may hold a tenth of the memory free when
         the task begins (2 GiB on a CPU)."""
         from locos_bench.evaluation.clean_prefix import CleanPrefix

@@ -99,7 +99,7 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
     from locos_bench.detectors import make_detector, run_detector
     from locos_bench.run.plan import UnitKey, detector_rng
 
-    # The harness's own scoring call and seeding rule (`plan.detector_rng`); nothing is written.
+    # The harness's own scoring call and seeding rule (`run.plan.detector_rng`); nothing is written.
     key = UnitKey.scores(data.spec.name, parts["detector"], 0)
     try:
         return run_detector(make_detector(key.detector), model, data.calibration, rng=detector_rng(cfg.seed, key))

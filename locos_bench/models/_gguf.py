@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -82,11 +83,30 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def cached_checkpoint(spec: ModelSpec, torch_dtype: Any) -> tuple[Path, bool]:
+    """The dequantised cache directory of `spec` and whether it was there already.
+
+    Processes that load the same alias at once (parallel test workers, two runs) take turns
+    on a lock file beside the cache: the first dequantises, the others then find it."""
+    target = _cache_dir(spec)
+    if (target / "complete.json").exists():
+        return target, True
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f"{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if (target / "complete.json").exists():
+                return target, True
+            return _dequantise_to_cache(spec, torch_dtype), False
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _dequantise_to_cache(spec: ModelSpec, torch_dtype: Any) -> Path:
     """Dequantise the GGUF once into `<cache>/models/<alias>-vN/` (safetensors + tokenizer).
 
     Written into a temporary sibling and renamed, so an interrupted write leaves no
-    half-cache behind."""
+    half-cache behind. Callers hold the cache's lock (`cached_checkpoint`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = _gguf_path(spec, assemble=True)

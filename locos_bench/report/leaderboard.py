@@ -1,6 +1,6 @@
 """Writing the leaderboard of run directories: load, check complete, analyse, render.
 
-`write_leaderboard(run_dirs, out_dir)` reads each run (`records.load_run`, which checks it
+`write_leaderboard(run_dirs, out_dir)` reads each run (`run.rundir.load_run`, which checks it
 against its plan), computes the statistics (`analysis`), and writes `leaderboard.md`
 (`markdown`) plus `plots/*.png` (`plots`) into `out_dir` (default: the run directory).
 """

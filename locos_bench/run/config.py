@@ -38,7 +38,7 @@ class RunConfig:
     """None: chosen from free memory on CUDA, 4 on CPU (the manifest says which)."""
     eval_head_sets: int = 4
     """Head sets of a task whose generation shares its decoding steps (each set's prefill runs
-    alone, from its lowest ablated layer; `evaluate.evaluate_head_sets`). A CPU decoding step
+    alone, from its lowest ablated layer; `evaluation.evaluate_head_sets`). A CPU decoding step
     costs about as much for 16 rows as for 4 (0.47 s against 0.33 s on gemma3, 2 cores), so 4
     sets x 4 examples took 82 s where one set at a time took 126 s (niah-literal, 8 sets, 8
     examples, identical generations); 1: one at a time."""

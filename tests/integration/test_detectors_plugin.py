@@ -1,19 +1,23 @@
-"""A third-party detector package, pip-installed into this venv, works end to end.
+"""A third-party detector package, pip-installed, works end to end.
 
 The package in tests/plugins/ declares three entry points in `locos_bench.detectors`: a
 working detector (`norm-of-writes`), one clashing with the built-in `locos`, and one whose
 module fails to import. The CLI must list the first, keep the built-in, warn about both
 others, score with the plugin, and the plugin must pass the conformance suite.
+
+It is installed into a folder of its own (`pip install --target`) that only this module's
+processes see (`PYTHONPATH`, `sys.path`), never into the venv: other tests, in this process or
+beside it, keep the built-in detectors alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -32,28 +36,23 @@ def _pip(*args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def plugin_installed():
-    """Install the plugin editable for this module; uninstall only if we installed it."""
-    try:
-        metadata.distribution(DIST)
-        ours = False
-    except metadata.PackageNotFoundError:
-        _pip("install", "--no-deps", "--no-build-isolation", "-e", str(PLUGIN_DIR))
-        ours = True
-    try:
-        yield
-    finally:
-        if ours:
-            _pip("uninstall", "-y", DIST)
+def plugin_installed(tmp_path_factory):
+    """The plugin, built from a copy of its source and installed into its own folder."""
+    source = tmp_path_factory.mktemp("plugin-src") / PLUGIN_DIR.name
+    shutil.copytree(PLUGIN_DIR, source)
+    target = tmp_path_factory.mktemp("plugin-site")
+    _pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), str(source))
+    return target
 
 
-def cli(*argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONWARNINGS": "default"}
+def cli(target: Path, *argv: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONWARNINGS": "default", "PYTHONPATH": path}
     return subprocess.run([*CLI, *argv], capture_output=True, text=True, env=env, timeout=600)
 
 
 def test_detectors_json_lists_plugin_and_warns(plugin_installed):
-    proc = cli("detectors", "--json")
+    proc = cli(plugin_installed, "detectors", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {r["name"]: r for r in json.loads(proc.stdout)}
     assert rows["norm-of-writes"]["source"] == f"{DIST}==0.1.0"
@@ -65,7 +64,7 @@ def test_detectors_json_lists_plugin_and_warns(plugin_installed):
 
 
 def test_score_with_the_plugin_through_the_cli(plugin_installed):
-    proc = cli("score", "--model", "planted", "--task", "planted-kv", "--detector", "norm-of-writes",
+    proc = cli(plugin_installed, "score", "--model", "planted", "--task", "planted-kv", "--detector", "norm-of-writes",
                "--n", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -75,8 +74,7 @@ def test_score_with_the_plugin_through_the_cli(plugin_installed):
 
 
 def test_plugin_passes_the_conformance_suite(plugin_installed, monkeypatch):
-    # An editable install's import hook is only activated at interpreter start-up.
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    monkeypatch.syspath_prepend(str(plugin_installed))  # its dist-info: the entry points
     monkeypatch.setattr(registry, "_plugins_loaded", False)
     saved = dict(registry.DETECTORS._entries)
     try:

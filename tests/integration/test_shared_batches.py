@@ -27,9 +27,10 @@ def _sets(model, seed=0):
     return [[], *[rng.sample(every, min(k, len(every))) for k in (1, 2, 4, 1, 3)]]
 
 
-def _task(model, task, n_eval):
+def _task(model, task, n_eval, **update):
+    """The task's splits; `update` changes its spec (e.g. shorter contexts for a cheaper test)."""
     cfg = RunConfig(model=model.name, tasks=[task], n_eval=n_eval, detectors=["random"]).resolved()
-    return cfg, build_task_data(load_task(task), cfg, model)
+    return cfg, build_task_data(load_task(task).model_copy(update=update), cfg, model)
 
 
 def _assert_same(simple, fast):

@@ -53,12 +53,16 @@ def test_hf_ids_and_local_dirs_resolve(tmp_path):
         (["models", "qwen3-8b", "--load"], "Hugging Face hub"),
     ],
 )
-def test_bad_input_is_one_line_and_nonzero(args, message):
-    out = cli(*args, env={"HF_ENDPOINT": "https://127.0.0.1:9"})
-    assert out.returncode == 2
-    assert message in out.stderr
-    assert "Traceback" not in out.stderr
-    assert out.stderr.strip().count("\n") == 0, out.stderr
+def test_bad_input_is_one_line_and_nonzero(args, message, monkeypatch, capsys):
+    """In this process (the CLI's own process is tested by the --debug and --json tests)."""
+    from locos_bench import cli as command
+
+    monkeypatch.setenv("HF_ENDPOINT", "https://127.0.0.1:9")
+    assert command.main(list(args)) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert err.strip().count("\n") == 0, err
 
 
 def test_hub_error_names_offline_models(monkeypatch):
