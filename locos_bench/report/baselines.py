@@ -25,7 +25,7 @@ from locos_bench.run.plan import BASELINE
 from locos_bench.run.records import Manifest
 from locos_bench.run.rundir import RunDir
 
-BASELINES_DIR = Path(__file__).resolve().parent.parent / "baselines"
+BASELINES_DIR = Path(__file__).resolve().parents[2] / "baselines"  # beside locos_bench/ in a checkout
 
 
 class Source(BaseModel):

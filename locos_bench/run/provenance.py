@@ -13,12 +13,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from locos_bench.run.plan import BASELINE, RunPlan, UnitKey  # noqa: F401  (BASELINE: re-exported with the records)
 from locos_bench.run.records import Provenance
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The folder holding `locos_bench/` (a git checkout, for an editable install)."""
 
 
 def _git_commit() -> str | None:
-    root = Path(__file__).resolve().parent.parent
+    root = CHECKOUT
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if commit.returncode != 0:

@@ -32,7 +32,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError
 
 from locos_bench.errors import LocosError
-from locos_bench.run.plan import BASELINE, RunPlan, UnitKey  # noqa: F401  (BASELINE: re-exported with the records)
+from locos_bench.run.plan import RunPlan
 from locos_bench.run.records import _UNIT, EvalUnit, Manifest, RankUnit, ScoresUnit
 
 _UMASK = os.umask(0)

@@ -66,3 +66,14 @@ def test_progress_labels_keep_a_space_before_the_task(kind):
 
     label = phase_label(kind, "kv-retrieval")
     assert re.fullmatch(r"[a-z-]+ +kv-retrieval", label), label
+
+
+def test_paths_beside_the_library_point_at_the_checkout():
+    """Modules that moved into packages still find the checkout's folders."""
+    from locos_bench.report.baselines import BASELINES_DIR
+    from locos_bench.run.provenance import CHECKOUT
+    from locos_bench.tasks.registry import BUILTIN_TASKS_DIR
+
+    assert CHECKOUT == ROOT
+    assert (BASELINES_DIR / "gemma3.yaml").is_file()
+    assert (BUILTIN_TASKS_DIR / "kv-retrieval.yaml").is_file()
