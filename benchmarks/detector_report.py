@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from tabulate import tabulate
 
+from locos_bench.detectors import detector_names, get_detector_class, make_detector
 from locos_bench.detectors.base import HeadScores, head_name, validate_scores
-from locos_bench.detectors.registry import detector_names, get_detector_class, make_detector
-from locos_bench.models.loading import load_model
+from locos_bench.models import load_model
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 

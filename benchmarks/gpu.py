@@ -29,12 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from locos_bench.detectors.registry import make_detector
+from locos_bench.detectors import make_detector
+from locos_bench.evaluation import generate_answers
 from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
-from locos_bench.evaluation.generation import generate_answers
-from locos_bench.models import planning
-from locos_bench.models.aliases import shipped_config
-from locos_bench.models.loading import wrap_model
+from locos_bench.models import planning, shipped_config, wrap_model
 from locos_bench.models.miniature import byte_tokenizer, random_model, scale_down
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
@@ -114,8 +112,8 @@ def bench_context(model: Any, tokens: int, *, device: str, new_tokens: int, k: i
 
 def paper_run(model: Any, out_dir: Path, tasks: list[str] | None, budgets: list[int] | None) -> dict[str, Any]:
     """`--preset paper` with reduced sizes on the random model; the leaderboard's path."""
-    from locos_bench.harness.driver import run_benchmark
-    from locos_bench.run.config import RunConfig
+    from locos_bench.harness import run_benchmark
+    from locos_bench.run import RunConfig
 
     cfg = RunConfig(model=model.name, preset="paper", tasks=tasks, budgets=budgets, n_calib=2, n_ref=2, n_eval=2,
                     random_draws=1, rank_diagnostic=1, output_dir=out_dir, device=model.device,

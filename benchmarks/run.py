@@ -28,13 +28,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from detector_report import run_detector  # noqa: E402  (reused: scoring with timing)
 
+from locos_bench.evaluation import (
+    CleanPrefix,  # noqa: E402
+    evaluate_head_sets,
+    evaluate_task,
+    generate_answers,
+)
 from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means  # noqa: E402
-from locos_bench.evaluation.clean_prefix import CleanPrefix  # noqa: E402
-from locos_bench.evaluation.generation import generate_answers
-from locos_bench.evaluation.task_eval import evaluate_head_sets, evaluate_task
+from locos_bench.models import load_model  # noqa: E402
 from locos_bench.models.lean_attention import eager  # noqa: E402
-from locos_bench.models.loading import load_model  # noqa: E402
-from locos_bench.run.config import RunConfig  # noqa: E402
+from locos_bench.run import RunConfig  # noqa: E402
 from locos_bench.tasks import load_task, make_examples  # noqa: E402
 from locos_bench.tasks.tokenize import tokenize_example  # noqa: E402
 
@@ -203,7 +206,7 @@ def _evaluation(model: Any, ex: list[Any], forward: float, quick: bool, repeats:
 def default_run(model: Any, quick: bool) -> dict[str, Any]:
     """The `default` preset's run (`quick` preset with --quick) with every detector: its wall
     time (model load included) and each phase's share of it."""
-    from locos_bench.harness.driver import run_benchmark
+    from locos_bench.harness import run_benchmark
 
     preset = "quick" if quick else "default"
     with tempfile.TemporaryDirectory() as tmp:

@@ -59,7 +59,7 @@ class LocosSession:
         """Skip (with the reason) unless `model` can be loaded here and, if asked, a GPU exists."""
         import torch
 
-        from locos_bench.models.aliases import offline_models
+        from locos_bench.models import offline_models
 
         if gpu and not torch.cuda.is_available():
             pytest.skip(f"needs a CUDA GPU for {model} (run with --locos-model {model} --locos-device cuda)")
@@ -68,7 +68,7 @@ class LocosSession:
                         "on a machine that can load it")
 
     def loaded(self, model: str) -> Any:
-        from locos_bench.models.loading import load_model
+        from locos_bench.models import load_model
 
         key = (model, self.device)
         if key not in _MODELS:
@@ -77,8 +77,8 @@ class LocosSession:
 
     def run(self, *, model: str | None = None, **config: Any) -> Any:
         """Run (or resume/reuse) a benchmark with `RunConfig` fields; returns its `RunDir`."""
-        from locos_bench.harness.driver import run_benchmark
-        from locos_bench.run.config import RunConfig
+        from locos_bench.harness import run_benchmark
+        from locos_bench.run import RunConfig
 
         model = model or self.model
         if model is None:

@@ -6,6 +6,24 @@ import os
 
 import pytest
 
+# Test files that take minutes, longest first: pytest-xdist hands files to its workers in
+# collection order, so these start first and the short files fill in around them.
+LONG_FIRST = [
+    "tests/regression/test_reference_runs.py",
+    "tests/integration/test_architectures.py",
+    "tests/integration/test_ray.py",
+    "tests/integration/test_clean_prefix.py",
+    "tests/integration/test_attention.py",
+    "tests/integration/test_task_eval.py",
+    "tests/integration/test_lm_eval.py",
+]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    root = config.rootpath
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))
+
 
 def pytest_configure(config):
     """Under pytest-xdist each worker computes on one core: two workers on two cores, not four
@@ -18,28 +36,28 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def gemma3():
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     return load_model("gemma3")
 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     return load_model("smollm2")
 
 
 @pytest.fixture(scope="session")
 def planted():
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     return load_model("planted")
 
 
 @pytest.fixture(scope="session")
 def planted_nonliteral():
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     return load_model("planted-nonliteral")
 

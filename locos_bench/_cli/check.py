@@ -29,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
         update_records,
         verdict_table,
     )
-    from locos_bench.run.rundir import RunDir
+    from locos_bench.run import RunDir
 
     run_dir = RunDir(args.run_dir)
     if not run_dir.exists():

@@ -64,7 +64,7 @@ def _span(prompt: str, text: str, flag: str) -> tuple[int, int]:
 def prompt_example(prompt: str, answer: str, needles: list[str], distractors: list[str],
                    question: str | None):
     """An `Example` from free text: context is the prompt up to `question` (or all of it)."""
-    from locos_bench.tasks.spec import Example
+    from locos_bench.tasks import Example
 
     if not prompt.strip():
         raise LocosError("--prompt is empty")
@@ -89,9 +89,8 @@ def prompt_example(prompt: str, answer: str, needles: list[str], distractors: li
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.explain.attribution import explain
-    from locos_bench.explain.page import write_page
-    from locos_bench.models.loading import load_model
+    from locos_bench.explain import explain, write_page
+    from locos_bench.models import load_model
     from locos_bench.tasks import load_task, make_example
 
     # Everything that can be checked without the model is checked first.

@@ -79,9 +79,8 @@ def make_executor_from_args(args: argparse.Namespace, cfg) -> object:
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.harness.driver import run_benchmark
-    from locos_bench.run.config import RunConfig
-    from locos_bench.run.rundir import RunDir
+    from locos_bench.harness import run_benchmark
+    from locos_bench.run import RunConfig, RunDir
 
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,

@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     import numpy as np
 
     from locos_bench.detectors import detector_source, get_detector_class, head_name, make_detector, run_detector
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
     from locos_bench.tasks import load_task, make_examples
 
     # Everything that can be checked without the model is checked first.

@@ -106,7 +106,7 @@ def _spec_with_data(name: str, data: str | None) -> Any:
 def _load(args: argparse.Namespace) -> Any:
     if not getattr(args, "model", None):
         return None
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     return load_model(args.model, device=args.device, dtype=args.dtype)
 
@@ -190,7 +190,7 @@ def bootstrap_ci(values: list[float], *, confidence: float = 0.95, seed: int = 0
 def _eval(args: argparse.Namespace) -> int:
     import time
 
-    from locos_bench.evaluation.task_eval import evaluate_task
+    from locos_bench.evaluation import evaluate_task
     from locos_bench.tasks import make_examples
 
     spec = _spec_with_data(args.name, args.data)

@@ -14,8 +14,8 @@ from torch import Tensor
 
 from locos_bench.detectors.base import tokenize_for
 from locos_bench.errors import LocosError
-from locos_bench.models.loading import LoadedModel
-from locos_bench.tasks.spec import Example
+from locos_bench.models import LoadedModel
+from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 ANSWER_TOKEN_MODES = ("mean", "first")

@@ -35,10 +35,10 @@ from torch import Tensor
 from locos_bench.detectors import _common
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.logprobs import token_logprobs
-from locos_bench.models.loading import LoadedModel
+from locos_bench.evaluation import token_logprobs
+from locos_bench.models import LoadedModel
 from locos_bench.names import Head, Hook, hook_attn_scores, hook_z
-from locos_bench.tasks.spec import Example
+from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 # ---------------------------------------------------------------------------------------

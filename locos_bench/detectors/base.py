@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 from locos_bench.errors import LocosError
-from locos_bench.models.loading import LoadedModel
+from locos_bench.models import LoadedModel
 from locos_bench.names import Head, head_name, rank_heads
-from locos_bench.tasks.spec import Example
+from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 

@@ -91,7 +91,7 @@ def _wire_hooks(model: Any) -> None:
 
 @functools.cache
 def _planted_model() -> Any:
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     model = load_model("planted")
     _wire_hooks(model)

@@ -22,7 +22,7 @@ from typing import Any
 from locos_bench.detectors import _interventions as iv
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import InterventionDetector
-from locos_bench.models.loading import LoadedModel
+from locos_bench.models import LoadedModel
 
 
 @register_detector("attention-knockout")

@@ -33,8 +33,7 @@ from torch import Tensor
 from locos_bench.detectors import _common
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import OnePassDetector
-from locos_bench.models import heads
-from locos_bench.models.loading import LoadedModel
+from locos_bench.models import LoadedModel, heads
 from locos_bench.names import hook_attn_out_scale, hook_v
 from locos_bench.tasks.tokenize import TokenizedExample
 

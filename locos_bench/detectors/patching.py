@@ -35,10 +35,10 @@ from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import InterventionDetector
 from locos_bench.errors import LocosError
+from locos_bench.models import LoadedModel
 from locos_bench.models import heads as H
-from locos_bench.models.loading import LoadedModel
 from locos_bench.names import HOOK_FINAL_SCALE, hook_resid_post, hook_z
-from locos_bench.tasks.spec import Example
+from locos_bench.tasks import Example
 
 FINAL_NORM_MODES = ("recompute", "frozen")
 RECONSTRUCTION_TOLERANCE = 1e-3

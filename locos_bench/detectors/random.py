@@ -13,8 +13,8 @@ import torch
 
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
-from locos_bench.models.loading import LoadedModel
-from locos_bench.tasks.spec import Example
+from locos_bench.models import LoadedModel
+from locos_bench.tasks import Example
 
 
 @register_detector("random")

@@ -28,10 +28,9 @@ from torch import Tensor
 from locos_bench.detectors import _common
 from locos_bench.detectors import _interventions as iv
 from locos_bench.detectors.base import Detector, HeadScores
-from locos_bench.models import heads
-from locos_bench.models.loading import LoadedModel
+from locos_bench.models import LoadedModel, heads
 from locos_bench.names import Head, Hook
-from locos_bench.tasks.spec import Example
+from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from locos_bench.errors import LocosError
-from locos_bench.models.loading import LoadedModel
+from locos_bench.models import LoadedModel
 from locos_bench.names import Head, hook_z
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch
 from locos_bench.names import Hook
+from locos_bench.tasks import Example
 from locos_bench.tasks.metrics import cut_answer
-from locos_bench.tasks.spec import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 _EXTRA_EOS = ("<end_of_turn>", "<|im_end|>", "<|endoftext|>", "<eos>", "</s>")

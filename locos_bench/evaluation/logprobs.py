@@ -13,7 +13,7 @@ from locos_bench.errors import LocosError
 from locos_bench.evaluation._batching import _batches, _pad_id, _tokenized, _torch
 from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
 from locos_bench.names import Hook
-from locos_bench.tasks.spec import Example
+from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
 

@@ -17,8 +17,8 @@ from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
 from locos_bench.evaluation.generation import _greedy
 from locos_bench.evaluation.logprobs import token_logprobs
 from locos_bench.names import Hook
+from locos_bench.tasks import Example, TaskSpec
 from locos_bench.tasks.metrics import METRICS
-from locos_bench.tasks.spec import Example, TaskSpec
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.models.loading import LoadedModel
+from locos_bench.models import LoadedModel
 from locos_bench.names import Head
-from locos_bench.tasks.spec import Example
+from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 _WHERE = {"needle": "the needle", "distractors": "distractors", "elsewhere": "elsewhere"}
@@ -223,7 +223,7 @@ def explain(
 
     from locos_bench.detectors import attention, locos
     from locos_bench.detectors.base import HeadScores, head_name, validate_scores
-    from locos_bench.evaluation.generation import generate_answers
+    from locos_bench.evaluation import generate_answers
     from locos_bench.models import heads
 
     check_supported(model)
@@ -274,9 +274,8 @@ def explain(
 def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
             max_new_tokens: int, greedy: str) -> dict[str, Any]:
     """Greedy answer and gold log-prob with `top_heads` mean-ablated over `reference`."""
+    from locos_bench.evaluation import generate_answers, gold_logprobs
     from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
-    from locos_bench.evaluation.generation import generate_answers
-    from locos_bench.evaluation.logprobs import gold_logprobs
 
     if not reference:
         raise LocosError("--ablate needs at least one reference prompt for the mean activations")

@@ -13,7 +13,7 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.explain.attribution import Explanation, explain
-from locos_bench.models.loading import LoadedModel
+from locos_bench.models import LoadedModel
 
 DATA_MARK = "/*__EXPLAIN_DATA__*/null"
 

@@ -30,11 +30,9 @@ from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import Job, Worker, resolve_batch_size, run_tasks, timed
 from locos_bench.names import rank_heads
-from locos_bench.run.config import RunConfig
-from locos_bench.run.plan import BASELINE, RunPlan, UnitKey
+from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.provenance import provenance
 from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit
-from locos_bench.run.rundir import RunDir
 from locos_bench.run.splits import TaskData
 
 _PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic"}
@@ -239,8 +237,8 @@ def run_benchmark(cfg: RunConfig, *, model: Any = None, executor: Any = None) ->
     `executor` runs the jobs (default: this process, `LocalExecutor`); a
     `locos_bench.harness.executors.RayExecutor` spreads them over a Ray cluster.
     """
-    from locos_bench.models.loading import load_model
-    from locos_bench.report.leaderboard import write_leaderboard
+    from locos_bench.models import load_model
+    from locos_bench.report import write_leaderboard
     from locos_bench.tasks import context_tokens
 
     cfg = cfg.resolved()

@@ -28,8 +28,7 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.harness.worker import Job, Worker
-from locos_bench.run.config import RunConfig
-from locos_bench.run.plan import UnitKey
+from locos_bench.run import RunConfig, UnitKey
 
 EXECUTORS = ("local", "ray")
 INSTALL_HINT = "pip install 'locos-bench[ray]'"
@@ -121,7 +120,7 @@ class _RayWorker:
 
     def __init__(self, cfg_json: str) -> None:
         from locos_bench.harness.worker import Worker, run_tasks
-        from locos_bench.models.loading import load_model
+        from locos_bench.models import load_model
 
         data = json.loads(cfg_json)
         for name in ("output_dir", "data"):  # the config's paths travel as text
@@ -273,8 +272,8 @@ class RayExecutor:
 
 def _lost_unit(job: Any, attempts: int, exc: BaseException) -> Any:
     """The error unit of a job whose worker died on every attempt."""
-    from locos_bench.detectors.registry import make_detector
-    from locos_bench.run.records import EvalUnit, RankUnit, ScoresUnit
+    from locos_bench.detectors import make_detector
+    from locos_bench.run import EvalUnit, RankUnit, ScoresUnit
 
     reason = " ".join(str(exc).split())[:200]
     error = f"worker died {attempts} time(s) running this unit ({type(exc).__name__}: {reason})"

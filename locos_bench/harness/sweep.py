@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from locos_bench.errors import LocosError, did_you_mean, read_yaml_mapping
-from locos_bench.run.config import RunConfig
+from locos_bench.run import RunConfig
 
 Names = list[str]
 
@@ -180,7 +180,7 @@ def run_sweep(sweep: Sweep, *, executor: Callable[[RunConfig], Any] | None = Non
         The path of the combined `leaderboard.md` (in the sweep's output directory).
     """
     from locos_bench.harness.driver import run_benchmark
-    from locos_bench.report.leaderboard import write_leaderboard
+    from locos_bench.report import write_leaderboard
 
     for number, cfg in enumerate(sweep.runs, 1):
         cfg.quiet = quiet

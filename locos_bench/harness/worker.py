@@ -22,9 +22,8 @@ from locos_bench.evaluation.ablation import (
     reference_means,
 )
 from locos_bench.names import Head
-from locos_bench.run.config import RunConfig
+from locos_bench.run import EvalUnit, RankUnit, RunConfig, ScoresUnit
 from locos_bench.run.plan import UnitKey, detector_rng
-from locos_bench.run.records import EvalUnit, RankUnit, ScoresUnit
 from locos_bench.run.splits import TaskData, build_run_tasks
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -75,7 +74,7 @@ class Worker:
         """The task's clean prefills (`evaluation.CleanPrefix`): ablated evaluations start at
         their lowest ablated layer. On a GPU they may hold a tenth of the memory free when
         the task begins (2 GiB on a CPU)."""
-        from locos_bench.evaluation.clean_prefix import CleanPrefix
+        from locos_bench.evaluation import CleanPrefix
 
         if data.spec.name not in self._prefixes:
             budget = 2 * 1024 ** 3
@@ -119,7 +118,7 @@ class Worker:
 
     def _eval_units(self, data: TaskData, jobs: Sequence[Job]) -> list[EvalUnit]:
         """Several evaluations of one task in shared batches; seconds are split evenly."""
-        from locos_bench.evaluation.task_eval import evaluate_head_sets
+        from locos_bench.evaluation import evaluate_head_sets
 
         means = self._reference(data)
         with self._timed("evaluate"):
@@ -180,7 +179,7 @@ class Worker:
     def _eval_unit(self, data: TaskData, key: UnitKey, heads: list[Head], means: HeadMeans | None,
                    heads_from: str | None) -> EvalUnit:
         """The evaluation split with `heads` ablated (the simple path: one head set)."""
-        from locos_bench.evaluation.task_eval import evaluate_task
+        from locos_bench.evaluation import evaluate_task
 
         start = time.perf_counter()
         if hasattr(data, "values"):  # an lm-eval control (locos_bench.lm_eval.LmEvalControl)
@@ -194,7 +193,7 @@ class Worker:
 
     def _rank_unit(self, data: TaskData, key: UnitKey, head: Head, means: HeadMeans | None) -> RankUnit:
         """One head ablated alone: teacher-forced gold log-prob only (no generation)."""
-        from locos_bench.evaluation.logprobs import gold_logprobs
+        from locos_bench.evaluation import gold_logprobs
 
         task = data.spec.name
         base = dict(task=task, detector=key.detector, rank=key.index, head=list(head))

@@ -88,7 +88,7 @@ def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int =
 
 def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> Any:
     """Score heads on the task's calibration split as a `locos-bench run` would."""
-    from locos_bench.detectors.registry import detector_names
+    from locos_bench.detectors import detector_names
     from locos_bench.errors import unknown
 
     if parts["detector"] not in detector_names():
@@ -108,9 +108,8 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
 
 
 def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> Any:
-    from locos_bench.models.aliases import canonical_name
-    from locos_bench.run.records import ScoresUnit
-    from locos_bench.run.rundir import RunDir
+    from locos_bench.models import canonical_name
+    from locos_bench.run import RunDir, ScoresUnit
 
     run_dir = RunDir(run)
     if not run_dir.exists():
@@ -129,14 +128,14 @@ def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> An
 def _head_scores(unit: Any) -> Any:
     import torch
 
-    from locos_bench.detectors.base import HeadScores
+    from locos_bench.detectors import HeadScores
 
     return HeadScores(scores=torch.tensor(unit.scores, dtype=torch.float64), detector=unit.detector)
 
 
 def _task_data(model: Any, task: str, *, preset: str, seed: int) -> tuple[Any, Any]:
     """The harness's splits of `task` for `preset` and `seed`."""
-    from locos_bench.run.config import RunConfig
+    from locos_bench.run import RunConfig
     from locos_bench.run.splits import build_task_data
     from locos_bench.tasks import load_task
 

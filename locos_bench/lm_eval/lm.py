@@ -95,7 +95,7 @@ class LocosLM(TemplateLM):
         except ValueError:
             raise LocosError(f"batch_size and seed must be whole numbers (got {batch_size!r}, {seed!r})") from None
         if loaded is None:
-            from locos_bench.models.loading import load_model
+            from locos_bench.models import load_model
 
             loaded = load_model(str(model), device=_device(device), dtype=str(dtype))
             head_set = resolve_heads(str(heads), loaded, preset=preset, seed=seed, reference=reference)
@@ -162,7 +162,7 @@ class LocosLM(TemplateLM):
         """Sum of continuation log-probs and whether greedy decoding gives the continuation.
 
         Contexts longer than `max_length` are cut from the left, as `hf` does."""
-        from locos_bench.evaluation.logprobs import continuation_logprobs
+        from locos_bench.evaluation import continuation_logprobs
 
         sequences = []
         for _, context, continuation in requests:
@@ -203,7 +203,7 @@ class LocosLM(TemplateLM):
         """Greedy, KV-cached generation with the ablation active, stopped at `until`."""
         from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
-        from locos_bench.evaluation.generation import generate_from_ids
+        from locos_bench.evaluation import generate_from_ids
 
         eos = self.tokenizer.decode([self.eot_token_id], skip_special_tokens=False) if self.eot_token_id is not None else None
         groups: dict[str, list[int]] = {}

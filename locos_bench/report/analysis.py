@@ -56,8 +56,7 @@ from locos_bench.report.bootstrap import (
     spread,
     task_seed,
 )
-from locos_bench.run.plan import BASELINE, RunPlan
-from locos_bench.run.records import EvalUnit, Manifest, RankUnit, ScoresUnit
+from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit
 
 GOLD = "gold_logprob"
 REFERENCES = ("locos", "random")

@@ -21,9 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tabulate import tabulate
 
 from locos_bench.errors import LocosError
-from locos_bench.run.plan import BASELINE
-from locos_bench.run.records import Manifest
-from locos_bench.run.rundir import RunDir
+from locos_bench.run import BASELINE, Manifest, RunDir
 
 BASELINES_DIR = Path(__file__).resolve().parents[2] / "baselines"  # beside locos_bench/ in a checkout
 
@@ -150,7 +148,7 @@ def run_figures(run_dir: RunDir | Path | str, *, n_resamples: int = 2000) -> tup
         LocosError: the directory is not a run, or is incomplete (naming the missing units).
     """
     from locos_bench.report.analysis import analyze
-    from locos_bench.run.rundir import load_run
+    from locos_bench.run import load_run
 
     manifest, units = load_run(getattr(run_dir, "path", run_dir))
     stats = analyze(manifest, units, n_resamples=n_resamples)

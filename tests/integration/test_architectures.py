@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from locos_bench.models import heads
-from locos_bench.models.loading import load_model
+from locos_bench.models import heads, load_model
 from locos_bench.models.miniature import ARCHITECTURES, TINY, miniature
 from tests.integration.test_attention import (  # noqa: F401
     count_lean,
@@ -119,8 +118,7 @@ def test_every_detector_conforms(real_model):
 
     GQA's check runs where heads share key/values and the detector scored anything: on
     random weights `retrieval-head` (argmax copying) can score every head zero."""
-    from locos_bench.detectors import conformance
-    from locos_bench.detectors.registry import detector_names
+    from locos_bench.detectors import conformance, detector_names
     from locos_bench.tasks import load_task, make_examples
 
     short = load_task("kv-retrieval").model_copy(update={"context_lengths": [120]})  # still > 3 windows

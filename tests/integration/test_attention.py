@@ -12,7 +12,7 @@ import torch
 
 import locos_bench.models.lean_attention as attention
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.generation import generate_from_ids
+from locos_bench.evaluation import generate_from_ids
 
 ATOL = 1e-5
 """Logits, relative to the largest: float rounding of the fused kernel (measured: 1.4e-6 on
@@ -98,14 +98,14 @@ def test_a_pattern_hook_gets_the_explicit_path(real_model, count_lean):
 
 
 def test_unknown_attention_is_refused():
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     with pytest.raises(LocosError, match="unknown attention 'flash'; choose sdpa or eager"):
         load_model("planted", attention="flash")
 
 
 def test_eager_models_keep_the_explicit_path(count_lean):
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     model = load_model("planted", attention="eager")
     assert model.info["attention"] == "eager"

@@ -13,9 +13,8 @@ import os
 import pytest
 
 from locos_bench.detectors.conformance import conformance_model
+from locos_bench.explain import explain, write_page
 from locos_bench.explain._chromium import Chromium, find_chromium
-from locos_bench.explain.attribution import explain
-from locos_bench.explain.page import write_page
 from locos_bench.tasks import load_task, make_example
 
 READY = "document.body && document.body.dataset.ready === '1'"
@@ -37,7 +36,7 @@ def random_llama(directory, *, layers: int, heads: int, kv_heads: int, context: 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
     from locos_bench.models.planted import build_planted_tokenizer
 
     tok = build_planted_tokenizer()

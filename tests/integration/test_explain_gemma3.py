@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from locos_bench import cli, models
-from locos_bench.detectors.registry import make_detector
+from locos_bench.detectors import make_detector
 from locos_bench.explain.page import page_data
 from locos_bench.tasks import load_task, make_example
 

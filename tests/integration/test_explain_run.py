@@ -8,7 +8,7 @@ import pytest
 from locos_bench import cli, models
 from locos_bench.detectors.conformance import conformance_model
 from locos_bench.explain.page import page_data
-from locos_bench.report.leaderboard import write_leaderboard
+from locos_bench.report import write_leaderboard
 
 
 @pytest.fixture

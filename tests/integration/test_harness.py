@@ -16,10 +16,7 @@ from locos_bench.detectors import Detector, HeadScores, register_detector
 from locos_bench.errors import LocosError
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
-from locos_bench.run.config import RunConfig
-from locos_bench.run.plan import BASELINE
-from locos_bench.run.records import EvalUnit, RankUnit, ScoresUnit
-from locos_bench.run.rundir import RunDir
+from locos_bench.run import BASELINE, EvalUnit, RankUnit, RunConfig, RunDir, ScoresUnit
 
 
 class Oracle(Detector):
@@ -191,7 +188,7 @@ def test_sigkill_mid_run_then_same_command_resumes(tmp_path):
 
 
 def test_mangled_middle_line_is_named_then_set_aside_and_recomputed(tmp_path, planted):
-    from locos_bench.run.rundir import load_run
+    from locos_bench.run import load_run
 
     cfg = _cfg(tmp_path, budgets=[1, 2])
     run_dir = _execute(cfg, planted)
@@ -212,7 +209,7 @@ def test_mangled_middle_line_is_named_then_set_aside_and_recomputed(tmp_path, pl
 
 
 def test_mangled_manifest_is_one_clear_line(tmp_path, planted):
-    from locos_bench.run.rundir import load_run
+    from locos_bench.run import load_run
 
     cfg = _cfg(tmp_path, budgets=[1])
     run_dir = _execute(cfg, planted)

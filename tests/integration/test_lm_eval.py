@@ -134,7 +134,7 @@ def test_heads_on_the_fly_are_the_harness_heads(ablated_lm):
 def test_ablation_matches_the_harness(ablated_lm, locos_results, manager):
     """The harness's own evaluation of the same examples with the same hooks predicts the
     lm-eval result example by example: retrieval collapses to about chance."""
-    from locos_bench.evaluation.task_eval import evaluate_task
+    from locos_bench.evaluation import evaluate_task
     from locos_bench.tasks import load_task, make_examples
 
     ablated = _evaluate(ablated_lm, manager, tasks=["planted_kv_gen", "planted_kv_mc"])
@@ -217,7 +217,7 @@ def test_entry_point_is_declared_for_newer_lm_eval():
 
 @pytest.fixture(scope="module")
 def planted(le):
-    from locos_bench.models.loading import load_model
+    from locos_bench.models import load_model
 
     return load_model("planted")
 
@@ -296,8 +296,8 @@ def test_per_example_values_of_a_local_task(le, planted):
 
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory, planted):
-    from locos_bench.harness.driver import run_benchmark
-    from locos_bench.run.config import RunConfig
+    from locos_bench.harness import run_benchmark
+    from locos_bench.run import RunConfig
 
     cfg = RunConfig(model="planted", detectors=["locos"], preset="quick", quiet=True,
                     output_dir=tmp_path_factory.mktemp("runs") / "planted-quick",
@@ -307,8 +307,7 @@ def planted_run(tmp_path_factory, planted):
 
 def test_lm_eval_tasks_are_controls_of_a_run(planted_run):
     from locos_bench.report.leaderboard import analyze_runs
-    from locos_bench.run.plan import BASELINE, UnitKey
-    from locos_bench.run.records import EvalUnit
+    from locos_bench.run import BASELINE, EvalUnit, UnitKey
 
     manifest = planted_run.read_manifest()
     entries = {t.name: t for t in manifest.tasks}
@@ -329,10 +328,10 @@ def test_lm_eval_tasks_are_controls_of_a_run(planted_run):
 def test_heads_from_a_run_directory(le, planted, planted_run, planted_dir):
     import torch
 
-    from locos_bench.detectors.base import HeadScores
+    from locos_bench.detectors import HeadScores
     from locos_bench.errors import LocosError
-    from locos_bench.models.loading import load_model
-    from locos_bench.run.records import ScoresUnit
+    from locos_bench.models import load_model
+    from locos_bench.run import ScoresUnit
 
     unit = next(u for u in planted_run.read_units() if isinstance(u, ScoresUnit) and u.detector == "locos")
     expected = HeadScores(scores=torch.tensor(unit.scores), detector="locos").ranking()[:2]

@@ -30,8 +30,8 @@ def le():
 
 @pytest.fixture(scope="module")
 def results(gemma3, le, manager):
+    from locos_bench.models import resolve_spec
     from locos_bench.models._gguf import _cache_dir
-    from locos_bench.models.aliases import resolve_spec
 
     directory = _cache_dir(resolve_spec("gemma3"))
     assert (directory / "complete.json").exists()  # written by the gemma3 fixture's load

@@ -22,9 +22,7 @@ from locos_bench import cli
 from locos_bench.errors import LocosError
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
-from locos_bench.run.config import RunConfig
-from locos_bench.run.records import ScoresUnit
-from locos_bench.run.rundir import RunDir
+from locos_bench.run import RunConfig, RunDir, ScoresUnit
 
 HERE = Path(__file__).resolve().parent
 
@@ -118,7 +116,7 @@ def test_killed_worker_has_its_job_retried_and_every_unit_is_recorded_once(tmp_p
     assert slow["error"] is None and slow["scores"]
     lost = units[ScoresUnit(task="planted-kv", detector="test-ray-suicide").key]
     assert lost["error"].startswith("worker died 2 time(s)")
-    from locos_bench.run.rundir import load_run
+    from locos_bench.run import load_run
 
     load_run(run_dir.path)  # complete: every unit the plan needs is there
 

@@ -8,9 +8,7 @@ import json
 import pytest
 import torch
 
-from locos_bench.evaluation.generation import generate_answers
-from locos_bench.evaluation.logprobs import gold_logprobs
-from locos_bench.evaluation.task_eval import evaluate_task
+from locos_bench.evaluation import evaluate_task, generate_answers, gold_logprobs
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -76,9 +74,11 @@ def test_evaluate_task_rows(gemma3, kv_examples):
     assert sum(r["score"] for r in rows) >= 2  # kv-retrieval is easy for gemma3
 
 
-def test_tasks_eval_cli(capsys):
+def test_tasks_eval_cli(gemma3, capsys, monkeypatch):
+    from locos_bench import models
     from locos_bench.cli import main
 
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: gemma3)  # the session's load
     assert main(["tasks", "eval", "kv-retrieval", "--model", "gemma3", "--n", "6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n"] == 6 and out["model"] == "gemma3" and out["metric"] == "contains"
@@ -89,7 +89,7 @@ def test_tasks_eval_cli(capsys):
 
 
 def test_shared_prefill_equals_separate_passes(gemma3):
-    from locos_bench.evaluation.task_eval import answers_and_logprobs
+    from locos_bench.evaluation import answers_and_logprobs
 
     examples = make_examples(load_task("niah-literal"), 4, model=gemma3)  # multi-token answers
     items = [tokenize_example(e, gemma3.tokenizer) for e in examples]

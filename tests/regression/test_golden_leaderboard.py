@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from locos_bench.report.leaderboard import write_leaderboard
+from locos_bench.report import write_leaderboard
 
 ROOT = Path(__file__).resolve().parents[2] / "leaderboard"
 RUNS = sorted(p.parent for p in ROOT.glob("*/manifest.json"))

@@ -35,6 +35,10 @@ def test_planted_nonliteral_matches_reference(locos):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["gemma3", "smollm2"])
-def test_real_model_matches_reference(locos, model):
+def test_real_model_matches_reference(locos, model, request, monkeypatch):
+    from locos_bench import pytest_plugin
+
+    # The session's model (tests/conftest.py), not a second load of the same weights.
+    monkeypatch.setitem(pytest_plugin._MODELS, (model, locos.device), request.getfixturevalue(model))
     run = locos.run(model=model, **SMALL)
     locos.check(run)

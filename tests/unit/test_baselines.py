@@ -23,8 +23,7 @@ from locos_bench.report.baselines import (
     run_figures,
     update_records,
 )
-from locos_bench.run.config import RunConfig
-from locos_bench.run.rundir import RunDir
+from locos_bench.run import RunConfig, RunDir
 
 pytest_plugins = ["pytester"]
 
@@ -135,7 +134,7 @@ def test_incomplete_run_names_missing_units(planted_run, tmp_path):
 def test_pytest_plugin_verdicts(pytester, planted_run, baseline_file):
     """A regression is a failing test with a table; a missing baseline fails with the hint."""
     pytester.makepyfile(test_gate=f"""
-        from locos_bench.run.rundir import RunDir
+        from locos_bench.run import RunDir
 
         def test_gate(locos):
             locos.check(RunDir({str(planted_run)!r}), baseline_file={str(baseline_file)!r})

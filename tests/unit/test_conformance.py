@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from locos_bench.detectors import Detector, HeadScores, conformance
+from locos_bench.detectors import Detector, HeadScores, conformance, detector_names, detector_source, get_detector_class
 from locos_bench.detectors.conformance import conformance_model, detector_checks, parametrize_with_checks
-from locos_bench.detectors.registry import detector_names, detector_source, get_detector_class
 from locos_bench.errors import LocosError
 
 

@@ -136,7 +136,7 @@ def test_locos_is_one_narrow_forward_per_example(model, examples, monkeypatch):
 
     monkeypatch.setattr(heads, "run_layer_by_layer", spy)
     monkeypatch.setattr(heads, "run_and_capture", None)  # the whole-cache path must not run
-    from locos_bench.detectors.base import run_detector
+    from locos_bench.detectors import run_detector
 
     result = run_detector(make_detector("locos"), model, examples, rng=RNG(0))  # timed by the caller
     assert len(calls) == len(examples) == result.forward_passes

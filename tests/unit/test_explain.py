@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from locos_bench import cli, models
+from locos_bench.detectors import make_detector
 from locos_bench.detectors.conformance import conformance_model
-from locos_bench.detectors.registry import make_detector
 from locos_bench.errors import LocosError
-from locos_bench.explain.attribution import explain
+from locos_bench.explain import explain
 from locos_bench.explain.page import page_data, render_html, write_page
 from locos_bench.tasks import Example, load_task, make_example
 

@@ -72,7 +72,7 @@ def test_paths_beside_the_library_point_at_the_checkout():
     """Modules that moved into packages still find the checkout's folders."""
     from locos_bench.report.baselines import BASELINES_DIR
     from locos_bench.run.provenance import CHECKOUT
-    from locos_bench.tasks.registry import BUILTIN_TASKS_DIR
+    from locos_bench.tasks import BUILTIN_TASKS_DIR
 
     assert CHECKOUT == ROOT
     assert (BASELINES_DIR / "gemma3.yaml").is_file()

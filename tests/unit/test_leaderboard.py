@@ -14,7 +14,7 @@ from locos_bench.errors import LocosError
 from locos_bench.report.bootstrap import Estimate
 from locos_bench.report.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
 from locos_bench.report.markdown import fmt, fmt_ci, render_markdown
-from locos_bench.run.plan import BASELINE, RunPlan
+from locos_bench.run import BASELINE, RunDir, RunPlan, load_run
 from locos_bench.run.records import (
     DetectorEntry,
     EvalUnit,
@@ -24,7 +24,6 @@ from locos_bench.run.records import (
     ScoresUnit,
     TaskEntry,
 )
-from locos_bench.run.rundir import RunDir, load_run
 
 
 def missing_units(manifest, units):

@@ -9,8 +9,7 @@ import shutil
 import pytest
 
 from locos_bench.errors import LocosError
-from locos_bench.models.aliases import resolve_spec
-from locos_bench.models.loading import load_model
+from locos_bench.models import load_model, resolve_spec
 from locos_bench.models.miniature import (
     THINKING_TEMPLATE,
     byte_tokenizer,

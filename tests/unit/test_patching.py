@@ -31,8 +31,7 @@ import torch
 from scipy.stats import spearmanr
 
 from locos_bench.detectors import _interventions as iv
-from locos_bench.detectors import get_detector_class, patching
-from locos_bench.detectors.base import run_detector
+from locos_bench.detectors import get_detector_class, patching, run_detector
 from locos_bench.detectors.conformance import hook_snapshot, state_snapshot
 from locos_bench.detectors.knockout import knockout_drops
 from locos_bench.detectors.patching import (
@@ -41,8 +40,7 @@ from locos_bench.detectors.patching import (
     path_patching_drops,
 )
 from locos_bench.errors import LocosError
-from locos_bench.tasks import load_task, make_examples
-from locos_bench.tasks.spec import Example
+from locos_bench.tasks import Example, load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
 DETECTORS = ["attention-knockout", "activation-patching", "path-patching", "attribution-patching"]

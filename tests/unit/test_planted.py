@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from locos_bench.models.loading import load_model
+from locos_bench.models import load_model
 from locos_bench.models.planted import (
     D_MODEL,
     PlantedConfig,
@@ -28,8 +28,8 @@ from locos_bench.models.planted import (
     planted_vocab,
     previous_token_margin,
 )
+from locos_bench.tasks import Example, TaskSpec
 from locos_bench.tasks.generators import get_generator
-from locos_bench.tasks.spec import Example, TaskSpec
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 TASK_YAML = Path(__file__).resolve().parents[2] / "tasks" / "planted-kv.yaml"

@@ -14,8 +14,7 @@ from locos_bench.errors import LocosError
 from locos_bench.models.planted import planted_truth
 from locos_bench.report.analysis import analyze, ground_truth, truth_sets
 from locos_bench.report.markdown import render_markdown
-from locos_bench.run.records import Manifest
-from locos_bench.run.rundir import load_run
+from locos_bench.run import Manifest, load_run
 
 BOARDS = Path(__file__).resolve().parents[2] / "leaderboard"
 SETS = {"retrieval": [(1, 0), (2, 3)], "read_only_decoy": [(1, 1)], "previous_token": [(0, 0)]}

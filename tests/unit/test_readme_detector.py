@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from locos_bench.report.analysis import analyze
-from locos_bench.run.rundir import load_run
+from locos_bench.report import analyze
+from locos_bench.run import load_run
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from locos_bench.errors import LocosError
-from locos_bench.report.analysis import analyze
+from locos_bench.report import analyze
 from locos_bench.report.bootstrap import Bootstrap, combine, curve_weights, task_seed
-from locos_bench.run.plan import BASELINE
+from locos_bench.run import BASELINE
 from locos_bench.run.records import (
     DetectorEntry,
     EvalUnit,

@@ -9,7 +9,7 @@ import pytest
 from locos_bench import cli
 from locos_bench.errors import LocosError
 from locos_bench.harness.sweep import load_sweep, run_sweep
-from locos_bench.run.rundir import RunDir, load_run
+from locos_bench.run import RunDir, load_run
 
 
 def _write(tmp_path, text, name="sweep.yaml"):

@@ -13,8 +13,7 @@ import pytest
 
 from locos_bench.cli import main
 from locos_bench.errors import LocosError
-from locos_bench.run.config import RunConfig
-from locos_bench.run.rundir import RunDir
+from locos_bench.run import RunConfig, RunDir
 from locos_bench.tasks import load_task, make_example, make_examples
 from locos_bench.tasks.registry import resolve_tasks
 
