@@ -25,13 +25,29 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))
 
 
+_THREADS: list[int] = []
+
+
 def pytest_configure(config):
     """Under pytest-xdist each worker computes on one core: two workers on two cores, not four
     threads fighting over two."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
+        _THREADS.append(torch.get_num_threads())
         torch.set_num_threads(1)
+
+
+@pytest.fixture
+def all_threads():
+    """Every thread torch had before `pytest_configure`, for the suite's longest tests: they
+    start first and would otherwise end last on one core while the other core sits idle."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(_THREADS or [before]))
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
