@@ -7,7 +7,7 @@ import os
 import pytest
 
 # Test files that take minutes, longest first: pytest-xdist hands files to its workers in
-# collection order, so these start first and the short files fill in around them.
+# collection order (`--no-loadscope-reorder`), so these start first and short files fill in.
 LONG_FIRST = [
     "tests/regression/test_reference_runs.py",
     "tests/integration/test_architectures.py",
@@ -25,7 +25,23 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))
 
 
-_THREADS: list[int] = []
+APART = {"tests/regression/test_reference_runs.py"}
+"""Files whose tests are each long enough (minutes) to be scheduled one by one, on any worker."""
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, except that the tests of `APART` files are handed out one by one (the
+    gemma3 and smollm2 reference runs, minutes each, run side by side instead of in turn)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileLongTestsApart(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in APART else path
+
+    return LoadFileLongTestsApart(config, log)
 
 
 def pytest_configure(config):
@@ -34,20 +50,7 @@ def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
-        _THREADS.append(torch.get_num_threads())
         torch.set_num_threads(1)
-
-
-@pytest.fixture
-def all_threads():
-    """Every thread torch had before `pytest_configure`, for the suite's longest tests: they
-    start first and would otherwise end last on one core while the other core sits idle."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(_THREADS or [before]))
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

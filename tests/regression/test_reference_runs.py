@@ -35,7 +35,7 @@ def test_planted_nonliteral_matches_reference(locos):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["gemma3", "smollm2"])
-def test_real_model_matches_reference(locos, model, request, monkeypatch, all_threads):
+def test_real_model_matches_reference(locos, model, request, monkeypatch):
     from locos_bench import pytest_plugin
 
     # The session's model (tests/conftest.py), not a second load of the same weights.
