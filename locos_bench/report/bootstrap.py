@@ -11,7 +11,9 @@
   scipy supplies the normal quantiles.
 * **Tests.** `p_value`: the two-sided paired bootstrap p-value of a combined statistic against
   zero, from the same replicates as its interval: `p = min(1, 2 * min(1 + #{d* <= 0},
-  1 + #{d* >= 0}) / (B + 1))` (the +1 keeps it above zero; its floor is `2 / (B + 1)`).
+  1 + #{d* >= 0}) / (B + 1))` (the +1 keeps it above zero; its floor is `2 / (B + 1)`). Its
+  tails are those of the percentile interval; with `bca` intervals the two can disagree near
+  the boundary.
   `holm` adjusts a family of p-values by Holm's step-down method (strong control of the
   family-wise error rate under any dependence; scipy has Benjamini-Hochberg, not Holm).
 * **Area** weights (`curve_weights`): the trapezoid rule over `x = log2(k)`, divided by
