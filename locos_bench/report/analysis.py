@@ -30,6 +30,20 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   then AUROC, then the ablation figures: ablation also rewards heads the task needs upstream
   of retrieval, the truth does not.
 
+* **Separability** of adjacent ranks: every table that ranks rows (each task table, and the
+  summary ranking, whose two tables share one order) compares each pair of adjacent ranked
+  rows on the figure that ordered them, the first ranking figure on which they differ
+  (`Comparison`). The paired difference (upper - lower) gets a two-sided paired bootstrap
+  p-value from the same resamples as the intervals (`bootstrap.p_value`); summary differences
+  combine the per-task replicates like the summary figures. **The family** Holm corrects over
+  is every tested adjacent-pair comparison the leaderboard shows: all task tables and the
+  summary ranking of every run in it (`separability`). A pair is separable when its Holm p is
+  below 1 - level (0.05). Not tested, so outside the family: pairs whose ranking figures are
+  all equal (a tie), and on a planted model pairs ordered by a ground-truth figure
+  (precision@n, AUROC), which has no bootstrap distribution (shown as separate ranks).
+  Random rows enter with their per-example mean over draws, as in `vs random` (the spread
+  between draws is not part of the test).
+
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which task's scores chose a control task's heads, is the run plan's.
 """
@@ -53,6 +67,8 @@ from locos_bench.report.bootstrap import (
     combine,
     curve_weights,
     finite_or_none,
+    holm,
+    p_value,
     spread,
     task_seed,
 )
@@ -190,6 +206,75 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
     )
 
 
+class Comparison(_Result):
+    """Two adjacent ranked rows of a table: is the order of `upper` over `lower` separable?"""
+
+    upper: str
+    lower: str
+    figure: str
+    """The ranking figure that ordered them (the first that differs), e.g. `exact_match
+    drop-area`; `precision@n` / `AUROC` (ground truth, not tested); `equal` (no figure differs)."""
+    difference: Estimate | None = None
+    """Paired difference upper - lower on that figure, with its interval (tested pairs)."""
+    p: float | None = None
+    """Two-sided paired bootstrap p-value (None: not tested; NaN: non-finite replicates)."""
+    p_holm: float | None = None
+    """Holm-adjusted over the leaderboard's family (see `separability`)."""
+    separable: bool = False
+    """Holm p < alpha; True for a ground-truth order, False for equal figures."""
+
+    @property
+    def tested(self) -> bool:
+        return self.p is not None
+
+    @field_serializer("p", "p_holm")
+    def _p_json(self, value: float | None) -> float | None:
+        return None if value is None else finite_or_none(value)
+
+
+TRUTH_FIGURES = ("precision@n", "AUROC")
+
+
+def _adjacent(rows: Sequence[Any], name: Any, key: Any, labels: Sequence[str],
+              test: Any) -> list[Comparison]:
+    """Comparisons of adjacent `rows` (ranked order): the first label whose `key` component
+    differs names the figure; `test(upper, lower, label)` gives (difference, p) for it."""
+    out = []
+    for a, b in zip(rows, rows[1:]):
+        ka, kb = key(a), key(b)
+        i = next((i for i, (x, y) in enumerate(zip(ka, kb)) if x != y), None)
+        if i is None:
+            out.append(Comparison(upper=name(a), lower=name(b), figure="equal"))
+        elif labels[i] in TRUTH_FIGURES:
+            out.append(Comparison(upper=name(a), lower=name(b), figure=labels[i], separable=True))
+        else:
+            diff, p = test(a, b, labels[i])
+            out.append(Comparison(upper=name(a), lower=name(b), figure=labels[i], difference=diff, p=p))
+    return out
+
+
+def _paired_test(terms: list[tuple[float, Bootstrap, np.ndarray]]) -> tuple[Estimate | None, float | None]:
+    if not terms:
+        return None, None
+    return combine(terms), p_value(terms)
+
+
+def _task_comparisons(task: TaskResult, key: Any) -> list[Comparison]:
+    truth = key is truth_key
+    labels = [*(TRUTH_FIGURES if truth else ()), f"{task.headline} drop-area", f"{GOLD} drop-area"]
+    metric = {labels[-2]: task.headline, labels[-1]: GOLD}
+
+    def test(a: DetectorResult, b: DetectorResult, label: str) -> tuple[Estimate | None, float | None]:
+        m = metric[label]
+        if m not in a.curves or m not in b.curves:
+            return None, None
+        return _paired_test([(1.0, task.bootstrap, a.curves[m].drop_area_per_example),
+                             (-1.0, task.bootstrap, b.curves[m].drop_area_per_example)])
+
+    rows = [r for r in task.detectors.values() if r.ok]
+    return _adjacent(rows, lambda r: r.name, lambda r: key(r, task.headline)[1:-1], labels, test)
+
+
 class DetectorResult(_Result):
     """One detector (or the baseline) on one task."""
 
@@ -237,6 +322,8 @@ class TaskResult(_Result):
     detectors: dict[str, DetectorResult]
     """In ranked order (best first; failed detectors last)."""
     bootstrap: Bootstrap = Field(exclude=True, repr=False)
+    comparisons: list[Comparison] = Field(default_factory=list)
+    """Adjacent ranked detectors (failed ones are not ranked), best pair first."""
 
     @computed_field
     @property
@@ -271,6 +358,12 @@ class RunStats(_Result):
     summary: list[SummaryRow]
     """Ranked like the task tables: on the retrieval drop-areas (planted models: on the
     ground truth first)."""
+    summary_comparisons: list[Comparison] = Field(default_factory=list)
+    """Adjacent ranked summary rows (rows with no retrieval figure are not ranked)."""
+    holm_family: int = 0
+    """Tested comparisons in the Holm family that corrected this run's p-values."""
+    alpha: float = 1 - LEVEL
+    """Separability threshold of the Holm-adjusted p-values (1 - level)."""
     failures: list[Failure]
 
     @computed_field
@@ -412,12 +505,37 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                     res.truth = ground_truth(scores, sets, budgets)
         key = truth_key if any(r.truth for r in results.values()) else rank_key
         ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
-        tasks.append(TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
-                                n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
-                                detectors=ordered, bootstrap=boot, heads_from=plan.heads_from(entry.name)))
+        task = TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
+                          n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
+                          detectors=ordered, bootstrap=boot, heads_from=plan.heads_from(entry.name))
+        task.comparisons = _task_comparisons(task, key)
+        tasks.append(task)
     summary = _summary(plan, tasks)
-    return RunStats(manifest=manifest, tasks=tasks, summary=summary, failures=failures, method=method,
-                    level=level, n_resamples=n_resamples, name=name)
+    run = RunStats(manifest=manifest, tasks=tasks, summary=summary,
+                   summary_comparisons=_summary_comparisons(tasks, summary), failures=failures,
+                   method=method, level=level, n_resamples=n_resamples, name=name)
+    separability([run])
+    return run
+
+
+def separability(runs: Sequence[RunStats]) -> int:
+    """Holm-adjust every tested adjacent-pair comparison of `runs` as one family (what one
+    leaderboard shows) and mark which pairs are separable. Returns the family size m.
+
+    Alpha is 1 - level (the smallest over the runs). A NaN p-value enters as 1.
+    """
+    family = [c for run in runs for c in _all_comparisons(run) if c.tested]
+    alpha = min((1 - run.level for run in runs), default=1 - LEVEL)
+    adjusted = holm([c.p if math.isfinite(c.p) else 1.0 for c in family])
+    for c, p in zip(family, adjusted):
+        c.p_holm, c.separable = p, p < alpha
+    for run in runs:
+        run.holm_family, run.alpha = len(family), alpha
+    return len(family)
+
+
+def _all_comparisons(run: RunStats) -> list[Comparison]:
+    return [c for t in run.tasks for c in t.comparisons] + run.summary_comparisons
 
 
 def _paired(boot: Bootstrap, a: np.ndarray, b: np.ndarray) -> Estimate:
@@ -518,13 +636,8 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
         figures: dict[str, dict[str, Estimate | None]] = {}
         counts = (0, 0)
         for metric_key in ("headline", GOLD):
-            def usable(t: TaskResult) -> str | None:
-                metric = t.headline if metric_key == "headline" else GOLD
-                res = t.detectors.get(det.name)
-                return metric if res is not None and res.ok and metric in res.curves else None
-
-            retr = [(t, usable(t)) for t in tasks if t.kind == "retrieval" and usable(t)]
-            ctrl = [(t, usable(t)) for t in tasks if t.kind == "control" and usable(t)]
+            retr = _usable(tasks, det.name, metric_key, "retrieval")
+            ctrl = _usable(tasks, det.name, metric_key, "control")
             if metric_key == "headline":
                 counts = (len(retr), len(ctrl))
 
@@ -553,19 +666,55 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
         rows.append(SummaryRow(detector=det.name, retrieval_tasks=counts[0], control_tasks=counts[1],
                                figures=figures, truth=truth))
 
-    def key(row: SummaryRow) -> tuple:
-        def val(metric_key: str) -> float:
-            est = row.figures[metric_key]["retrieval"]
-            return math.inf if est is None or not math.isfinite(est.value) else -round(est.value, 9)
-        truth = (() if not any(r.truth for r in rows) else
-                 (-round(row.truth["precision_at_n"], 9), -round(row.truth["auroc"], 9))
-                 if row.truth else (math.inf, math.inf))
-        return (*truth, val("headline"), val(GOLD), row.detector)
+    truth = any(r.truth for r in rows)
+    return sorted(rows, key=lambda row: _summary_key(row, truth))
 
-    return sorted(rows, key=key)
+
+def _usable(tasks: Sequence[TaskResult], det: str, metric_key: str, kind: str) -> list[tuple[TaskResult, str]]:
+    """(task, metric) of the tasks of `kind` where `det` has a curve of the summary metric."""
+    out = []
+    for t in tasks:
+        metric = t.headline if metric_key == "headline" else GOLD
+        res = t.detectors.get(det)
+        if t.kind == kind and res is not None and res.ok and metric in res.curves:
+            out.append((t, metric))
+    return out
+
+
+def _summary_key(row: SummaryRow, truth: bool) -> tuple:
+    """Summary sort key: ground truth (planted runs), retrieval drop-areas (descending), name."""
+    def val(metric_key: str) -> float:
+        est = row.figures[metric_key]["retrieval"]
+        return math.inf if est is None or not math.isfinite(est.value) else -round(est.value, 9)
+    figures = (() if not truth else
+               (-round(row.truth["precision_at_n"], 9), -round(row.truth["auroc"], 9))
+               if row.truth else (math.inf, math.inf))
+    return (*figures, val("headline"), val(GOLD), row.detector)
+
+
+def _summary_comparisons(tasks: Sequence[TaskResult], summary: Sequence[SummaryRow]) -> list[Comparison]:
+    """Adjacent ranked summary rows, tested on the mean retrieval drop-area that ordered them
+    (each detector's own usable tasks, equally weighted, as in its summary figure)."""
+    truth = any(r.truth for r in summary)
+    labels = [*(TRUTH_FIGURES if truth else ()), "headline retrieval drop-area", f"{GOLD} retrieval drop-area"]
+    metric_key = {labels[-2]: "headline", labels[-1]: GOLD}
+
+    def terms(det: str, key: str, sign: float) -> list[tuple[float, Bootstrap, np.ndarray]]:
+        retr = _usable(tasks, det, key, "retrieval")
+        return [(sign / len(retr), t.bootstrap, t.detectors[det].curves[m].drop_area_per_example)
+                for t, m in retr]
+
+    def test(a: SummaryRow, b: SummaryRow, label: str) -> tuple[Estimate | None, float | None]:
+        key = metric_key[label]
+        upper, lower = terms(a.detector, key, 1.0), terms(b.detector, key, -1.0)
+        return _paired_test(upper + lower) if upper and lower else (None, None)
+
+    rows = [r for r in summary if r.retrieval_tasks > 0]
+    return _adjacent(rows, lambda r: r.detector, lambda r: _summary_key(r, truth)[:-1], labels, test)
 
 
 __all__ = [
-    "Curve", "DetectorResult", "Failure", "GOLD", "GroundTruth", "RankResult", "RunStats",
-    "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "truth_key", "truth_sets",
+    "Comparison", "Curve", "DetectorResult", "Failure", "GOLD", "GroundTruth", "RankResult", "RunStats",
+    "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "separability", "truth_key",
+    "truth_sets",
 ]

@@ -9,6 +9,13 @@
   Tibshirani when tasks are combined). Implemented on the shared resample indices rather
   than with `scipy.stats.bootstrap`, which cannot share one set of resamples across calls;
   scipy supplies the normal quantiles.
+* **Tests.** `p_value`: the two-sided paired bootstrap p-value of a combined statistic against
+  zero, from the same replicates as its interval: `p = min(1, 2 * min(1 + #{d* <= 0},
+  1 + #{d* >= 0}) / (B + 1))` (the +1 keeps it above zero; its floor is `2 / (B + 1)`). Its
+  tails are those of the percentile interval; with `bca` intervals the two can disagree near
+  the boundary.
+  `holm` adjusts a family of p-values by Holm's step-down method (strong control of the
+  family-wise error rate under any dependence; scipy has Benjamini-Hochberg, not Holm).
 * **Area** weights (`curve_weights`): the trapezoid rule over `x = log2(k)`, divided by
   `log2(k_K) - log2(k_1)`, i.e. a log-k weighted mean of a curve.
 
@@ -152,13 +159,9 @@ class Bootstrap:
         return combine([(1.0, self, x)])
 
 
-def combine(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> Estimate:
-    """`sum_t c_t * mean(x_t)` over independently resampled tasks, with its interval.
-
-    Each term is `(coefficient, the task's Bootstrap, per-example values)`. Terms may share a
-    Bootstrap (a difference within one task): their vectors are then merged first, so the
-    statistic stays paired.
-    """
+def _replicates(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]
+                ) -> tuple[float, np.ndarray, list[tuple[Bootstrap, np.ndarray]]]:
+    """Point value, `[B]` replicates and the merged per-bootstrap vectors of a combination."""
     if not terms:
         raise LocosError("nothing to combine")
     merged: dict[int, tuple[Bootstrap, np.ndarray]] = {}
@@ -169,24 +172,67 @@ def combine(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> Estimate:
         else:
             merged[id(boot)] = (boot, vec)
     boots = [b for b, _ in merged.values()]
-    method, level = boots[0].method, boots[0].level
-    if any(b.method != method or b.level != level or b.n_resamples != boots[0].n_resamples
-           for b in boots):
+    if any(b.method != boots[0].method or b.level != boots[0].level
+           or b.n_resamples != boots[0].n_resamples for b in boots):
         raise LocosError("combined bootstraps must share method, level and B")
     point = 0.0
     reps = np.zeros(boots[0].n_resamples)
     for boot, vec in merged.values():
         point += boot.mean(vec)
         reps = reps + boot.replicates(vec)
+    return point, reps, list(merged.values())
+
+
+def combine(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> Estimate:
+    """`sum_t c_t * mean(x_t)` over independently resampled tasks, with its interval.
+
+    Each term is `(coefficient, the task's Bootstrap, per-example values)`. Terms may share a
+    Bootstrap (a difference within one task): their vectors are then merged first, so the
+    statistic stays paired.
+    """
+    point, reps, merged = _replicates(terms)
+    method, level = merged[0][0].method, merged[0][0].level
     if method == "percentile":
         low, high = _percentile(reps, level)
     else:
         groups = []
-        for boot, vec in merged.values():
+        for boot, vec in merged:
             # Leaving example i of this task out moves only this task's mean.
             groups.append(point - (boot.mean(vec) - boot.jackknife(vec)))
         low, high = _bca(point, reps, groups, level)
     return Estimate(point, low, high)
+
+
+def p_value(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> float:
+    """Two-sided paired bootstrap p-value of `combine(terms)` against zero (terms as there).
+
+    From the same replicates as the interval: twice the smaller tail share of replicates on
+    either side of zero (zero counting in both), each with the +1 correction, capped at 1.
+    NaN when a replicate is not finite.
+    """
+    _, reps, _ = _replicates(terms)
+    if not np.all(np.isfinite(reps)):
+        return math.nan
+    b = reps.size
+    tail = min(np.count_nonzero(reps <= 0), np.count_nonzero(reps >= 0))
+    return min(1.0, 2.0 * (1 + tail) / (b + 1))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values of one family, in the input order.
+
+    The i-th smallest of m p-values is multiplied by `m - i + 1` (i from 1), then made
+    non-decreasing along that order and capped at 1; reject where the adjusted p < alpha.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1 or np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+        raise LocosError(f"Holm needs p-values in [0, 1], got {list(p_values)}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return [float(x) for x in out]
 
 
 def _percentile(reps: np.ndarray, level: float) -> tuple[float, float]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.report.analysis import RunStats, analyze
+from locos_bench.report.analysis import RunStats, analyze, separability
 from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES
 from locos_bench.report.markdown import render_markdown
 from locos_bench.report.plots import write_plots
@@ -23,7 +23,8 @@ LEADERBOARD = "leaderboard.md"
 
 def analyze_runs(run_dirs: Sequence[Path | str] | Path | str, *, n_resamples: int = N_RESAMPLES,
                  method: str = "percentile", level: float = LEVEL) -> list[RunStats]:
-    """Load and analyse each run directory (each must be complete)."""
+    """Load and analyse each run directory (each must be complete); the adjacent-rank tests of
+    all of them form one Holm family (`analysis.separability`), as on one leaderboard."""
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
     if not run_dirs:
@@ -33,6 +34,7 @@ def analyze_runs(run_dirs: Sequence[Path | str] | Path | str, *, n_resamples: in
         manifest, units = load_run(path)
         runs.append(analyze(manifest, units, n_resamples=n_resamples, method=method, level=level,
                             name=Path(path).resolve().name))
+    separability(runs)  # one Holm family: every run shown together
     return runs
 
 

@@ -2,6 +2,12 @@
 
 The same statistics give a byte-identical file: no clock, no absolute paths, fixed float
 formatting. Plots are linked by the relative paths `locos_bench.report.plots` returns.
+
+Ranks are competition ranks with ties (`rank_labels`): a row whose order against the row above
+is not separable after Holm's correction shares its rank, marked `=` (1, =2, =2, 4). The
+family Holm corrects over is every tested adjacent-pair comparison the leaderboard shows (each
+task table and the summary ranking, of every run rendered together: `analysis.separability`);
+each ranked table is followed by its comparisons, and the notes state the family and its size.
 """
 
 from __future__ import annotations
@@ -9,13 +15,22 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
 
 from locos_bench.names import Head, head_name, rank_heads
-from locos_bench.report.analysis import GOLD, DetectorResult, RunStats, TaskResult, truth_sets
+from locos_bench.report.analysis import (
+    GOLD,
+    Comparison,
+    DetectorResult,
+    RunStats,
+    TaskResult,
+    separability,
+    truth_sets,
+)
 from locos_bench.report.bootstrap import Estimate
 
 DIGITS = 3
@@ -144,6 +159,78 @@ per-draw means. Rows are ranked by headline drop-area, then logp drop-area. Cost
 seconds and forward passes on the calibration set (mean over draws)."""
 
 
+SEPARABILITY = """\
+*Ties.* A rank marked `=` (e.g. `=2`) is shared by adjacent rows whose order is not
+separable. Each pair of adjacent ranked rows is tested on the figure that ordered it (the
+first ranking figure on which they differ) with a two-sided paired bootstrap p-value from the
+resamples of the intervals, p = 2·min(1 + #(d* ≤ 0), 1 + #(d* ≥ 0)) / (B + 1), capped at 1.
+Holm's step-down correction runs over **the family of every adjacent-pair comparison this
+leaderboard tests**: {family}. A pair is separable when its Holm-adjusted p < {alpha}. Ranks
+are competition ranks: a row not separable from the row above shares its rank, and the next
+row's rank counts every row above it (1, =2, =2, 4); only adjacent rows are compared, so a tie
+can chain across rows that would differ. Rows whose ranking figures are all equal tie without
+a test; failed rows are not ranked. Random rows enter with their per-example mean over draws, as in **vs random**: the
+spread between draws is not part of the test."""
+
+
+def rank_labels(names: Sequence[str], comparisons: Sequence[Comparison]) -> dict[str, str]:
+    """Competition ranks of ranked rows (in order), `comparisons[i]` between rows i and i+1:
+    a row not separable from the row above joins its group; a group of several is `=`-marked."""
+    groups: list[list[str]] = []
+    for i, name in enumerate(names):
+        if i and not comparisons[i - 1].separable:
+            groups[-1].append(name)
+        else:
+            groups.append([name])
+    labels, position = {}, 1
+    for group in groups:
+        for name in group:
+            labels[name] = f"={position}" if len(group) > 1 else str(position)
+        position += len(group)
+    return labels
+
+
+def task_rank_labels(task: TaskResult) -> dict[str, str]:
+    """Rank labels of a task's ranked (error-free) detectors; failed ones have none."""
+    return rank_labels([r.name for r in task.detectors.values() if r.ok], task.comparisons)
+
+
+def _separability_note(run: RunStats, n_runs: int, truth: bool) -> str:
+    m = run.holm_family
+    scope = "of every run" if n_runs > 1 else "of this run"
+    family = (f"{m} comparisons, the adjacent rows of each task table and of the summary ranking "
+              f"(its two tables share one order) {scope}")
+    text = SEPARABILITY.format(family=family, alpha=fmt(run.alpha, 2))
+    if truth:
+        text += (" Pairs ordered by a ground-truth figure (precision@n, AUROC) are not tested (it "
+                 "has no bootstrap distribution) and keep separate ranks.")
+    b = run.n_resamples
+    if m and 2 * m / (b + 1) >= run.alpha:
+        need = int(2 * m / run.alpha)
+        while 2 * m / (need + 1) >= run.alpha:
+            need += 1
+        text += (f" **With B = {b} no pair can be separated:** the smallest p, 2 / (B + 1), times "
+                 f"{m} is not below {fmt(run.alpha, 2)}; rerun with `--n-resamples {need}` or more.")
+    return textwrap.fill(" ".join(text.split()), width=95, break_long_words=False, break_on_hyphens=False)
+
+
+def _comparisons_table(comparisons: Sequence[Comparison]) -> str | None:
+    if not comparisons:
+        return None
+    rows = []
+    for c in comparisons:
+        if c.figure == "equal":
+            verdict = "no: equal figures"
+        elif not c.tested:
+            verdict = "not tested (ground truth)" if c.separable else "no: no figure to test"
+        else:
+            verdict = "yes" if c.separable else "no: tie"
+        rows.append([f"{c.upper} / {c.lower}", c.figure if c.figure != "equal" else "—",
+                     fmt_ci(c.difference), fmt(c.p), fmt(c.p_holm), verdict])
+    return _table(rows, ["adjacent pair (upper / lower)", "ordered by", "difference (upper − lower)",
+                         "p", "Holm p", "separable"])
+
+
 def detector_label(res: DetectorResult) -> str:
     if res.stochastic:
         return f"{res.name} ({len(res.draws)} draws)"
@@ -168,13 +255,13 @@ def _task_main_table(run: RunStats, task: TaskResult) -> str:
     else:
         rows.append(["—", "baseline (unablated)", f"failed: {base.error}"]
                     + ["—"] * (len(headers) - 3))
-    rank = 0
+    labels = task_rank_labels(task)
     for res in task.detectors.values():
         if not res.ok:
             rows.append(["—", detector_label(res), "failed"] + ["—"] * (len(budgets) + 5)
                         + [fmt(res.seconds, 1), fmt(res.forward_passes, 0)])
             continue
-        rank += 1
+        rank = labels[res.name]
         c = res.curves[h]
         g = res.curves.get(GOLD)
         sp = c.spread or {}
@@ -276,9 +363,10 @@ def _summary_table(run: RunStats, metric_key: str) -> str:
     rows = []
     n_retr = sum(t.kind == "retrieval" for t in run.tasks)
     n_ctrl = sum(t.kind == "control" for t in run.tasks)
-    for i, row in enumerate(run.summary, 1):
+    labels = rank_labels([r.detector for r in run.summary if r.retrieval_tasks > 0], run.summary_comparisons)
+    for row in run.summary:
         f = row.figures[metric_key]
-        cells = [i, row.detector,
+        cells = [labels.get(row.detector, "—"), row.detector,
                  f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",
                  fmt_ci(f["retrieval"]), fmt_ci(f["control"]), fmt_ci(f["specificity"]),
                  fmt_ci(f["vs_locos"]), fmt_ci(f["vs_random"])]
@@ -300,7 +388,11 @@ def _image(alt: str, rel: str | None) -> str | None:
     return f"![{alt}]({rel})" if rel else None
 
 
-def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, title: str) -> str:
+ADJACENT = "Adjacent ranks: is the order separable? (Holm over the leaderboard's family; see *Ties*)"
+
+
+def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, title: str,
+                 n_runs: int = 1) -> str:
     hashes = "#" * level
     parts = [f"{hashes} {title}", _header(run),
              f"{hashes}# Tasks", _tasks_table(run),
@@ -309,11 +401,16 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
     truths = [r.truth for t in run.tasks for r in t.detectors.values() if r.truth is not None]
     if truths:
         parts.append(GROUND_TRUTH.format(n=truths[0].n))
+    parts.append(_separability_note(run, n_runs, bool(truths)))
     parts += [f"{hashes}# Summary across tasks",
              "Headline metric of each task (drop-areas averaged over tasks):",
              _summary_table(run, "headline"),
              "Gold-answer log-prob (nats):",
              _summary_table(run, GOLD)]
+    summary_pairs = _comparisons_table(run.summary_comparisons)
+    if summary_pairs:
+        parts += [ADJACENT.replace("Adjacent ranks", "Adjacent ranks of the summary (both tables)"),
+                  summary_pairs]
     for task in run.tasks:
         p = plots.get(task.name, {})
         base = task.baseline
@@ -331,6 +428,9 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         if truth_table:
             parts += ["Ground truth (ranks this table and the next):", truth_table]
         parts.append(_task_main_table(run, task))
+        pairs = _comparisons_table(task.comparisons)
+        if pairs:
+            parts += [ADJACENT, pairs]
         versus = _task_versus_table(run, task)
         if versus:
             parts += ["Paired differences (this detector − reference):", versus]
@@ -365,6 +465,7 @@ def render_markdown(runs: Sequence[RunStats],
                     plots: Sequence[dict[str, dict[str, str]]] | None = None) -> str:
     """The leaderboard text; `plots[i]` maps task -> {`curves`|`heatmap`|`overlap`: relative path}."""
     runs = list(runs)
+    separability(runs)  # the family: every comparison this leaderboard shows
     plots = list(plots) if plots is not None else [{} for _ in runs]
     lines = ["# locos-bench leaderboard",
              "Generated by `locos-bench leaderboard` from the run records; do not edit by hand."]
@@ -376,8 +477,9 @@ def render_markdown(runs: Sequence[RunStats],
                   "Mean drop-areas over each run's retrieval tasks, and specificity "
                   "(retrieval − control), per detector:", _cross_run_table(runs)]
         for i, (run, p) in enumerate(zip(runs, plots), 1):
-            lines.append(_run_section(run, p, 2, f"Run {i}: {run.manifest.model} — `{run.name}`"))
+            lines.append(_run_section(run, p, 2, f"Run {i}: {run.manifest.model} — `{run.name}`",
+                                      len(runs)))
     return "\n\n".join(lines) + "\n"
 
 
-__all__ = ["fmt", "fmt_ci", "render_markdown", "top_heads"]
+__all__ = ["fmt", "fmt_ci", "rank_labels", "render_markdown", "task_rank_labels", "top_heads"]
