@@ -9,14 +9,16 @@ calibrated on and evaluated: every example of an item goes to one split. A split
 several examples of one item (NoLiMa's test in other books, lengths and depths); another split
 never does.
 
-Items are dealt in the order they first appear in the task's deterministic example stream:
-calibration takes the first items until they hold `n_calib` examples (of the stream's first
-`window` examples), reference the next, evaluation the rest; each split keeps its items'
-first examples, in stream order. The window starts at `n_calib + n_ref + n_eval` and grows
-by what the splits lack, so where no item repeats across today's index ranges the splits *are*
-those ranges (`[0, n_calib)`, then reference, then evaluation), and a task that cycles a small
-pool of items gets splits with proportionally few items each. The manifest records the exact
-example indices of each split.
+The stream is walked in index order: an example of a new item opens it in calibration until
+calibration holds `n_calib` examples, then in reference, then in evaluation; a later example
+of an item joins its item's split while that split has room and is set aside otherwise. Where
+no item crosses the old index ranges (`[0, n_calib)`, then reference, then evaluation) the
+splits are exactly those ranges. Where one does, the walk reads further (up to `LOOKAHEAD`
+times the run's size) to replace what it set aside, and calibration and reference may open
+only their share of the task's estimated number of items (`_item_caps`): a task that cycles a
+small pool (NoLiMa's tests) then gets a few items with several examples each in calibration
+and reference, and leaves most items to evaluation. The manifest records each split's exact
+example indices.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         if len(examples) < window or window >= LOOKAHEAD * n_total:
             raise LocosError(_shortfall(spec, sizes, examples, parts, window))
         if window == n_total:  # items repeat across the index ranges: share them out
-            caps = item_caps(examples, sizes)
+            caps = _item_caps(examples, sizes)
         grown = min(LOOKAHEAD * n_total, window + missing)
         examples += make_examples(spec, grown - window, start=window, model=model, skip_errors=True)
         window = grown
@@ -135,7 +137,7 @@ def assign_splits(examples: list[Example], sizes: dict[str, int],
     return parts
 
 
-def item_caps(examples: list[Example], sizes: dict[str, int]) -> dict[str, float]:
+def _item_caps(examples: list[Example], sizes: dict[str, int]) -> dict[str, float]:
     """Item caps for calibration and reference: their shares of the task's estimated number
     of items, so a small pool (NoLiMa's tests) leaves most items to evaluation.
 
