@@ -562,6 +562,7 @@ def test_no_item_crosses_splits(case, tmp_path):
                                               "evaluation": "n_eval"}[split])
         for e in examples:
             assert home.setdefault(identity(e), split) == split, f"{identity(e)} in {home[identity(e)]} and {split}"
+            assert e.metadata["item"]  # every built-in source names its item
     # The manifest's indices are the examples themselves.
     entry = data.entry
     for split in SPLITS:

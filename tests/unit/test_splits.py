@@ -8,7 +8,7 @@ import pytest
 from locos_bench.presets import PRESETS
 from locos_bench.run import RunConfig
 from locos_bench.run.splits import SPLITS, build_task_data
-from locos_bench.tasks import load_task, make_examples
+from locos_bench.tasks import example_item, load_task, make_examples
 
 GENERATED = ["arithmetic", "babilong-synth", "kv-retrieval", "musique-synth", "niah-literal",
              "nolima-synth", "parametric-recall", "planted-assoc", "planted-kv"]
@@ -72,3 +72,12 @@ def test_planted_reference_runs_keep_their_calibration():
         assert crosses(load_task(task), before)
         assert grouped["calibration"] == before["calibration"]
         assert grouped["evaluation"] != before["evaluation"]
+
+
+def test_an_example_without_an_item_is_keyed_by_its_fact():
+    """A source that names no item: its needle texts, question and answers are the key."""
+    a, b = make_examples(load_task("kv-retrieval"), 2)
+    bare = [e.model_copy(update={"metadata": {k: v for k, v in e.metadata.items() if k != "item"}}) for e in (a, b)]
+    assert example_item(bare[0]) != example_item(bare[1])
+    moved = bare[0].shifted("Preface. " + bare[0].prompt, len("Preface. "))
+    assert example_item(moved) == example_item(bare[0])
