@@ -2,19 +2,35 @@
 
 Calibration examples are what detectors score heads on, reference examples give the mean
 activations of mean ablation, and evaluation examples are held out for the ablated runs.
-They are consecutive index ranges of the task's deterministic example stream, so the same
-configuration always picks the same examples.
+
+Splits are grouped by the underlying item (`locos_bench.tasks.example_item`: a NoLiMa needle,
+a MuSiQue question, a BABILong story, a user's row, a generator's fact), so no item is both
+calibrated on and evaluated: every example of an item goes to one split. A split may hold
+several examples of one item (NoLiMa's test in other books, lengths and depths); another split
+never does.
+
+The stream is walked in index order: an example of a new item opens it in calibration until
+calibration holds `n_calib` examples, then in reference, then in evaluation; a later example
+of an item joins its item's split while that split has room and is set aside otherwise. Where
+no item crosses the old index ranges (`[0, n_calib)`, then reference, then evaluation) the
+splits are exactly those ranges. Where one does, the walk reads further (up to `LOOKAHEAD`
+times the run's size) to replace what it set aside, and calibration and reference may open
+only their share of the task's estimated number of items (`_item_caps`): a task that cycles a
+small pool (NoLiMa's tests) then gets a few items with several examples each in calibration
+and reference, and leaves most items to evaluation. The manifest records each split's exact
+example indices.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.run.provenance import data_hash
 from locos_bench.run.records import TaskEntry
-from locos_bench.tasks import Example, TaskSpec, make_examples
+from locos_bench.tasks import Example, TaskSpec, example_item, make_examples
 from locos_bench.tasks.registry import resolve_tasks
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
@@ -51,23 +67,116 @@ class TaskData:
         )
 
 
+LOOKAHEAD = 4
+"""How far past `n_calib + n_ref + n_eval` (as a multiple of it) the example stream is read
+to find enough examples of each split's own items."""
+
+
 def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
-    """Disjoint splits by index range: calibration, then reference, then evaluation.
+    """Disjoint splits grouped by item: calibration, then reference, then evaluation.
 
     Args:
         spec: The task.
         cfg: A resolved `RunConfig` (its `n_calib`, `n_ref`, `n_eval`).
         model: The loaded model (generators that need its tokenizer or chat template).
+
+    Raises:
+        LocosError: an example failed (it is skipped with a warning, and the splits come up
+            short), or the task's items are too few for the sizes asked for.
     """
-    n_total = cfg.n_calib + cfg.n_ref + cfg.n_eval
-    examples = make_examples(spec, n_total, model=model, skip_errors=True)
-    if len(examples) < n_total:
-        raise LocosError(
-            f"task {spec.name!r}: only {len(examples)} usable examples for the requested "
-            f"{cfg.n_calib} calibration + {cfg.n_ref} reference + {cfg.n_eval} evaluation"
-        )
-    c, r = cfg.n_calib, cfg.n_calib + cfg.n_ref
-    return TaskData(spec, examples[:c], examples[c:r], examples[r:])
+    sizes = {"calibration": cfg.n_calib, "reference": cfg.n_ref, "evaluation": cfg.n_eval}
+    n_total = sum(sizes.values())
+    window = n_total
+    examples = make_examples(spec, window, model=model, skip_errors=True)
+    caps: dict[str, float] = dict.fromkeys(SPLITS, math.inf)
+    while True:
+        parts = assign_splits(examples, sizes, caps)
+        missing = sum(sizes[name] - len(parts[name]) for name in SPLITS)
+        if not missing:
+            return TaskData(spec, parts["calibration"], parts["reference"], parts["evaluation"])
+        if len(examples) < window or window >= LOOKAHEAD * n_total:
+            raise LocosError(_shortfall(spec, sizes, examples, parts, window))
+        if window == n_total:  # items repeat across the index ranges: share them out
+            caps = _item_caps(examples, sizes)
+        grown = min(LOOKAHEAD * n_total, window + missing)
+        examples += make_examples(spec, grown - window, start=window, model=model, skip_errors=True)
+        window = grown
+
+
+def assign_splits(examples: list[Example], sizes: dict[str, int],
+                  caps: dict[str, float] | None = None) -> dict[str, list[Example]]:
+    """Walk the stream: an example of a new item opens it in the first split that is neither
+    full nor at its item cap; an example of a known item joins that item's split if it has
+    room, and is set aside otherwise.
+
+    Args:
+        examples: The stream's examples, in index order.
+        sizes: Examples wanted per split, by split name (`SPLITS` order).
+        caps: The most items each split may hold (none by default).
+
+    Returns:
+        Each split's examples, in stream order; a split comes up short when the examples run
+        out.
+    """
+    caps = caps or dict.fromkeys(SPLITS, math.inf)
+    owner: dict[str, str] = {}
+    parts: dict[str, list[Example]] = {name: [] for name in SPLITS}
+    n_items = dict.fromkeys(SPLITS, 0)
+    for ex in examples:
+        key = example_item(ex)
+        split = owner.get(key)
+        if split is None:
+            split = next((name for name in SPLITS
+                          if len(parts[name]) < sizes[name] and n_items[name] < caps[name]), None)
+            if split is None:
+                continue
+            owner[key] = split
+            n_items[split] += 1
+        if len(parts[split]) < sizes[split]:
+            parts[split].append(ex)
+    return parts
+
+
+def _item_caps(examples: list[Example], sizes: dict[str, int]) -> dict[str, float]:
+    """Item caps for calibration and reference: their shares of the task's estimated number
+    of items, so a small pool (NoLiMa's tests) leaves most items to evaluation.
+
+    The pool is estimated from the distinct items among `examples`: the size `m` of a pool
+    whose uniform draws would show that many, `m * (1 - (1 - 1/m)**n) = distinct`. A stream
+    that cycles its pool shows it whole; a large pool gets caps above the sizes (no cap).
+    """
+    n, distinct = len(examples), len({example_item(e) for e in examples})
+    pool = math.inf
+    if distinct < n:
+        lo, hi = float(distinct), float(distinct)
+        while hi * (1 - (1 - 1 / hi) ** n) < distinct:
+            hi *= 2
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if mid * (1 - (1 - 1 / mid) ** n) < distinct else (lo, mid)
+        pool = hi
+    total = sum(sizes.values())
+    caps: dict[str, float] = {name: max(1, round(pool * sizes[name] / total)) if pool < math.inf else math.inf
+                              for name in SPLITS[:-1]}
+    return {**caps, SPLITS[-1]: math.inf}
+
+
+def _shortfall(spec: TaskSpec, sizes: dict[str, int], examples: list[Example],
+               parts: dict[str, list[Example]], window: int) -> str:
+    wanted = f"{sizes['calibration']} calibration + {sizes['reference']} reference + {sizes['evaluation']} evaluation"
+    failed = window - len(examples)
+    if failed:
+        dropped = len(examples) - sum(len(p) for p in parts.values())
+        aside = f"; {dropped} more repeat items of a full split" if dropped else ""
+        return (f"task {spec.name!r}: only {len(examples)} usable examples of the first {window} "
+                f"({failed} skipped: see the warnings{aside}) for the requested {wanted}")
+    n_items = len({example_item(e) for e in examples})
+    got = ", ".join(f"{name} {len(parts[name])} from {len({example_item(e) for e in parts[name]})} items"
+                    for name in SPLITS)
+    return (f"task {spec.name!r}: too few distinct items for the requested {wanted} examples: "
+            f"its first {window} examples hold {n_items} distinct items, every item's examples stay "
+            f"in one split, and each split needs at least one item of its own (got {got}); "
+            f"ask for fewer examples or give the task more items")
 
 
 def build_run_tasks(cfg: Any, model: Any) -> tuple[dict[str, TaskData], dict[str, str]]:

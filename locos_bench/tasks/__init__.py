@@ -8,6 +8,7 @@ Public face::
 """
 
 from locos_bench.tasks.examples import (
+    example_item,
     example_rng,
     format_example,
     make_example,
@@ -34,6 +35,7 @@ __all__ = [
     "context_tokens",
     "Example",
     "TaskSpec",
+    "example_item",
     "example_rng",
     "format_example",
     "list_tasks",

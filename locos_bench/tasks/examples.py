@@ -22,6 +22,7 @@ prompt and appends `\nAnswer:`; chat sends a system and a user message.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import warnings
 from typing import Any
@@ -84,6 +85,17 @@ def raw_example(spec: TaskSpec, index: int) -> Example:
     if not isinstance(example, Example):
         raise LocosError(f"{where}: the source returned {type(example).__name__}, not an Example")
     return example
+
+
+def example_item(example: Example) -> str:
+    """The underlying item of `example`: its source's `metadata["item"]`, else its content
+    (needle texts, question and answers), so two examples of one fact share a key."""
+    item = example.metadata.get("item")
+    if item is not None:
+        return str(item)
+    question = example.prompt[slice(*example.question_span)] if example.question_span else None
+    needles = [example.prompt[a:b] for a, b in example.needle_spans]
+    return json.dumps([needles, question, example.answers], ensure_ascii=False)
 
 
 def is_raw(example: Example) -> bool:

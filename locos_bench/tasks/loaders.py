@@ -17,10 +17,24 @@ A loader has the generator signature `fn(spec, index, rng, **args) -> Example`.
   StonyBrookNLP/musique `download_data.sh`), one file, or `dgslibisey/MuSiQue` on the hub.
   Supporting paragraphs are needles; the other paragraphs are distractors.
 * `jsonl`: a user's own file (see `load_jsonl`).
+
+Every example names its underlying item in `metadata["item"]`, and `locos_bench.run.splits`
+keeps all examples of an item in one split, so no item is both calibrated on and evaluated:
+
+* NoLiMa: the needle, `<entry id>/<test id>` (its question types share the needle). One test
+  yields many examples (books x context lengths x depths); they may share a split, never
+  cross one.
+* BABILong: the bAbI story and question (its facts, question and target; the PG19 noise
+  around them does not make another item).
+* MuSiQue: the question's `id`.
+* JSONL: the row's own `item` field if it has one, else the row's content (identical rows are
+  one item).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import re
 from collections.abc import Callable
@@ -80,6 +94,12 @@ def _answer_list(values: list[Any], source: str, index: int | str) -> list[str]:
     if not answers:
         raise LocosError(f"{source}: row {index} has no answer")
     return list(dict.fromkeys(answers))
+
+
+def _digest(value: Any) -> str:
+    """A short stable hash of JSON-able content (an item key for rows without an id)."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _approx_tokens(text: str) -> int:
@@ -173,12 +193,14 @@ def load_babilong(spec: Any, index: int, rng: random.Random, **args: Any) -> Exa
     answers = _answer_list([row["target"]], source, index)
     task = str(args.get("split", "qa1"))
     needles, others = babi.supporting_facts(context, question, answers[0], task, f"{source}: row {index}")
+    story = [context[a:b] for a, b in babi.fact_spans(context)]
     return _raw(spec, index, context, question, answers, needles, others, {
         "context_length": _approx_tokens(context),
         "depth": round(needles[0][0] / max(1, len(context)), 3),
         "config": args.get("config", "0k"),
         "split": task,
         "row": index,
+        "item": f"{question} {answers[0]} #{_digest([story, question, answers[0]])}",
     })
 
 
@@ -260,6 +282,7 @@ def load_musique(spec: Any, index: int, rng: random.Random, **args: Any) -> Exam
         "context_length": _approx_tokens(context),
         "depth": round(needles[0][0] / max(1, len(context)), 3),
         "id": row["id"],
+        "item": str(row["id"]),
         "row": n,
         "unanswerable_skipped": skipped,
     })
@@ -377,6 +400,7 @@ def _nolima_tests(entries: tuple[dict[str, Any], ...], qtypes: list[str] | None,
                     "system_prompt": entry.get("system_prompt") or "",
                     "task_template": entry.get("task_template") or NOLIMA_DEFAULT_TASK_TEMPLATE,
                     "reasoning_type": entry.get("reasoning_type"), "row": n,
+                    "item": f"{entry['id']}/{test_id}",
                 })
     if not tests:
         raise LocosError(f"{source}: no test with a question of type {', '.join(qtypes or ['any'])}")
@@ -448,7 +472,7 @@ def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Examp
         question_span=(q_start, q_start + len(question)),
         context_span=(offset, offset + len(haystack)),
         metadata={"seed": spec.seed, "task_version": spec.version, "context_length": length_tokens,
-                  "depth": depth, "test": test["name"], "book": book_name,
+                  "depth": depth, "test": test["name"], "item": test["item"], "book": book_name,
                   "reasoning_type": test["reasoning_type"], "user_turn": True,
                   "system_prompt": test["system_prompt"]},
     )
@@ -491,7 +515,8 @@ def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Exampl
     is) or `context` plus `question` (formatted like every raw task). Needles are `needles`
     (exact strings that must occur exactly once) and/or `needle_spans` (`[start, end)`
     character offsets into the prompt, or into the context); `distractors` and
-    `distractor_spans` likewise.
+    `distractor_spans` likewise. An optional `item` names the underlying item: rows that share
+    it (one question over several contexts, say) always land in the same split.
     """
     where = spec.name
     local = _local_path(args, where)
@@ -512,7 +537,9 @@ def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Exampl
     distractors = _locate(text, row.get("distractors"), row.get("distractor_spans"), "distractor", source, index)
     if not needles and spec.kind == "retrieval":
         raise LocosError(f"{source}: row {index} has no needle (needles or needle_spans)")
+    item = row.get("item")
     meta = {"context_length": _approx_tokens(text), "row": index,
+            "item": _digest(row) if item is None else str(item),
             "depth": round(needles[0][0] / max(1, len(text)), 3) if needles else None}
     if not prompt_only:
         return _raw(spec, index, text, str(row["question"]).strip(), answers, needles, distractors, meta)

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import datasets
 import pytest
 
 from locos_bench.errors import LocosError
-from locos_bench.tasks import load_task, make_example, make_examples
+from locos_bench.run import RunConfig
+from locos_bench.run.splits import SPLITS, build_task_data
+from locos_bench.tasks import BUILTIN_TASKS_DIR, load_task, make_example, make_examples
 from locos_bench.tasks.babi import fact_spans
 from locos_bench.tasks.loaders import availability
 from locos_bench.tasks.registry import with_data
+from locos_bench.tasks.spec import SourceSpec
 
 
 @pytest.fixture(autouse=True)
@@ -401,3 +405,189 @@ def test_a_file_datasets_cannot_read_is_one_line(tmp_path):
     with pytest.raises(LocosError) as info:
         make_example(with_args("babilong", path=str(path)), 0)
     assert str(info.value).startswith(f"{path}: cannot read rows (") and "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------
+# Splits grouped by the underlying item: no NoLiMa needle, MuSiQue question, BABILong story,
+# user row or generated fact is both calibrated on and evaluated. Item identity here is read
+# off the example's text, not its metadata["item"].
+
+
+def sized(n_calib, n_ref, n_eval):
+    return RunConfig(n_calib=n_calib, n_ref=n_ref, n_eval=n_eval)
+
+
+def fact_identity(e):
+    """Needle texts, question and answers: one fact, whatever haystack surrounds it."""
+    question = e.prompt[slice(*e.question_span)] if e.question_span else None
+    return (tuple(texts(e, e.needle_spans)), question, tuple(e.answers))
+
+
+def nolima_identity(e):
+    """The needle with its answer masked ({CHAR} is drawn per example); its question types
+    (onehop, twohop) ask about one needle, so they are one item."""
+    (needle,) = texts(e, e.needle_spans)
+    for answer in e.answers:
+        needle = re.sub(rf"\b{re.escape(answer)}\b", "<answer>", needle)
+    return needle
+
+
+def babilong_identity(e):
+    """The bAbI story (its fact sentences, without the PG19 noise), question and target."""
+    c0, c1 = e.context_span
+    story = tuple(e.prompt[c0:c1][a:b] for a, b in fact_spans(e.prompt[c0:c1]))
+    return story, e.prompt[slice(*e.question_span)], e.answers[0]
+
+
+def musique_identity(e):
+    return e.prompt[slice(*e.question_span)]
+
+
+def jsonl_identity(rows):
+    """A user's row: its declared item, else the row itself."""
+    return lambda e: rows[e.metadata["row"]].get("item") or json.dumps(rows[e.metadata["row"]], sort_keys=True)
+
+
+NOLIMA_PLACES = [("Kiasma museum", "Helsinki", "Finland"), ("Semper Opera House", "Dresden", "Saxony"),
+                 ("Colosseum", "Rome", "Italy"), ("Louvre", "Paris", "France"), ("Alhambra", "Granada", "Spain")]
+
+
+def nolima_case(root):
+    """Five needles, two question types each: the release's layout, 10 tests a cycle."""
+    write_nolima(root)
+    entry = {**NEEDLE_SET[0], "tests": {f"T{k:02d}_C01": {"input_args": list(args)}
+                                        for k, args in enumerate(NOLIMA_PLACES, start=1)}}
+    (root / "data" / "needlesets" / "needle_set_five.json").write_text(json.dumps([entry]))
+    spec = with_args("nolima", path=str(root), needle_set="needle_set_five.json",
+                     question_types=["onehop", "twohop"])
+    return spec, sized(2, 2, 6), nolima_identity
+
+
+def babilong_rows():
+    """Distinct stories, and one story again inside other PG19 noise (row 3 = row 0)."""
+    people = ["Mary", "John", "Sandra", "Daniel", "Fred"]
+    rows = [{"input": f"{p} went to the kitchen. {NOISE} {p} moved to the office.",
+             "question": f"Where is {p}?", "target": "office"} for p in people]
+    rows.insert(3, {**rows[0], "input": f"The captain slept. {rows[0]['input']} {NOISE}"})
+    return rows
+
+
+def babilong_raw_case(root):
+    (root / "qa1").mkdir(parents=True)
+    (root / "qa1" / "0k.json").write_text(json.dumps(babilong_rows()))
+    return with_args("babilong", path=str(root), split="qa1"), sized(1, 1, 2), babilong_identity
+
+
+def babilong_parquet_case(by_length):
+    def case(root):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        folder, stem = ("0k", "qa1") if by_length else ("qa1", "0k")
+        (root / folder).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(babilong_rows()), root / folder / f"{stem}-00000-of-00001.parquet")
+        return with_args("babilong", path=str(root), split="qa1"), sized(1, 1, 2), babilong_identity
+    return case
+
+
+def musique_rows():
+    """Distinct questions, and row 0 again at row 2 (a release that repeats a question)."""
+    rows = [{**musique_row(n), "question": f"What is the capital of the country where Green Hill {n} is?"}
+            for n in (3, 5, 7, 9)]
+    return [rows[0], rows[1], rows[0], rows[2], rows[3]]
+
+
+def musique_release_case(root):
+    write_jsonl(root / "data" / "musique_ans_v1.0_dev.jsonl", musique_rows())
+    return with_args("musique", path=str(root)), sized(1, 1, 2), musique_identity
+
+
+def musique_full_case(root):
+    rows = [musique_row(1, answerable=False), *musique_rows()]
+    write_jsonl(root / "data" / "musique_full_v1.0_dev.jsonl", rows)
+    return with_args("musique", path=str(root), variant="full"), sized(1, 1, 2), musique_identity
+
+
+def musique_file_case(root):
+    path = write_jsonl(root / "dev.jsonl", musique_rows())
+    return with_args("musique", path=str(path)), sized(1, 1, 2), musique_identity
+
+
+def jsonl_case(root):
+    """A user's rows: one row twice (rows 0 and 2), and two contexts for one question that
+    the user names as one item (rows 3 and 4)."""
+    rows = [{"context": f"Room {n} is painted {colour}.", "question": f"What colour is room {n}?",
+             "answers": [colour], "needles": [f"Room {n} is painted {colour}."]}
+            for n, colour in ((1, "red"), (2, "blue"), (3, "green"), (4, "white"))]
+    rows = [rows[0], rows[1], rows[0],
+            {**rows[2], "item": "room 3"}, {**rows[2], "context": "Room 3 is painted green, as always.",
+                                             "needles": ["Room 3 is painted green"], "item": "room 3"},
+            rows[3]]
+    path = write_jsonl(root / "rooms.jsonl", rows)
+    spec = load_task("kv-retrieval").model_copy(update={
+        "name": "rooms", "source": SourceSpec(loader="jsonl", args={"path": str(path)})})
+    return spec, sized(1, 1, 2), jsonl_identity(rows)
+
+
+def generator_case(name):
+    return lambda root: (load_task(name), sized(32, 32, 200), fact_identity)
+
+
+BUILTIN_TASKS = sorted(p.stem for p in BUILTIN_TASKS_DIR.glob("*.yaml"))
+SPLIT_CASES = {
+    **{name: generator_case(name) for name in BUILTIN_TASKS if load_task(name).source.generator},
+    "nolima": nolima_case,
+    "babilong": babilong_raw_case,
+    "babilong-parquet-by-length": babilong_parquet_case(True),
+    "babilong-parquet-by-task": babilong_parquet_case(False),
+    "musique": musique_release_case,
+    "musique-full": musique_full_case,
+    "musique-one-file": musique_file_case,
+    "jsonl": jsonl_case,
+}
+
+
+def test_every_builtin_task_has_a_split_case():
+    assert set(BUILTIN_TASKS) <= set(SPLIT_CASES)
+
+
+@pytest.mark.parametrize("case", sorted(SPLIT_CASES))
+def test_no_item_crosses_splits(case, tmp_path):
+    spec, cfg, identity = SPLIT_CASES[case](tmp_path)
+    data = build_task_data(spec, cfg, None)
+    home: dict = {}
+    for split in SPLITS:
+        examples = data.split(split)
+        assert len(examples) == getattr(cfg, {"calibration": "n_calib", "reference": "n_ref",
+                                              "evaluation": "n_eval"}[split])
+        for e in examples:
+            assert home.setdefault(identity(e), split) == split, f"{identity(e)} in {home[identity(e)]} and {split}"
+            assert e.metadata["item"]  # every built-in source names its item
+    # The manifest's indices are the examples themselves.
+    entry = data.entry
+    for split in SPLITS:
+        assert entry.splits[split] == [e.index for e in data.split(split)]
+    for split in SPLITS:
+        e = data.split(split)[-1]
+        assert make_example(spec, e.index) == e
+
+
+def test_a_nolima_needle_stays_in_one_split_across_books_and_question_types(tmp_path):
+    spec, cfg, identity = nolima_case(tmp_path)
+    data = build_task_data(spec, cfg, None)
+    items = {split: {identity(e) for e in data.split(split)} for split in SPLITS}
+    # 5 needles cycled: calibration and reference one needle each (two question types),
+    # evaluation the other three.
+    assert [len(items[s]) for s in SPLITS] == [1, 1, 3]
+    assert {e.metadata["test"].rsplit("_", 1)[-1] for e in data.calibration} == {"onehop", "twohop"}
+
+
+def test_too_few_items_for_the_splits_is_one_clear_error(tmp_path):
+    spec = with_args("nolima", path=str(write_nolima(tmp_path)), question_types=["onehop", "twohop"])
+    with pytest.raises(LocosError) as info:  # two needles, three splits
+        build_task_data(spec, sized(1, 1, 1), None)
+    message = str(info.value)
+    assert "\n" not in message
+    assert re.search(r"task 'nolima': too few distinct items for the requested 1 calibration \+ 1 reference "
+                     r"\+ 1 evaluation examples: its first \d+ examples hold 2 distinct items", message)
+    assert "evaluation 0 from 0 items" in message

@@ -4,6 +4,12 @@ A generator is `fn(spec, index, rng, **spec.source.args) -> Example`, registered
 `@register_generator("name")` in any module of this package (every module here is imported
 on first lookup). `rng` is a `random.Random` seeded from (task, version, seed, index), so an
 example is a pure function of those four values.
+
+Every generator names its example's underlying item in `metadata["item"]`: the fact the
+answer rests on (the needle's key and value, the sum's operands, the recalled fact), not the
+haystack around it. Generators draw from finite vocabularies, so a fact can recur at another
+index with other filler, distractors or depth; `locos_bench.run.splits` keeps all examples of
+an item in one split.
 """
 
 from __future__ import annotations

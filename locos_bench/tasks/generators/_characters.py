@@ -113,5 +113,6 @@ def character_example(
             "landmarks": [lm.name for lm in landmarks],
             "target": names[target],
             "candidates": names if answer == "name" else [lm.name for lm in landmarks],
+            "item": f"{names[target]}@{landmarks[target].name}",
         },
     )

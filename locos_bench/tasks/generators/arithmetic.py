@@ -35,5 +35,5 @@ def arithmetic(
         question=question.format(a=a, b=b),
         answers=[str(a + b)],
         preamble=preamble,
-        metadata={"context_length": context_tokens, "depth": None, "operands": [a, b]},
+        metadata={"context_length": context_tokens, "depth": None, "operands": [a, b], "item": f"{a}+{b}"},
     )

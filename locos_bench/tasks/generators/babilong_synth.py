@@ -120,5 +120,7 @@ def babilong_synth(
             "candidates": sorted({finals[p] for p in people}
                                  | {e[1].rsplit(" ", 1)[-1].rstrip(".") for e in events
                                     if e[2] == "earlier"}),
+            "item": (f"qa1:{target}@{finals[target]}" if kind == 1
+                     else f"qa2:{target}+{holder[target]}@{finals[target]}"),
         },
     )

@@ -70,5 +70,6 @@ def kv_retrieval(
             "values": values,
             "target": keys[target],
             "candidates": values,
+            "item": f"{keys[target]}={values[target]}",
         },
     )

@@ -61,5 +61,6 @@ def musique_synth(
             "bridge": names[2 * target + 1],
             "target": a,
             "candidates": jobs,
+            "item": f"{a}>{names[2 * target + 1]}>{jobs[target]}",
         },
     )

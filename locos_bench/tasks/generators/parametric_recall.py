@@ -52,5 +52,5 @@ def parametric_recall(
         question=question,
         answers=[answer],
         preamble=preamble,
-        metadata={"context_length": context_tokens, "depth": None, "relation": relation},
+        metadata={"context_length": context_tokens, "depth": None, "relation": relation, "item": question},
     )

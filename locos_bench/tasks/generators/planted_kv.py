@@ -150,5 +150,6 @@ def planted_kv(
             "nonliteral": nonliteral,
             "n_pairs": n_pairs,
             "formatted": True,
+            "item": f"{key_word(keys[0])}={value_word(values[0])}",
         },
     )
