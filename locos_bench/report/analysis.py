@@ -21,11 +21,13 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   `gold_logprob`. Its replicates combine the independent per-task replicates.
 
 * **Ground truth** (planted models only, whose manifest's `model_info["ground_truth"]` names
-  the true head sets): a detector's head ranking (its scores, ties broken by (layer, head))
-  against the retrieval heads. **precision@n** = share of the retrieval heads among its top n,
+  the true head sets; the harness records it there, detectors never see it): a detector's head
+  ranking (its scores, exact ties broken by the run's `tie_seed` permutation as the harness
+  broke them; by (layer, head) for manifests without one) against the retrieval heads. **precision@n** = share of the retrieval heads among its top n,
   n = number of retrieval heads; **precision at k** = retrieval heads among the top k, over k,
   per budget; **AUROC** = probability that a retrieval head outscores another head (ties count
-  one half); **rank** of every decoy and upstream head (1 = best). Stochastic detectors: the
+  one half); **rank** of every decoy and upstream head (1 = best), and for a head whose score
+  ties others exactly, the ranks its tie group spans (**ties**). Stochastic detectors: the
   mean over draws. On such a run the task tables and the summary are ranked by precision@n,
   then AUROC, then the ablation figures: ablation also rewards heads the task needs upstream
   of retrieval, the truth does not.
@@ -129,7 +131,12 @@ class GroundTruth(_Result):
     auroc: float
     """P(score of a retrieval head > score of any other head), ties counting one half."""
     ranks: dict[str, dict[str, float]]
-    """Head set (`retrieval`, each decoy set, each upstream set) -> head name -> 1-based rank."""
+    """Head set (`retrieval`, each decoy set, each upstream set) -> head name -> 1-based rank
+    in the ranking (exact ties broken by the run's tie seed)."""
+    ties: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
+    """Head set -> head name -> (best, worst) rank of the group of heads whose scores equal
+    its own exactly, for the heads in such a group (ranks as `ranks`, mean over draws; a head
+    tied in no draw is absent)."""
 
 
 def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
@@ -156,8 +163,9 @@ def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
 
 
 def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
-                 budgets: Sequence[int]) -> GroundTruth:
-    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws."""
+                 budgets: Sequence[int], *, tie_seed: int | None) -> GroundTruth:
+    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws; ties
+    broken by `tie_seed` (`names.rank_heads`), as the harness broke them."""
     retrieval = set(sets["retrieval"])
     n = len(retrieval)
     per_draw = []
@@ -170,14 +178,18 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
                              f"{'x'.join(map(str, arr.shape))} score grid")
         if len(retrieval) == arr.size:
             raise LocosError("ground truth marks every head as retrieval: no other head to rank against")
-        ranking = rank_heads(arr)
+        ranking = rank_heads(arr, tie_seed=tie_seed)
         rank = {head: i + 1 for i, head in enumerate(ranking)}
+        flat = arr.ravel()
+        span = {h: (1 + int((flat > arr[h]).sum()), int((flat >= arr[h]).sum())) for h in rank}
         pos = np.array([arr[h] for h in retrieval])
         neg = np.array([arr[h] for h in ranking if h not in retrieval])
         wins = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
         hits = lambda k: len(retrieval & set(ranking[:k])) / k  # noqa: E731
         per_draw.append((hits(n), {k: hits(k) for k in budgets}, float(wins),
                          {name: {f"L{l}H{h}": rank[(l, h)] for l, h in heads}
+                          for name, heads in sets.items()},
+                         {name: {f"L{l}H{h}": span[(l, h)] for l, h in heads}
                           for name, heads in sets.items()}))
     mean = lambda xs: float(np.mean(xs))  # noqa: E731
     return GroundTruth(
@@ -187,6 +199,10 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
         auroc=mean([d[2] for d in per_draw]),
         ranks={name: {head: mean([d[3][name][head] for d in per_draw]) for head in heads}
                for name, heads in per_draw[0][3].items()},
+        ties={name: {head: (mean([d[4][name][head][0] for d in per_draw]),
+                            mean([d[4][name][head][1] for d in per_draw]))
+                     for head in heads if any(d[4][name][head][0] < d[4][name][head][1] for d in per_draw)}
+              for name, heads in per_draw[0][4].items()},
     )
 
 
@@ -209,6 +225,8 @@ class DetectorResult(_Result):
     """Scoring forward passes (mean over draws)."""
     scores: list[list[float]] | None = Field(default=None, exclude=True)
     """Head scores `[n_layers][n_heads]` of the first complete draw."""
+    ranking: list[tuple[int, int]] | None = Field(default=None, exclude=True)
+    """Every head of `scores`, best first, ties broken as the harness broke them."""
     heads: dict[int, list[tuple[int, int]]] = Field(default_factory=dict)
     """Ablated heads per budget (first complete draw), best first."""
     ranks: list[RankResult] = Field(default_factory=list)
@@ -389,7 +407,10 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                 baseline.curves[m] = _curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
         results: dict[str, DetectorResult] = {}
         for det in plan.detectors:
-            results[det.name] = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics)
+            res = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics)
+            if res.scores is not None:  # the harness's ranking: its heads and its ties
+                res.ranking = rank_heads(res.scores, tie_seed=manifest.tie_seed)
+            results[det.name] = res
         for ref in REFERENCES:
             if ref not in results or not results[ref].ok:
                 continue
@@ -409,7 +430,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                 draws = [done.get(plan.scores_key(entry.name, det, d)) for d in plan.draws(det)]
                 scores = [u.scores for u in draws if u is not None and u.error is None]
                 if scores:
-                    res.truth = ground_truth(scores, sets, budgets)
+                    res.truth = ground_truth(scores, sets, budgets, tie_seed=manifest.tie_seed)
         key = truth_key if any(r.truth for r in results.values()) else rank_key
         ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
         tasks.append(TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from locos_bench.detectors import make_detector
-from locos_bench.models.planted import PlantedConfig, country_of
+from locos_bench.models.planted import PlantedConfig, country_of, planted_ground_truth
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -33,7 +33,7 @@ def calibration(model):
 
 
 def _truth(model, key):
-    return {tuple(h) for h in model.info["ground_truth"][key]}
+    return {tuple(h) for h in planted_ground_truth(model.name)["ground_truth"][key]}
 
 
 def _names(heads):

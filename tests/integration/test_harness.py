@@ -16,6 +16,7 @@ from locos_bench.detectors import Detector, HeadScores, register_detector
 from locos_bench.errors import LocosError
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
+from locos_bench.models.planted import planted_ground_truth
 from locos_bench.run import BASELINE, EvalUnit, RankUnit, RunConfig, RunDir, ScoresUnit
 
 
@@ -27,7 +28,7 @@ class Oracle(Detector):
     def score(self, model, examples, *, rng):
         geo = model.geometry
         scores = torch.zeros(geo.n_layers, geo.n_heads)
-        for rank, (layer, head) in enumerate(model.info["ground_truth"]["retrieval"]):
+        for rank, (layer, head) in enumerate(planted_ground_truth("planted")["ground_truth"]["retrieval"]):
             scores[layer, head] = 10.0 - rank
         return HeadScores(scores=scores, detector=self.name, params={})
 
