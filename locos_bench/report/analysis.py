@@ -21,16 +21,19 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   `gold_logprob`. Its replicates combine the independent per-task replicates.
 
 * **Ground truth** (planted models only, whose manifest's `model_info["ground_truth"]` names
-  the true head sets; the harness records it there, detectors never see it): a detector's head
-  ranking (its scores, exact ties broken by the run's `tie_seed` permutation as the harness
-  broke them; by (layer, head) for manifests without one) against the retrieval heads. **precision@n** = share of the retrieval heads among its top n,
-  n = number of retrieval heads; **precision at k** = retrieval heads among the top k, over k,
-  per budget; **AUROC** = probability that a retrieval head outscores another head (ties count
-  one half); **rank** of every decoy and upstream head (1 = best), and for a head whose score
-  ties others exactly, the ranks its tie group spans (**ties**). Stochastic detectors: the
-  mean over draws. On such a run the task tables and the summary are ranked by precision@n,
-  then AUROC, then the ablation figures: ablation also rewards heads the task needs upstream
-  of retrieval, the truth does not.
+  the true head sets; the harness records it there, detectors never see it): a detector's
+  head ranking (its scores, exact ties broken by the permutation of the run's `tie_seed`, as
+  the harness broke them) against the retrieval heads. **precision@n** = share of the
+  retrieval heads among its top n, n = number of retrieval heads; **precision at k** =
+  retrieval heads among the top k, over k, per budget; a tie group across the cut-off counts
+  by its expected share over every order of the group; **AUROC** = probability that a
+  retrieval head outscores another head (ties count one half); **rank** of every decoy and
+  upstream head (1 = best) and, for a head whose score ties others exactly, the ranks its
+  group spans (**ties**). A manifest without a tie seed (runs before it) keeps the rule it
+  was made with: ties by (layer, head), precision from the top k of that order. Stochastic
+  detectors: the mean over draws. On such a run the task tables and the summary are ranked
+  by precision@n, then AUROC, then the ablation figures: ablation also rewards heads the task
+  needs upstream of retrieval, the truth does not.
 
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which task's scores chose a control task's heads, is the run plan's.
@@ -125,9 +128,9 @@ class GroundTruth(_Result):
     n: int
     """Number of retrieval heads (the k of `precision_at_n`)."""
     precision_at_n: float
-    """Retrieval heads among the top n, over n."""
+    """Retrieval heads among the top n, over n (ties: expected share, see `ground_truth`)."""
     precision: dict[int, float]
-    """Budget k -> retrieval heads among the top k, over k."""
+    """Budget k -> retrieval heads among the top k, over k (ties as `precision_at_n`)."""
     auroc: float
     """P(score of a retrieval head > score of any other head), ties counting one half."""
     ranks: dict[str, dict[str, float]]
@@ -162,10 +165,23 @@ def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
     return {name: heads for name, heads in sets.items() if heads}
 
 
+def _share_in_top(span: tuple[int, int], k: int) -> float:
+    """Chance that a head whose tie group spans ranks `span` is among the top k, over every
+    order of the group: 1 above the cut-off, 0 below, the group's share of the slots left
+    when the group straddles it."""
+    lo, hi = span
+    return 1.0 if hi <= k else 0.0 if lo > k else (k - lo + 1) / (hi - lo + 1)
+
+
 def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
                  budgets: Sequence[int], *, tie_seed: int | None) -> GroundTruth:
-    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws; ties
-    broken by `tie_seed` (`names.rank_heads`), as the harness broke them."""
+    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws.
+
+    Ranks break ties by `tie_seed` (`names.rank_heads`), as the harness broke them; the
+    precisions count a tie group that straddles the cut-off by its expected share (the mean
+    over every order of the group), so no figure depends on the seed's luck. `tie_seed`
+    None (manifests before tie seeds) keeps their rule: ties by (layer, head), the top k of
+    that order."""
     retrieval = set(sets["retrieval"])
     n = len(retrieval)
     per_draw = []
@@ -185,7 +201,10 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
         pos = np.array([arr[h] for h in retrieval])
         neg = np.array([arr[h] for h in ranking if h not in retrieval])
         wins = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
-        hits = lambda k: len(retrieval & set(ranking[:k])) / k  # noqa: E731
+        if tie_seed is None:  # runs before tie seeds: the top k of the (layer, head) order
+            hits = lambda k: len(retrieval & set(ranking[:k])) / k  # noqa: E731
+        else:
+            hits = lambda k: sum(_share_in_top(span[h], k) for h in retrieval) / k  # noqa: E731
         per_draw.append((hits(n), {k: hits(k) for k in budgets}, float(wins),
                          {name: {f"L{l}H{h}": rank[(l, h)] for l, h in heads}
                           for name, heads in sets.items()},

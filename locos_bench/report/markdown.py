@@ -204,9 +204,11 @@ retrieval heads; the upstream heads are necessary but do not retrieve. Random: m
 TIES_BY_INDEX = "ties broken by layer, head"
 """How a run recorded before tie seeds broke ties (its manifest has no `tie_seed`)."""
 TIES_SHOWN = ("**=R**: the head's score equals other heads' exactly, and R is the best rank of "
-              "that tied group (its heads are ordered by a permutation drawn from the run's tie "
-              "seed, {seed}, which is the order the harness ablated them in)")
+              "that tied group; a group across a precision's cut-off counts by its expected share "
+              "over every order of the group, as AUROC counts ties one half, while the ablated "
+              "heads are the order drawn from the run's tie seed, {seed}")
 """How a run with a tie seed shows a tie: the shared best rank, marked `=`."""
+
 
 def _rank_text(rank: float) -> str:
     return str(int(rank)) if float(rank).is_integer() else fmt(rank, 1)
