@@ -164,9 +164,10 @@ def load_model(
     if spec.source == "builtin":
         from locos_bench.models.planted import build_planted
 
-        # The published build only, whose answer key `describe_with_answer_key` looks up by
-        # alias (another `PlantedConfig`: `build_planted` and `wrap_model`). The truth it
-        # returns is dropped here: detectors score what this function returns.
+        # The alias's published build, whose answer key `describe_with_answer_key` looks up
+        # by alias; the truth `build_planted` returns is dropped, since detectors score what
+        # this function returns. (Another `PlantedConfig`: `build_planted`, then `wrap_model`;
+        # such a model has no planted alias, so no run records a key it might not match.)
         hf_model, tokenizer, _ = build_planted(alias=spec.alias)
         hf_model = hf_model.to(torch_dtype)
     else:

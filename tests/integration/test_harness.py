@@ -297,3 +297,22 @@ def test_ablated_heads_are_the_analysis_ranking_when_scores_tie(tmp_path, plante
     assert {k: list(h) for k, h in res.heads.items()} == evals
     assert res.truth.ranks["read_only_decoy"] == {"L1H1": 1.0}
     assert res.truth.ties["retrieval"] == {"L1H0": (1.0, 3.0), "L2H3": (1.0, 3.0)}
+
+
+def test_a_run_resumed_from_before_tie_seeds_keeps_breaking_ties_by_index(tmp_path, planted):
+    """A directory whose manifest has no tie seed (made before tie seeds) resumes with the
+    rule it began with, so its units agree with one another and with its analysis."""
+    cfg = _cfg(tmp_path, detectors=["retrieval-head"], budgets=[1], random_draws=1, rank_diagnostic=0, seed=SEED)
+    run_dir = _execute(cfg, planted)
+    manifest = json.loads(run_dir.manifest_path.read_text())
+    del manifest["tie_seed"]
+    run_dir.manifest_path.write_text(json.dumps(manifest))
+    lines = run_dir.results_path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not ('"kind":"eval"' in line.replace(" ", "") and '"retrieval-head"' in line)]
+    assert len(kept) == len(lines) - 1
+    run_dir.results_path.write_text("".join(kept))
+    resumed = _execute(_cfg(tmp_path, detectors=["retrieval-head"], budgets=[1], random_draws=1, rank_diagnostic=0,
+                            seed=SEED), planted)
+    assert resumed.read_manifest().tie_seed is None
+    (unit,) = [u for u in resumed.read_units() if isinstance(u, EvalUnit) and u.detector == "retrieval-head"]
+    assert [tuple(h) for h in unit.heads] == [(1, 0)], "ties by (layer, head), as the run began"
