@@ -142,8 +142,12 @@ def test_planted_leaderboards_show_and_rank_by_ground_truth():
     # The paper's contrast: the copy-paste score finds a retrieval head only when the answer
     # is a copy; locos finds both on both models.
     lit, non = literal.tasks[0].detectors, nonliteral.tasks[0].detectors
-    assert lit["retrieval-head"].truth.precision_at_n == 0.5
-    assert non["retrieval-head"].truth.precision_at_n == 0.0
+    # (Its three copying heads tie at the top on planted-kv and all heads tie at 0 on
+    # planted-assoc: the published runs broke ties by index, 0.5 and 0.0; a run with a tie
+    # seed counts the ties by their expected share, 2/3 and chance, 2/12.)
+    chance = 2 / 12
+    assert chance < lit["retrieval-head"].truth.precision_at_n < 1.0
+    assert non["retrieval-head"].truth.precision_at_n <= chance
     assert lit["locos"].truth.precision_at_n == non["locos"].truth.precision_at_n == 1.0
 
 
