@@ -7,6 +7,8 @@ TransformerLens's (`blocks.{L}.attn.hook_z`), built by the functions below rathe
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,13 +26,36 @@ def head_name(head: Sequence[int]) -> str:
     return f"L{head[0]}H{head[1]}"
 
 
-def rank_heads(scores: Any) -> list[Head]:
-    """All heads of a `[n_layers, n_heads]` score grid, best first; ties broken by
-    (layer, head), so every ranking is deterministic."""
+def rank_heads(scores: Any, *, tie_seed: int | None) -> list[Head]:
+    """All heads of a `[n_layers, n_heads]` score grid, best first.
+
+    Heads whose scores are exactly equal are ordered by a permutation of the heads drawn from
+    `tie_seed` (`tie_order`), so no head wins a tie by its index; heads that do not tie keep
+    their order whatever the seed. A run records the seed it ranked with (`Manifest.tie_seed`).
+
+    Args:
+        scores: `[n_layers, n_heads]` scores, higher = better.
+        tie_seed: Seed of the tie-breaking permutation; None breaks ties by (layer, head), the
+            rule of runs recorded before tie seeds existed (their manifests carry none).
+    """
     arr = np.asarray(scores, dtype=np.float64)
     flat = arr.ravel()
-    order = np.lexsort((np.arange(flat.size), -flat))  # primary: score desc; then index asc
-    return [(int(i // arr.shape[1]), int(i % arr.shape[1])) for i in order]
+    place = np.arange(flat.size)  # each head's place among heads it ties with
+    if tie_seed is not None:
+        place[list(tie_order(flat.size, tie_seed))] = np.arange(flat.size)
+    ranked = np.lexsort((place, -flat))  # primary: score descending; then the tie place
+    return [(int(i // arr.shape[1]), int(i % arr.shape[1])) for i in ranked]
+
+
+@functools.cache
+def tie_order(n: int, tie_seed: int) -> tuple[int, ...]:
+    """The flat indices (`layer * n_heads + head`) of `n` heads in the order that breaks their
+    ties: a permutation drawn from `tie_seed`, each head placed by a SHA-256 of the seed and
+    its index, so it is the same on every platform and Python or NumPy version."""
+    def key(i: int) -> bytes:
+        return hashlib.sha256(f"locos-bench tie order {tie_seed} {i}".encode()).digest()
+
+    return tuple(sorted(range(n), key=key))
 
 
 def hook_z(layer: int) -> str:

@@ -41,7 +41,8 @@ def main(args: argparse.Namespace) -> int:
     if spec.config and not args.load:
         info = models.plan_model(args.name, preset_contexts(), dtype=args.dtype)
     else:
-        info = models.load_model(args.name, device=args.device, dtype=args.dtype).describe()
+        # A planted model's answer key is looked up by alias: the loaded model carries none.
+        info = models.describe_with_answer_key(models.load_model(args.name, device=args.device, dtype=args.dtype))
     if args.json:
         print_json(info)
     else:

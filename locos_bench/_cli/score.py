@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name (see `locos-bench tasks`) or YAML path")
     parser.add_argument("--detector", required=True, help="detector name (see `locos-bench detectors`)")
     parser.add_argument("--n", type=int, help="calibration examples (default: the task's calibration size)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the detector's rng (default 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the detector's rng and of the order of tied heads (default 0)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="detector parameter; VALUE is read as JSON, else as a string (repeatable)")
     parser.add_argument("--top", type=int, default=10, metavar="K", help="how many top heads to list (default 10)")
@@ -70,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError(f"--top {args.top} is larger than the {total} heads of {model.name!r}")
     examples = make_examples(spec, n, model=model)
     result = run_detector(detector, model, examples, rng=np.random.default_rng(args.seed))
-    top = result.top_k(args.top)
+    top = result.top_k(args.top, tie_seed=args.seed)  # a run ranks with its seed too
 
     if args.json:
         print_json({

@@ -46,16 +46,18 @@ class HeadScores:
     def shape(self) -> tuple[int, int]:
         return tuple(self.scores.shape)  # type: ignore[return-value]
 
-    def ranking(self) -> list[Head]:
-        """All heads, best first; ties broken by (layer, head) so rankings are deterministic."""
-        return rank_heads(self.scores.detach().double().cpu().numpy())
+    def ranking(self, *, tie_seed: int | None = 0) -> list[Head]:
+        """All heads, best first; exact ties broken by the permutation of `tie_seed`
+        (`names.rank_heads`; a run ranks with its recorded seed, 0 by default)."""
+        return rank_heads(self.scores.detach().double().cpu().numpy(), tie_seed=tie_seed)
 
-    def top_k(self, k: int) -> list[Head]:
-        """The k best heads. k above the head count is an error (the harness caps budgets)."""
+    def top_k(self, k: int, *, tie_seed: int | None = 0) -> list[Head]:
+        """The k best heads (ties as in `ranking`). k above the head count is an error (the
+        harness caps budgets)."""
         total = self.scores.numel()
         if not 0 < k <= total:
             raise LocosError(f"{self.detector}: top_k({k}) needs 1 <= k <= {total} heads")
-        return self.ranking()[:k]
+        return self.ranking(tie_seed=tie_seed)[:k]
 
     def to_json(self) -> dict[str, Any]:
         return {

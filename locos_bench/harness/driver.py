@@ -29,6 +29,7 @@ from locos_bench.evaluation.ablation import (
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import Job, Worker, resolve_batch_size, run_tasks, timed
+from locos_bench.models import describe_with_answer_key
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.provenance import provenance
@@ -74,10 +75,11 @@ class Run:
             self.progress.log(f"warning: budgets above the model's {max_heads} heads are capped")
             cfg.budgets = sorted({min(k, max_heads) for k in cfg.budgets})
         self.manifest = Manifest(
-            model=cfg.model, model_info=self.model.describe(), tasks=[t.entry for t in tasks.values()],
+            model=cfg.model, model_info=describe_with_answer_key(self.model),
+            tasks=[t.entry for t in tasks.values()],
             detectors=[self._detector_entry(n) for n in cfg.detectors], budgets=cfg.budgets,
             ablation=str(self.ablation), positionwise=self.ablation.positionwise,
-            random_draws=cfg.random_draws, seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
+            random_draws=cfg.random_draws, seed=cfg.seed, tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
         )
         self.plan = RunPlan.from_manifest(self.manifest)
@@ -109,6 +111,7 @@ class Run:
                 self.dir.clear()
             else:
                 manifest.provenance = old.provenance  # the run began then
+                manifest.tie_seed = old.tie_seed  # and ranked with its tie rule (None: by index)
                 manifest.timings = old.timings
                 for unit in self.dir.read_units(repair=True):
                     self.done[unit.key] = unit
@@ -166,7 +169,8 @@ class Run:
         source = self.plan.heads_from(key.task)
         if key.detector == BASELINE:
             return Job(key, [], source)
-        ranking = rank_heads(self.done[self.plan.scores_key(key.task, key.detector, key.draw)].scores)
+        ranking = rank_heads(self.done[self.plan.scores_key(key.task, key.detector, key.draw)].scores,
+                             tie_seed=self.manifest.tie_seed)
         heads = ranking[: key.index] if key.kind == "eval" else [ranking[key.index - 1]]
         return Job(key, heads, source)
 

@@ -4,6 +4,7 @@ models this project builds itself (the planted ground-truth models, random minia
 The face (what callers outside this package use)::
 
     from locos_bench.models import load_model, LoadedModel, list_models, plan_model
+    from locos_bench.models import describe_with_answer_key   # + a planted model's answer key
     from locos_bench.models import heads      # per-head access for detectors
 
 Modules: `aliases` (the registry of names), `spec` (what an alias stands for), `_gguf` (GGUF
@@ -15,7 +16,15 @@ SDPA forward), `heads` (per-head writes, directions, attention rows), `planted`,
 from locos_bench.models._gguf import CACHE_ENV, cache_root
 from locos_bench.models.aliases import MODELS, canonical_name, list_models, offline_models, resolve_spec, shipped_config
 from locos_bench.models.architecture import HeadGeometry
-from locos_bench.models.loading import LoadedModel, default_dtype, geometry_of, language_model, load_model, wrap_model
+from locos_bench.models.loading import (
+    LoadedModel,
+    default_dtype,
+    describe_with_answer_key,
+    geometry_of,
+    language_model,
+    load_model,
+    wrap_model,
+)
 from locos_bench.models.planning import plan_model
 from locos_bench.models.spec import DTYPES, ModelSpec
 
@@ -29,6 +38,7 @@ __all__ = [
     "cache_root",
     "canonical_name",
     "default_dtype",
+    "describe_with_answer_key",
     "geometry_of",
     "language_model",
     "list_models",

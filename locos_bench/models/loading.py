@@ -35,7 +35,9 @@ class LoadedModel:
         cached: Whether weights came from this project's safetensors cache.
         device: `cpu` or `cuda`.
         dtype: Weight dtype name.
-        info: Extra facts for `locos-bench models NAME` (for `planted`, its true head sets).
+        info: Extra facts for `locos-bench models NAME` and the run's manifest. Never a
+            planted model's answer key: detectors score this object, so the key is looked up
+            by alias instead (`describe_with_answer_key`).
     """
 
     name: str
@@ -78,6 +80,9 @@ class LoadedModel:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary: geometry, provenance and load time."""
+        return {**self._facts(), **self.info}
+
+    def _facts(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "resolves_to": self.spec.resolves_to,
@@ -90,10 +95,18 @@ class LoadedModel:
             "dtype": self.dtype,
             "load_seconds": round(self.load_seconds, 2),
             "from_cache": self.cached,
-            **self.info,
         }
 
 
+def describe_with_answer_key(model: LoadedModel) -> dict[str, Any]:
+    """`model.describe()` plus, for a built-in planted model, its answer key (`ground_truth`,
+    `ground_truth_task`), looked up by the model's alias in `models.planted`: what a run's
+    manifest records and `locos-bench models NAME` prints. The key never rides on the model,
+    so a detector, which only sees the model, cannot read it."""
+    from locos_bench.models.planted import planted_ground_truth
+
+    key = planted_ground_truth(model.spec.alias) if model.spec.source == "builtin" else None
+    return {**model._facts(), **(key or {}), **model.info}
 
 
 def _check_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
@@ -121,7 +134,6 @@ def load_model(
     *,
     device: str = "cpu",
     dtype: str | None = None,
-    planted_config: Any = None,
     context_tokens: int | None = None,
     attention: str = "sdpa",
 ) -> LoadedModel:
@@ -132,7 +144,6 @@ def load_model(
             directory holding an HF checkpoint.
         device: `cpu` or `cuda`.
         dtype: `float32`, `bfloat16`, or `float16` (GPU only); None picks `default_dtype`.
-        planted_config: For `planted` only: a `PlantedConfig` overriding the default build.
         context_tokens: The longest sequence the run will feed; on CUDA the model and one
             such sequence must fit in free memory, checked before loading.
         attention: `sdpa` (the fused kernel wherever no hook reads the pattern; see
@@ -151,12 +162,14 @@ def load_model(
     info: dict[str, Any] = {}
     cached = False
     if spec.source == "builtin":
-        from locos_bench.models.planted import PLANTED_TASKS, build_planted
+        from locos_bench.models.planted import build_planted
 
-        hf_model, tokenizer, truth = build_planted(planted_config, alias=spec.alias)
+        # The alias's published build, whose answer key `describe_with_answer_key` looks up
+        # by alias; the truth `build_planted` returns is dropped, since detectors score what
+        # this function returns. (Another `PlantedConfig`: `build_planted`, then `wrap_model`;
+        # such a model has no planted alias, so no run records a key it might not match.)
+        hf_model, tokenizer, _ = build_planted(alias=spec.alias)
         hf_model = hf_model.to(torch_dtype)
-        info["ground_truth"] = truth
-        info["ground_truth_task"] = PLANTED_TASKS[spec.alias]  # the one task it speaks
     else:
         hf_model, tokenizer, cached = _load_hf(spec, torch_dtype)
         if getattr(hf_model, "locos_multimodal", None):

@@ -371,6 +371,20 @@ PLANTED_TASKS = {"planted": "planted-kv", "planted-nonliteral": "planted-assoc"}
 """Each planted alias and the one task its vocabulary speaks."""
 
 
+def planted_ground_truth(alias: str) -> dict[str, Any] | None:
+    """The answer key of a built-in planted alias, None for any other name.
+
+    `{"ground_truth": planted_truth(...), "ground_truth_task": its task}` for the published
+    build of `planted` or `planted-nonliteral`. It is looked up here by alias, by the harness
+    (into the run's manifest) and by `locos-bench models`, and never travels on the model:
+    the `LoadedModel` a detector scores carries no trace of it.
+    """
+    if alias not in PLANTED_TASKS:
+        return None
+    config = PlantedConfig(nonliteral=alias == "planted-nonliteral")
+    return {"ground_truth": planted_truth(config), "ground_truth_task": PLANTED_TASKS[alias]}
+
+
 def build_planted(
     config: PlantedConfig | None = None, *, alias: str = "planted"
 ) -> tuple[Any, Any, dict[str, Any]]:

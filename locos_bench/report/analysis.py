@@ -21,14 +21,19 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   `gold_logprob`. Its replicates combine the independent per-task replicates.
 
 * **Ground truth** (planted models only, whose manifest's `model_info["ground_truth"]` names
-  the true head sets): a detector's head ranking (its scores, ties broken by (layer, head))
-  against the retrieval heads. **precision@n** = share of the retrieval heads among its top n,
-  n = number of retrieval heads; **precision at k** = retrieval heads among the top k, over k,
-  per budget; **AUROC** = probability that a retrieval head outscores another head (ties count
-  one half); **rank** of every decoy and upstream head (1 = best). Stochastic detectors: the
-  mean over draws. On such a run the task tables and the summary are ranked by precision@n,
-  then AUROC, then the ablation figures: ablation also rewards heads the task needs upstream
-  of retrieval, the truth does not.
+  the true head sets; the harness records it there, detectors never see it): a detector's
+  head ranking (its scores, exact ties broken by the permutation of the run's `tie_seed`, as
+  the harness broke them) against the retrieval heads. **precision@n** = share of the
+  retrieval heads among its top n, n = number of retrieval heads; **precision at k** =
+  retrieval heads among the top k, over k, per budget; a tie group across the cut-off counts
+  by its expected share over every order of the group; **AUROC** = probability that a
+  retrieval head outscores another head (ties count one half); **rank** of every decoy and
+  upstream head (1 = best) and, for a head whose score ties others exactly, the ranks its
+  group spans (**ties**). A manifest without a tie seed (runs before it) keeps the rule it
+  was made with: ties by (layer, head), precision from the top k of that order. Stochastic
+  detectors: the mean over draws. On such a run the task tables and the summary are ranked
+  by precision@n, then AUROC, then the ablation figures: ablation also rewards heads the task
+  needs upstream of retrieval, the truth does not.
 
 * **Separability** of adjacent ranks: every table that ranks rows (each task table, and the
   summary ranking, whose two tables share one order) compares each pair of adjacent ranked
@@ -139,13 +144,18 @@ class GroundTruth(_Result):
     n: int
     """Number of retrieval heads (the k of `precision_at_n`)."""
     precision_at_n: float
-    """Retrieval heads among the top n, over n."""
+    """Retrieval heads among the top n, over n (ties: expected share, see `ground_truth`)."""
     precision: dict[int, float]
-    """Budget k -> retrieval heads among the top k, over k."""
+    """Budget k -> retrieval heads among the top k, over k (ties as `precision_at_n`)."""
     auroc: float
     """P(score of a retrieval head > score of any other head), ties counting one half."""
     ranks: dict[str, dict[str, float]]
-    """Head set (`retrieval`, each decoy set, each upstream set) -> head name -> 1-based rank."""
+    """Head set (`retrieval`, each decoy set, each upstream set) -> head name -> 1-based rank
+    in the ranking (exact ties broken by the run's tie seed)."""
+    ties: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
+    """Head set -> head name -> (best, worst) rank of the group of heads whose scores equal
+    its own exactly, for the heads in such a group (ranks as `ranks`, mean over draws; a head
+    tied in no draw is absent)."""
 
 
 def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
@@ -171,9 +181,23 @@ def truth_sets(manifest: Manifest) -> dict[str, list[Head]] | None:
     return {name: heads for name, heads in sets.items() if heads}
 
 
+def _share_in_top(span: tuple[int, int], k: int) -> float:
+    """Chance that a head whose tie group spans ranks `span` is among the top k, over every
+    order of the group: 1 above the cut-off, 0 below, the group's share of the slots left
+    when the group straddles it."""
+    lo, hi = span
+    return 1.0 if hi <= k else 0.0 if lo > k else (k - lo + 1) / (hi - lo + 1)
+
+
 def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
-                 budgets: Sequence[int]) -> GroundTruth:
-    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws."""
+                 budgets: Sequence[int], *, tie_seed: int | None) -> GroundTruth:
+    """Ground-truth figures of `[n_layers, n_heads]` head scores, averaged over draws.
+
+    Ranks break ties by `tie_seed` (`names.rank_heads`), as the harness broke them; the
+    precisions count a tie group that straddles the cut-off by its expected share (the mean
+    over every order of the group), so no figure depends on the seed's luck. `tie_seed`
+    None (manifests before tie seeds) keeps their rule: ties by (layer, head), the top k of
+    that order."""
     retrieval = set(sets["retrieval"])
     n = len(retrieval)
     per_draw = []
@@ -186,14 +210,21 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
                              f"{'x'.join(map(str, arr.shape))} score grid")
         if len(retrieval) == arr.size:
             raise LocosError("ground truth marks every head as retrieval: no other head to rank against")
-        ranking = rank_heads(arr)
+        ranking = rank_heads(arr, tie_seed=tie_seed)
         rank = {head: i + 1 for i, head in enumerate(ranking)}
+        flat = arr.ravel()
+        span = {h: (1 + int((flat > arr[h]).sum()), int((flat >= arr[h]).sum())) for h in rank}
         pos = np.array([arr[h] for h in retrieval])
         neg = np.array([arr[h] for h in ranking if h not in retrieval])
         wins = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
-        hits = lambda k: len(retrieval & set(ranking[:k])) / k  # noqa: E731
+        if tie_seed is None:  # runs before tie seeds: the top k of the (layer, head) order
+            hits = lambda k: len(retrieval & set(ranking[:k])) / k  # noqa: E731
+        else:
+            hits = lambda k: sum(_share_in_top(span[h], k) for h in retrieval) / k  # noqa: E731
         per_draw.append((hits(n), {k: hits(k) for k in budgets}, float(wins),
                          {name: {f"L{l}H{h}": rank[(l, h)] for l, h in heads}
+                          for name, heads in sets.items()},
+                         {name: {f"L{l}H{h}": span[(l, h)] for l, h in heads}
                           for name, heads in sets.items()}))
     mean = lambda xs: float(np.mean(xs))  # noqa: E731
     return GroundTruth(
@@ -203,6 +234,10 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
         auroc=mean([d[2] for d in per_draw]),
         ranks={name: {head: mean([d[3][name][head] for d in per_draw]) for head in heads}
                for name, heads in per_draw[0][3].items()},
+        ties={name: {head: (mean([d[4][name][head][0] for d in per_draw]),
+                            mean([d[4][name][head][1] for d in per_draw]))
+                     for head in heads if any(d[4][name][head][0] < d[4][name][head][1] for d in per_draw)}
+              for name, heads in per_draw[0][4].items()},
     )
 
 
@@ -294,6 +329,8 @@ class DetectorResult(_Result):
     """Scoring forward passes (mean over draws)."""
     scores: list[list[float]] | None = Field(default=None, exclude=True)
     """Head scores `[n_layers][n_heads]` of the first complete draw."""
+    ranking: list[tuple[int, int]] | None = Field(default=None, exclude=True)
+    """Every head of `scores`, best first, ties broken as the harness broke them."""
     heads: dict[int, list[tuple[int, int]]] = Field(default_factory=dict)
     """Ablated heads per budget (first complete draw), best first."""
     ranks: list[RankResult] = Field(default_factory=list)
@@ -482,7 +519,10 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                 baseline.curves[m] = _curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
         results: dict[str, DetectorResult] = {}
         for det in plan.detectors:
-            results[det.name] = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics)
+            res = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics)
+            if res.scores is not None:  # the harness's ranking: its heads and its ties
+                res.ranking = rank_heads(res.scores, tie_seed=manifest.tie_seed)
+            results[det.name] = res
         for ref in REFERENCES:
             if ref not in results or not results[ref].ok:
                 continue
@@ -502,7 +542,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                 draws = [done.get(plan.scores_key(entry.name, det, d)) for d in plan.draws(det)]
                 scores = [u.scores for u in draws if u is not None and u.error is None]
                 if scores:
-                    res.truth = ground_truth(scores, sets, budgets)
+                    res.truth = ground_truth(scores, sets, budgets, tie_seed=manifest.tie_seed)
         key = truth_key if any(r.truth for r in results.values()) else rank_key
         ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
         task = TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,

@@ -21,7 +21,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from locos_bench.names import Head, head_name, rank_heads
+from locos_bench.names import Head, head_name
 from locos_bench.report.analysis import (
     GOLD,
     Comparison,
@@ -78,12 +78,12 @@ def overlap_k(budgets: Sequence[int]) -> int:
 
 
 def top_heads(res: DetectorResult, k: int) -> list[Head] | None:
-    """The detector's k best heads: as ablated at budget k, else ranked from its scores."""
+    """The detector's k best heads: as ablated at budget k, else from its ranking."""
     if k in res.heads and len(res.heads[k]) == k:
         return res.heads[k]
-    if res.scores is None:
+    if res.ranking is None:
         return None
-    return rank_heads(res.scores)[:k]
+    return res.ranking[:k]
 
 
 # ---------------------------------------------------------------------------------------
@@ -285,12 +285,28 @@ each detector's ranking is checked against them, and the tables of this run are 
 **AUROC** (probability that a retrieval head outscores another head; 0.5 = chance), then the
 ablation figures, which also reward heads the task needs upstream of retrieval. **prec. k=K**
 = retrieval heads among the top K, over K. The other columns give each head's rank in the
-detector's ranking (1 = best; ties broken by layer, head): the decoys should rank below the
+detector's ranking (1 = best; {ties}): the decoys should rank below the
 retrieval heads; the upstream heads are necessary but do not retrieve. Random: mean over draws."""
+
+TIES_BY_INDEX = "ties broken by layer, head"
+"""How a run recorded before tie seeds broke ties (its manifest has no `tie_seed`)."""
+TIES_SHOWN = ("**=R**: the head's score equals other heads' exactly, and R is the best rank of "
+              "that tied group; a group across a precision's cut-off counts by its expected share "
+              "over every order of the group, as AUROC counts ties one half, while the ablated "
+              "heads are the order drawn from the run's tie seed, {seed}")
+"""How a run with a tie seed shows a tie: the shared best rank, marked `=`."""
 
 
 def _rank_text(rank: float) -> str:
     return str(int(rank)) if float(rank).is_integer() else fmt(rank, 1)
+
+
+def _truth_rank(run: RunStats, truth: Any, name: str, head: str) -> str:
+    """A head's rank; `=R` for a head whose score ties others (runs with a tie seed)."""
+    tie = truth.ties.get(name, {}).get(head)
+    if tie is None or run.manifest.tie_seed is None:
+        return _rank_text(truth.ranks[name][head])
+    return "=" + _rank_text(tie[0])
 
 
 def _ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
@@ -306,11 +322,11 @@ def _ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
     rows = []
     for i, res in enumerate(rows_of, 1):
         g = res.truth
-        retrieval = ", ".join(f"{h} {_rank_text(r)}" for h, r in g.ranks["retrieval"].items())
+        retrieval = ", ".join(f"{h} {_truth_rank(run, g, 'retrieval', h)}" for h in g.ranks["retrieval"])
         rows.append([i, detector_label(res), fmt(g.precision_at_n)]
                     + [fmt(g.precision[k]) for k in run.budgets]
                     + [fmt(g.auroc), retrieval]
-                    + [_rank_text(g.ranks[name][head]) for name, head in others])
+                    + [_truth_rank(run, g, name, head) for name, head in others])
     return _table(rows, headers)
 
 
@@ -400,7 +416,9 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
              DEFINITIONS.format(level=fmt(100 * run.level, 0), method=run.method)]
     truths = [r.truth for t in run.tasks for r in t.detectors.values() if r.truth is not None]
     if truths:
-        parts.append(GROUND_TRUTH.format(n=truths[0].n))
+        seed = run.manifest.tie_seed
+        ties = TIES_BY_INDEX if seed is None else TIES_SHOWN.format(seed=seed)
+        parts.append(GROUND_TRUTH.format(n=truths[0].n, ties=ties))
     parts.append(_separability_note(run, n_runs, bool(truths)))
     parts += [f"{hashes}# Summary across tasks",
              "Headline metric of each task (drop-areas averaged over tasks):",

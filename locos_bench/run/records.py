@@ -82,6 +82,10 @@ class Manifest(BaseModel):
     """Mean ablation per position (True) or position-agnostic (False, default)."""
     random_draws: int
     seed: int
+    tie_seed: int | None = None
+    """Seed of the permutation that breaks exact score ties in every ranking of the run
+    (`names.rank_heads`): the run's `seed`. None in manifests written before it: their
+    rankings broke ties by (layer, head), and the analysis keeps that rule for them."""
     rank_diagnostic: int
     """How many of each detector's top heads are also ablated one at a time."""
     batch_size: int

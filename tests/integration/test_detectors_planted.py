@@ -16,6 +16,7 @@ import torch
 from locos_bench.detectors import Detector, HeadScores, make_detector
 from locos_bench.detectors.conformance import conformance_model
 from locos_bench.models import heads
+from locos_bench.models.planted import planted_ground_truth
 from locos_bench.tasks import load_task, make_examples
 
 
@@ -31,7 +32,7 @@ def calibration(model):
 
 
 def _truth(model, key):
-    return {tuple(h) for h in model.info["ground_truth"][key]}
+    return {tuple(h) for h in planted_ground_truth(model.name)["ground_truth"][key]}
 
 
 @pytest.mark.parametrize("answer_tokens", ["mean", "first"])

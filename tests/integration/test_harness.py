@@ -7,16 +7,23 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from locos_bench.detectors import Detector, HeadScores, register_detector
+from locos_bench.detectors.conformance import answer_key_leaks
 from locos_bench.errors import LocosError
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
-from locos_bench.run import BASELINE, EvalUnit, RankUnit, RunConfig, RunDir, ScoresUnit
+from locos_bench.models.planted import planted_ground_truth
+from locos_bench.names import rank_heads
+from locos_bench.report.analysis import analyze
+from locos_bench.run import BASELINE, EvalUnit, RankUnit, RunConfig, RunDir, ScoresUnit, load_run
+
+BOARDS = Path(__file__).resolve().parents[2] / "leaderboard"
 
 
 class Oracle(Detector):
@@ -27,9 +34,23 @@ class Oracle(Detector):
     def score(self, model, examples, *, rng):
         geo = model.geometry
         scores = torch.zeros(geo.n_layers, geo.n_heads)
-        for rank, (layer, head) in enumerate(model.info["ground_truth"]["retrieval"]):
+        for rank, (layer, head) in enumerate(planted_ground_truth("planted")["ground_truth"]["retrieval"]):
             scores[layer, head] = 10.0 - rank
         return HeadScores(scores=scores, detector=self.name, params={})
+
+
+class KeySearch(Detector):
+    """Would cheat if it could: searches the model the harness hands it for the answer key."""
+
+    cost = "0"
+
+    def score(self, model, examples, *, rng):
+        SEARCHES.append(answer_key_leaks(model))
+        geo = model.geometry
+        return HeadScores(scores=torch.zeros(geo.n_layers, geo.n_heads), detector=self.name, params={})
+
+
+SEARCHES: list[list[str]] = []
 
 
 class Crash(Detector):
@@ -45,10 +66,11 @@ def _test_detectors():
     registry (the conformance suite) never see them."""
     from locos_bench.detectors.registry import DETECTORS
 
-    for name, cls in (("test-oracle", Oracle), ("test-crash", Crash)):
+    names = {"test-oracle": Oracle, "test-crash": Crash, "test-key-search": KeySearch}
+    for name, cls in names.items():
         register_detector(name)(cls)
     yield
-    for name in ("test-oracle", "test-crash"):
+    for name in names:
         DETECTORS._entries.pop(name, None)
 
 
@@ -228,3 +250,69 @@ def test_a_second_run_on_a_locked_directory_names_the_holder(tmp_path, planted):
         with pytest.raises(LocosError, match=r"in use by another run \(pid \d+ .*locos-bench run --first\)"):
             _execute(cfg, planted)
     _execute(cfg, planted)  # released: the same command now runs
+
+
+def test_detectors_get_no_answer_key_and_the_manifest_records_it_as_published(tmp_path, planted):
+    """A detector searching everything reachable from its model finds no planted ground truth,
+    while the manifest records the key, by alias, exactly as the published runs did."""
+    SEARCHES.clear()
+    run_dir = _execute(_cfg(tmp_path, detectors=["test-key-search"], budgets=[1], random_draws=1,
+                            rank_diagnostic=0), planted)
+    assert SEARCHES == [[]], f"the detector read the answer key at {SEARCHES[0][:5]}"
+    recorded = run_dir.read_manifest().model_info
+    for board, alias in (("planted-reference", "planted"), ("planted-nonliteral-reference", "planted-nonliteral")):
+        published = json.loads((BOARDS / board / "manifest.json").read_text())["model_info"]["ground_truth"]
+        assert json.dumps(planted_ground_truth(alias)["ground_truth"]) == json.dumps(published)
+    assert json.dumps(recorded["ground_truth"]) == json.dumps(
+        json.loads((BOARDS / "planted-reference" / "manifest.json").read_text())["model_info"]["ground_truth"])
+    assert recorded["ground_truth_task"] == "planted-kv"
+    assert "ground_truth" not in planted.info
+
+
+SEED = 2
+"""A seed whose permutation puts the read-only decoy L1H1 before L1H0 and L2H3: an index
+rule would rank L1H0 first, so ignoring the seed anywhere shows."""
+
+
+def test_ablated_heads_are_the_analysis_ranking_when_scores_tie(tmp_path, planted):
+    """`retrieval-head` scores L1H0, L2H3 (retrieval) and L1H1 (decoy) exactly 1.0 on planted:
+    the harness ablates the tie in the order of the run's tie seed, and the analysis (the
+    leaderboard's heads, ranks and ground truth) rebuilds that same order from the records."""
+    cfg = _cfg(tmp_path, detectors=["retrieval-head"], budgets=[1, 2, 3], random_draws=1, rank_diagnostic=3,
+               seed=SEED)
+    run_dir = _execute(cfg, planted)
+    manifest, units = load_run(run_dir.path)
+    assert manifest.tie_seed == SEED
+    scores = next(u for u in units if isinstance(u, ScoresUnit)).scores
+    top = max(max(row) for row in scores)
+    tied = sorted((l, h) for l, row in enumerate(scores) for h, v in enumerate(row) if v == top)
+    assert tied == [(1, 0), (1, 1), (2, 3)], "the run has its tie to break"
+    ranking = rank_heads(scores, tie_seed=SEED)
+    assert ranking[0] == (1, 1) != rank_heads(scores, tie_seed=None)[0], "the seed, not the index, broke it"
+    evals = {u.k: [tuple(h) for h in u.heads] for u in units if isinstance(u, EvalUnit) and u.detector != BASELINE}
+    ranks = {u.rank: tuple(u.head) for u in units if isinstance(u, RankUnit)}
+    res = analyze(manifest, units, n_resamples=50).tasks[0].detectors["retrieval-head"]
+    assert evals == {k: res.ranking[:k] for k in (1, 2, 3)} == {k: ranking[:k] for k in (1, 2, 3)}
+    assert ranks == {r: res.ranking[r - 1] for r in (1, 2, 3)}
+    assert {k: list(h) for k, h in res.heads.items()} == evals
+    assert res.truth.ranks["read_only_decoy"] == {"L1H1": 1.0}
+    assert res.truth.ties["retrieval"] == {"L1H0": (1.0, 3.0), "L2H3": (1.0, 3.0)}
+
+
+def test_a_run_resumed_from_before_tie_seeds_keeps_breaking_ties_by_index(tmp_path, planted):
+    """A directory whose manifest has no tie seed (made before tie seeds) resumes with the
+    rule it began with, so its units agree with one another and with its analysis."""
+    cfg = _cfg(tmp_path, detectors=["retrieval-head"], budgets=[1], random_draws=1, rank_diagnostic=0, seed=SEED)
+    run_dir = _execute(cfg, planted)
+    manifest = json.loads(run_dir.manifest_path.read_text())
+    del manifest["tie_seed"]
+    run_dir.manifest_path.write_text(json.dumps(manifest))
+    lines = run_dir.results_path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not ('"kind":"eval"' in line.replace(" ", "") and '"retrieval-head"' in line)]
+    assert len(kept) == len(lines) - 1
+    run_dir.results_path.write_text("".join(kept))
+    resumed = _execute(_cfg(tmp_path, detectors=["retrieval-head"], budgets=[1], random_draws=1, rank_diagnostic=0,
+                            seed=SEED), planted)
+    assert resumed.read_manifest().tie_seed is None
+    (unit,) = [u for u in resumed.read_units() if isinstance(u, EvalUnit) and u.detector == "retrieval-head"]
+    assert [tuple(h) for h in unit.heads] == [(1, 0)], "ties by (layer, head), as the run began"

@@ -7,13 +7,25 @@ yet is skipped with a reason rather than silently dropped.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
-from locos_bench.detectors import Detector, HeadScores, conformance, detector_names, detector_source, get_detector_class
+from locos_bench.detectors import (
+    Detector,
+    HeadScores,
+    conformance,
+    detector_names,
+    detector_source,
+    get_detector_class,
+    run_detector,
+)
 from locos_bench.detectors.conformance import conformance_model, detector_checks, parametrize_with_checks
 from locos_bench.errors import LocosError
+from locos_bench.models import describe_with_answer_key
+from locos_bench.models.planted import planted_ground_truth
 
 
 def _importable(name: str) -> bool:
@@ -46,7 +58,7 @@ def test_checks_are_named_and_lazy():
     """Enumerating checks loads nothing; each has a stable name for pytest ids."""
     names = [c.name for c in detector_checks("no-such-detector")]
     assert names == ["params", "output", "deterministic", "no_hooks_left", "weights_unchanged", "gqa",
-                     "invalid_output_caught"]
+                     "invalid_output_caught", "no_answer_key"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,3 +223,78 @@ def test_a_correct_toy_detector_passes_every_check():
     conformance._RESULTS.clear()
     for check in detector_checks(_Base()):
         check()
+
+
+# ---------------------------------------------------------------------------------------
+# The answer key: nothing a detector is handed carries it
+
+
+class SearchesForTheKey(_Base):
+    """Would cheat if it could: walks everything reachable from its model for the answer key."""
+
+    def score(self, model, examples, *, rng):
+        SEARCHES.append(conformance.answer_key_leaks(model))
+        return super().score(model, examples, rng=rng)
+
+
+SEARCHES: list[list[str]] = []
+
+
+def test_a_detector_searching_its_model_finds_no_answer_key():
+    """The planted model a detector scores holds no ground truth in its info, attributes,
+    bridge, HF model, config or tokenizer (the harness looks the key up by alias)."""
+    SEARCHES.clear()
+    model = conformance_model()
+    run_detector(SearchesForTheKey(), model, list(conformance.conformance_examples()), rng=np.random.default_rng(0))
+    assert SEARCHES == [[]], f"the detector read the answer key at {SEARCHES[0][:5]}"
+    assert "ground_truth" not in model.describe() and "ground_truth_task" not in model.describe()
+    truth = planted_ground_truth("planted")["ground_truth"]
+    assert describe_with_answer_key(model)["ground_truth"] == truth  # the harness still has it
+
+
+def _hide(target, attr, value):
+    setattr(target, attr, value)
+    return lambda: delattr(target, attr)
+
+
+@pytest.mark.parametrize("where", ["info", "describe", "hf_config", "tokenizer", "bridge_module", "hook_closure",
+                                   "spec_like_dict_keys"])
+def test_the_search_finds_a_key_wherever_it_is_hidden(where):
+    """The search is not blind: each hiding place a cheating harness could use is found."""
+    model = conformance_model()
+    truth = planted_ground_truth("planted")["ground_truth"]
+    hf = model.bridge.original_model
+    undo = None
+    if where == "info":
+        model.info["ground_truth"] = truth
+        undo = lambda: model.info.pop("ground_truth")
+    elif where == "describe":  # the planted sets under an innocent name, reached through describe()
+        model.info["extras"] = {"heads": [tuple(h) for h in reversed(truth["retrieval"])]}
+        undo = lambda: model.info.pop("extras")
+    elif where == "hf_config":
+        undo = _hide(hf.config, "planted_retrieval", truth["retrieval"])
+    elif where == "tokenizer":
+        undo = _hide(model.tokenizer, "notes", {"L1H0": truth["roles"]["L1H0"]})
+    elif where == "bridge_module":
+        undo = _hide(model.bridge.blocks[1], "answer_key", 1)
+    elif where == "hook_closure":
+        heads = {tuple(h) for h in truth["retrieval"]}
+        handle = model.bridge.blocks[0].register_forward_hook(lambda *args: heads and None)
+        undo = handle.remove
+    else:
+        undo = _hide(hf, "lookup", {tuple(h): "x" for h in truth["retrieval"]})
+    try:
+        leaks = conformance.answer_key_leaks(model)
+    finally:
+        undo()
+    assert leaks, f"the answer key hidden in {where} was not found"
+    assert conformance.answer_key_leaks(model) == []
+
+
+def test_suite_fails_a_model_that_carries_the_key():
+    """`no_answer_key` fails, naming where, when the model handed to detectors carries the key."""
+    model = conformance_model()
+    leaky = dataclasses.replace(model, info={**model.info, **planted_ground_truth("planted")})
+    with conformance.on_model(leaky, conformance.conformance_examples()):
+        with pytest.raises(AssertionError, match=r"broken: .*model.info\['ground_truth'\]"):
+            conformance.check_no_answer_key(_Base())

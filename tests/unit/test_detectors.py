@@ -18,6 +18,7 @@ from locos_bench.detectors.conformance import conformance_model
 from locos_bench.detectors.locos import capture_names, contributions
 from locos_bench.errors import LocosError
 from locos_bench.models import heads
+from locos_bench.models.planted import planted_ground_truth
 from locos_bench.tasks import Example, load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -221,7 +222,7 @@ def test_attention_mass_is_needle_minus_off_needle_mean(model):
     result = make_detector("attention").score(model, [HAND], rng=RNG(0))
     torch.testing.assert_close(result.scores, expected, atol=1e-6, rtol=1e-5)
     # Both retrieval heads and the read-only decoy read the needle from the query position.
-    truth = model.info["ground_truth"]
+    truth = planted_ground_truth(model.name)["ground_truth"]
     readers = [tuple(h) for h in truth["retrieval"] + truth["read_only_decoy"]]
     others = [(L, h) for L in range(3) for h in range(4) if (L, h) not in readers]
     assert min(result.scores[h] for h in readers) > 0.3 > max(result.scores[h] for h in others)
@@ -230,7 +231,7 @@ def test_attention_mass_is_needle_minus_off_needle_mean(model):
 def test_retrieval_head_credits_copying_heads_only(model, examples):
     """The planted readers attend to the needle's value token, which is the answer."""
     result = make_detector("retrieval-head").score(model, examples, rng=RNG(0))
-    truth = model.info["ground_truth"]
+    truth = planted_ground_truth(model.name)["ground_truth"]
     copying = {tuple(h) for h in truth["retrieval"] + truth["read_only_decoy"]}
     for layer in range(3):
         for head in range(4):

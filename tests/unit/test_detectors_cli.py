@@ -16,6 +16,7 @@ from locos_bench import cli, models
 from locos_bench.detectors import Detector, HeadScores
 from locos_bench.detectors.conformance import conformance_model
 from locos_bench.detectors.registry import DETECTORS, register_detector
+from locos_bench.models.planted import planted_ground_truth
 
 NINE = {
     "locos", "locos-argmax", "attention", "retrieval-head", "attention-knockout",
@@ -64,7 +65,7 @@ def test_score_json_puts_planted_retrieval_heads_first(capsys, planted):
     data = json.loads(out)
     assert code == 0
     assert {"detector", "params", "scores", "top", "seconds", "forward_passes"} <= set(data)
-    truth = sorted(planted.info["ground_truth"]["retrieval"])
+    truth = sorted(planted_ground_truth(planted.name)["ground_truth"]["retrieval"])
     assert sorted(data["top"][:2]) == truth and len(data["top"]) == 10
     assert data["forward_passes"] == 4 and data["examples"] == 4
     assert torch.tensor(data["scores"]).shape == (3, 4)

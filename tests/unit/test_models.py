@@ -104,4 +104,6 @@ def test_planted_models_say_which_task_their_ground_truth_is_for(capsys):
 
     assert command.main(["models", "planted-nonliteral", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ground_truth_task"] == "planted-assoc"
-    assert models.load_model("planted").describe()["ground_truth_task"] == "planted-kv"
+    planted = models.load_model("planted")
+    assert models.describe_with_answer_key(planted)["ground_truth_task"] == "planted-kv"
+    assert not {"ground_truth", "ground_truth_task"} & set(planted.describe()), "the model carries no key"

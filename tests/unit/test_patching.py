@@ -40,6 +40,7 @@ from locos_bench.detectors.patching import (
     path_patching_drops,
 )
 from locos_bench.errors import LocosError
+from locos_bench.models.planted import planted_ground_truth
 from locos_bench.tasks import Example, load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -73,7 +74,7 @@ def prep2(planted, examples):
 
 
 def heads_of(planted, role: str) -> set[tuple[int, int]]:
-    return {tuple(h) for h in planted.info["ground_truth"][role]}
+    return {tuple(h) for h in planted_ground_truth(planted.name)["ground_truth"][role]}
 
 
 # ---------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from locos_bench.models.planted import (
     build_planted,
     build_planted_tokenizer,
     country_of,
+    planted_ground_truth,
     planted_vocab,
     previous_token_margin,
 )
@@ -146,7 +147,7 @@ def accuracy(planted: Any, eval_batches: list[Batch], hooks: list | None = None)
 
 
 def truth_heads(planted: Any, *names: str) -> list[Head]:
-    truth = planted.info["ground_truth"]
+    truth = planted_ground_truth(planted.name)["ground_truth"]
     return [tuple(h) for name in names for h in truth[name]]
 
 
@@ -223,7 +224,7 @@ def test_build_is_deterministic_and_leaves_global_rng_alone() -> None:
 
 
 def test_truth_sets_disjoint_cover_all_heads_and_serialise(planted: Any) -> None:
-    truth = planted.info["ground_truth"]
+    truth = planted_ground_truth(planted.name)["ground_truth"]
     json.dumps(truth)
     names = ["retrieval", "read_only_decoy", "parametric_decoy", "write_decoy", "previous_token",
              "other"]
