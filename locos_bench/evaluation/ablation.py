@@ -70,6 +70,7 @@ is that prompt, not a mean. Past that (the reference's reach) position-wise abla
 the flat mean, and a run refuses a reference whose reach ends inside every evaluation prompt
 (`check_positionwise_reference`)."""
 
+
 def reference_reach(lengths: Sequence[int]) -> int:
     """Leading positions that at least `MIN_REFERENCE_PROMPTS` of reference sequences of these
     lengths reach: where position-wise means are used."""
@@ -112,7 +113,8 @@ class HeadMeans:
     Attributes:
         mean: `[n_layers, n_heads, d_head]` position-agnostic mean (BOS excluded: it is an
             attention sink whose `z` is atypical).
-        by_position: `[n_layers, T_max, n_heads, d_head]` per-position means, or None.
+        by_position: `[n_layers, T_max, n_heads, d_head]` per-position means, or None; used
+            up to `reach`, where at least `MIN_REFERENCE_PROMPTS` prompts average.
         counts: `[T_max]` how many reference prompts reached each position.
     """
 
