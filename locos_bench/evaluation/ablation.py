@@ -99,10 +99,10 @@ def check_positionwise_reference(task: str, reference_lengths: Sequence[int], pr
     need = min(prompt_lengths, default=0)
     if reach < need:
         raise LocosError(
-            f"--positionwise: task {task!r}'s reference split is too short: at least "
-            f"{MIN_REFERENCE_PROMPTS} of its {len(reference_lengths)} reference prompts reach only "
-            f"{reach} positions, and its shortest evaluation prompt has {need} tokens; raise --n-ref "
-            "or drop --positionwise")
+            f"--positionwise: task {task!r}'s reference split is too short: a position's mean needs "
+            f"{MIN_REFERENCE_PROMPTS} reference prompts reaching it, which only its first {reach} positions "
+            f"have ({len(reference_lengths)} reference prompts, the longest {max(reference_lengths, default=0)} "
+            f"tokens), but its shortest evaluation prompt has {need} tokens; raise --n-ref or drop --positionwise")
     return sum(max(0, n - reach) for n in prompt_lengths)
 
 
