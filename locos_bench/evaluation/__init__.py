@@ -6,9 +6,11 @@ The face::
 
 Modules: `generation`, `logprobs`, `clean_prefix` (start ablated runs at their lowest ablated
 layer), `task_eval` (answers plus every metric a task lists), `ablation` (mean, zero and
-scaling hooks; reference means).
+scaling hooks; reference means). `token_positions` binds each token's position for
+position-wise ablation around a forward run outside these functions.
 """
 
+from locos_bench.evaluation._batching import token_positions
 from locos_bench.evaluation.clean_prefix import CleanPrefix
 from locos_bench.evaluation.generation import generate_answers, generate_from_ids, stop_token_ids
 from locos_bench.evaluation.logprobs import continuation_logprobs, gold_logprobs, token_logprobs
@@ -25,4 +27,5 @@ __all__ = [
     "gold_logprobs",
     "stop_token_ids",
     "token_logprobs",
+    "token_positions",
 ]

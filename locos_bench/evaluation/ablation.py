@@ -12,18 +12,25 @@ attention-weighted values, before `W_O`) by `alpha * z + (1 - alpha) * value`, w
 The hooks work for teacher-forced passes and for KV-cached generation (each new token's
 `z` is replaced as it is computed). `HeadSetAblation` is the same intervention with one head
 set per batch row, so several head sets share one forward pass.
+
+Position-wise means need each token's absolute position, which a hook on `z` cannot see: the
+code that runs a forward binds them (`token_positions`), row by row, so left padding, a
+teacher-forced pass on a KV cache and each decoding step all read the means of the positions
+the model itself is given. One rule for every caller: a token's position is the number of
+real (unmasked) tokens before it in its row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from locos_bench.errors import LocosError
+from locos_bench.evaluation._batching import _bound_positions
 from locos_bench.models import LoadedModel
 from locos_bench.names import Head, hook_z
 
@@ -57,6 +64,48 @@ class AblationSpec:
         return self.mode == "mean"
 
 
+MIN_REFERENCE_PROMPTS = 2
+"""Reference prompts that must reach a position for its own mean to be used: one prompt's `z`
+is that prompt, not a mean. Past that (the reference's reach) position-wise ablation writes
+the flat mean, and a run refuses a reference whose reach ends inside every evaluation prompt
+(`check_positionwise_reference`)."""
+
+
+def reference_reach(lengths: Sequence[int]) -> int:
+    """Leading positions that at least `MIN_REFERENCE_PROMPTS` of reference sequences of these
+    lengths reach: where position-wise means are used."""
+    ordered = sorted(lengths, reverse=True)
+    return int(ordered[MIN_REFERENCE_PROMPTS - 1]) if len(ordered) >= MIN_REFERENCE_PROMPTS else 0
+
+
+def check_positionwise_reference(task: str, reference_lengths: Sequence[int], prompt_lengths: Sequence[int]) -> int:
+    """Refuse a reference split too short for position-wise means; count what falls back.
+
+    Too short: its reach (`reference_reach`) ends before the last position of the shortest
+    evaluation prompt, so no evaluation prompt would be ablated position-wise up to its
+    question. Positions past the reach (longer prompts, answer and generated tokens) take
+    the flat mean.
+
+    Args:
+        task: The task's name (for the message).
+        reference_lengths: Token count of each reference sequence (prompt plus answer, what
+            `reference_means` averages).
+        prompt_lengths: Token count of each evaluation prompt.
+
+    Returns:
+        How many evaluation prompt tokens lie past the reach (flat mean there).
+    """
+    reach = reference_reach(reference_lengths)
+    need = min(prompt_lengths, default=0)
+    if reach < need:
+        raise LocosError(
+            f"--positionwise: task {task!r}'s reference split is too short: a position's mean needs "
+            f"{MIN_REFERENCE_PROMPTS} reference prompts reaching it, which only its first {reach} positions "
+            f"have ({len(reference_lengths)} reference prompts, the longest {max(reference_lengths, default=0)} "
+            f"tokens), but its shortest evaluation prompt has {need} tokens; raise --n-ref or drop --positionwise")
+    return sum(max(0, n - reach) for n in prompt_lengths)
+
+
 @dataclass
 class HeadMeans:
     """Per-head mean `z` over reference prompts.
@@ -64,13 +113,33 @@ class HeadMeans:
     Attributes:
         mean: `[n_layers, n_heads, d_head]` position-agnostic mean (BOS excluded: it is an
             attention sink whose `z` is atypical).
-        by_position: `[n_layers, T_max, n_heads, d_head]` per-position means, or None.
+        by_position: `[n_layers, T_max, n_heads, d_head]` per-position means, or None; used
+            up to `reach`, where at least `MIN_REFERENCE_PROMPTS` prompts average.
         counts: `[T_max]` how many reference prompts reached each position.
     """
 
     mean: Tensor
     by_position: Tensor | None = None
     counts: Tensor | None = None
+
+    @property
+    def reach(self) -> int:
+        """Leading positions with their own mean (`MIN_REFERENCE_PROMPTS` prompts reach them)."""
+        if self.by_position is None or self.counts is None:
+            return 0
+        return int((self.counts >= MIN_REFERENCE_PROMPTS).sum())
+
+    def at(self, layer: int, heads: list[int], positions: Tensor) -> Tensor:
+        """`[B, T, len(heads), d]` means of `heads` at `positions` `[B, T]`: each position's
+        own mean within the reach, the flat mean beyond it."""
+        flat = self.mean[layer, heads]
+        reach = self.reach
+        if reach == 0:
+            return flat.expand(*positions.shape, -1, -1)
+        positions = positions.detach().cpu().long()
+        assert self.by_position is not None
+        own = self.by_position[layer][positions.clamp(0, reach - 1)][:, :, heads]
+        return torch.where((positions < reach)[:, :, None, None], own, flat)
 
 
 def reference_means(
@@ -118,14 +187,13 @@ class HeadAblation:
     """Forward hooks that intervene on `heads` according to `spec`.
 
     Use `hooks()` with `bridge.hooks(fwd_hooks=...)` or pass them to the evaluation
-    functions. For position-wise means during KV-cached generation, the hook tracks the
-    absolute position: a call with more than one position starts a new sequence.
+    functions. Position-wise means read each token's position from `token_positions`, bound
+    around every forward (the evaluation functions bind them); the hooks keep no state.
     """
 
     heads: Sequence[Head]
     spec: AblationSpec
     means: HeadMeans | None = None
-    _offset: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.spec.needs_reference and self.means is None:
@@ -137,30 +205,23 @@ class HeadAblation:
     def hooks(self) -> list[tuple[str, Any]]:
         return [(hook_z(layer), self._hook(layer, heads)) for layer, heads in sorted(self._by_layer.items())]
 
-    def _value(self, layer: int, heads: list[int], z: Tensor, start: int) -> Tensor:
+    def _value(self, layer: int, heads: list[int], z: Tensor) -> Tensor:
         """Replacement `[B, T, len(heads), d]` for the ablated heads."""
         if self.spec.mode != "mean":
             return torch.zeros_like(z[:, :, heads])
         means = self.means
         assert means is not None
-        flat = means.mean[layer, heads].to(z.device, z.dtype)  # [h, d]
-        value = flat.expand(z.shape[0], z.shape[1], -1, -1)
         if self.spec.positionwise and means.by_position is not None:
-            t_ref = means.by_position.shape[1]
-            stop = min(start + z.shape[1], t_ref)
-            if stop > start:
-                value = value.clone()
-                value[:, : stop - start] = means.by_position[layer, start:stop][:, heads].to(z.device, z.dtype)
-        return value
+            return means.at(layer, heads, _bound_positions(z)).to(z.device, z.dtype)
+        flat = means.mean[layer, heads].to(z.device, z.dtype)  # [h, d]
+        return flat.expand(z.shape[0], z.shape[1], -1, -1)
 
     def _hook(self, layer: int, heads: list[int]) -> Any:
         alpha = self.spec.alpha
 
         def fn(z: Tensor, hook: Any) -> Tensor:
-            start = 0 if z.shape[1] > 1 else self._offset.get(layer, 0)
-            self._offset[layer] = start + z.shape[1]
             z = z.clone()
-            value = self._value(layer, heads, z, start)
+            value = self._value(layer, heads, z)
             z[:, :, heads] = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
             return z
 
@@ -179,7 +240,7 @@ class HeadSetAblation:
         if spec.needs_reference and means is None:
             raise LocosError("mean ablation needs reference means (reference_means)")
         self.head_sets = [[(int(layer), int(head)) for layer, head in heads] for heads in head_sets]
-        self._one = HeadAblation([], spec, means)  # the replacement values and the position offsets
+        self._one = HeadAblation([], spec, means)  # the replacement values
 
     def hooks(self, rows: Sequence[int]) -> list[tuple[str, Any]]:
         """Hooks for a batch whose row r ablates `head_sets[rows[r]]` (no hook on clean layers)."""
@@ -201,13 +262,11 @@ class HeadSetAblation:
         def fn(z: Tensor, hook: Any) -> Tensor:
             if z.shape[0] != n_rows:
                 raise LocosError(f"head-set hooks bound to {n_rows} rows ran on a batch of {z.shape[0]}")
-            start = 0 if z.shape[1] > 1 else one._offset.get(layer, 0)
-            one._offset[layer] = start + z.shape[1]
             mask = torch.zeros(z.shape[0], 1, z.shape[2], 1, dtype=torch.bool, device=z.device)
             for row, head in cells:
                 mask[row, 0, head, 0] = True
             sub = mask[:, :, heads]  # [B, 1, h, 1]
-            value = one._value(layer, heads, z, start)
+            value = one._value(layer, heads, z)
             new = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
             z = z.clone()
             z[:, :, heads] = torch.where(sub, new, z[:, :, heads])

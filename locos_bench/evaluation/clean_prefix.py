@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from locos_bench.evaluation._batching import _positions, token_positions
 from locos_bench.names import Hook
 
 
@@ -131,7 +132,15 @@ def _forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Ho
              prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any = 1) -> Any:
     """The bridge's forward of a batch with `hooks` active (`(logits, KV cache)` when
     `with_cache`), starting at the lowest hooked layer when `prefix` holds (or can take) the
-    batch's clean run."""
+    batch's clean run. Without `positions` (a right-padded batch) the model numbers each row
+    from 0, and so do the hooks."""
+    with token_positions(positions if positions is not None else _positions(mask)):
+        return _hooked_forward(model, ids, mask, positions, hooks, prefix, with_cache=with_cache,
+                               logits_to_keep=logits_to_keep)
+
+
+def _hooked_forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Hook],
+                    prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any) -> Any:
     bridge = model.bridge
     n_layers = len(bridge.blocks)
     start = _first_hooked_layer(hooks, n_layers) if prefix is not None else 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch
+from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch, token_positions
 from locos_bench.names import Hook
 from locos_bench.tasks import Example
 from locos_bench.tasks.metrics import cut_answer
@@ -59,10 +59,11 @@ def _greedy(
         nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         positions = positions[:, -1:] + 1
-        logits, cache = bridge(
-            nxt[:, None], attention_mask=mask, position_ids=positions,
-            past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
-        )
+        with token_positions(positions):
+            logits, cache = bridge(
+                nxt[:, None], attention_mask=mask, position_ids=positions,
+                past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,
+            )
     texts = [tok.decode(g, skip_special_tokens=True) for g in generated]
     return [cut_answer(t) for t in texts] if cut else texts
 
@@ -119,10 +120,11 @@ def generate_from_ids(
     with torch.inference_mode(), model.bridge.hooks(fwd_hooks=list(hooks)):
         for batch in _batches(order, max(1, batch_size)):
             ids, mask, positions = _left_padded([prompts[i] for i in batch], pad, device)
-            logits, cache = model.bridge(
-                ids, attention_mask=mask, position_ids=positions,
-                return_type="logits_and_cache", logits_to_keep=1,
-            )
+            with token_positions(positions):
+                logits, cache = model.bridge(
+                    ids, attention_mask=mask, position_ids=positions,
+                    return_type="logits_and_cache", logits_to_keep=1,
+                )
             texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens,
                             cut=cut, until=until)
             for i, text in zip(batch, texts):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch
+from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch, token_positions
 from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
 from locos_bench.evaluation.generation import _greedy
 from locos_bench.evaluation.logprobs import token_logprobs
@@ -90,11 +90,13 @@ def _answers_and_logprobs(
                     a = item.answer_ids[:-1]
                     gold[row, : len(a)] = torch.tensor(a)
                 gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
+                # Answer token j sits at prompt length + j, in the model and in the hooks alike.
                 gold_pos = positions[:, -1:] + torch.arange(1, longest, device=device)[None, :]
-                gold_logits = bridge(
-                    gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
-                    past_key_values=copy.deepcopy(cache), logits_to_keep=0,
-                )
+                with token_positions(gold_pos):
+                    gold_logits = bridge(
+                        gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
+                        past_key_values=copy.deepcopy(cache), logits_to_keep=0,
+                    )
                 for row, item in enumerate(rows):
                     targets = item.answer_ids[1:]
                     if targets:

@@ -25,6 +25,7 @@ from locos_bench.detectors import detector_source, get_detector_class, make_dete
 from locos_bench.errors import LocosError
 from locos_bench.evaluation.ablation import (
     AblationSpec,
+    check_positionwise_reference,
 )
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
@@ -74,6 +75,8 @@ class Run:
         if max(cfg.budgets) > max_heads:
             self.progress.log(f"warning: budgets above the model's {max_heads} heads are capped")
             cfg.budgets = sorted({min(k, max_heads) for k in cfg.budgets})
+        if self.ablation.positionwise:
+            self._check_reference(tasks)
         self.manifest = Manifest(
             model=cfg.model, model_info=describe_with_answer_key(self.model),
             tasks=[t.entry for t in tasks.values()],
@@ -84,6 +87,19 @@ class Run:
         )
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
+
+    def _check_reference(self, tasks: dict[str, Any]) -> None:
+        """Position-wise means: refuse a reference split too short for a task's evaluation
+        prompts, and say how many prompt tokens fall back to the flat mean."""
+        for name, data in tasks.items():
+            if hasattr(data, "values"):  # an lm-eval control: its prompts are lm-eval's
+                continue
+            prompts = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
+            flat = check_positionwise_reference(
+                name, [t.n_tokens for t in data.tokenized(self.model, "reference")], prompts)
+            if flat:
+                self.progress.log(f"warning: --positionwise: {flat} of {sum(prompts)} evaluation prompt tokens "
+                                  f"of {name} lie past its reference prompts (flat mean there)")
 
     def _detector_entry(self, name: str) -> DetectorEntry:
         cls = get_detector_class(name)

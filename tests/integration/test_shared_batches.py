@@ -49,9 +49,7 @@ def planted_task(planted):
     return data, means
 
 
-# Position-wise means are left out: with left padding they index padded positions, so even the
-# simple path's numbers depend on how prompts are batched (a known flaw, reported).
-@pytest.mark.parametrize("mode,positionwise", [("mean", False), ("zero", False), ("scale:0.5", False)])
+@pytest.mark.parametrize("mode,positionwise", [("mean", False), ("mean", True), ("zero", False), ("scale:0.5", False)])
 def test_head_sets_in_one_batch_equal_one_at_a_time(planted, planted_task, mode, positionwise):
     data, means = planted_task
     spec = AblationSpec.parse(mode, positionwise=positionwise)

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+from locos_bench.evaluation import token_positions
+from locos_bench.evaluation.ablation import (
+    AblationSpec,
+    HeadAblation,
+    check_positionwise_reference,
+    reference_means,
+    reference_reach,
+)
 from locos_bench.models import heads as H
 
 
@@ -87,14 +94,59 @@ def test_ablation_reaches_the_block_output(planted, prompts):
 
 
 def test_positionwise_means_follow_positions_during_generation(planted, prompts):
+    """Each row reads the means of its bound positions: a left-padded row's real tokens from
+    0, a decoding step its own next position, whatever came before (the hooks keep no state)."""
     means = reference_means(planted, prompts[:3], positionwise=True)
     ablation = HeadAblation([(1, 0)], AblationSpec.parse("mean", positionwise=True), means)
     (name, fn), = ablation.hooks()
-    z = torch.zeros(1, 5, planted.geometry.n_heads, planted.geometry.d_head)
-    out = fn(z, None)
-    assert torch.allclose(out[0, 2, 0], means.by_position[1, 2, 0])
-    step = fn(torch.zeros(1, 1, planted.geometry.n_heads, planted.geometry.d_head), None)
-    assert torch.allclose(step[0, 0, 0], means.by_position[1, 5, 0])
+    geo = planted.geometry
+    by_pos = means.by_position[1, :, 0]
+    with token_positions(torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])):  # row 1: two pads
+        out = fn(torch.zeros(2, 5, geo.n_heads, geo.d_head), None)
+    assert torch.equal(out[0, :, 0], by_pos[:5])
+    assert torch.equal(out[1, 2:, 0], by_pos[:3])
+    with token_positions(torch.tensor([[9, 10, 11], [7, 8, 9]])):  # a teacher-forced pass after a cache
+        out = fn(torch.zeros(2, 3, geo.n_heads, geo.d_head), None)
+    assert torch.equal(out[0, :, 0], by_pos[9:12]) and torch.equal(out[1, :, 0], by_pos[7:10])
+    with token_positions(torch.tensor([[5], [3]])):  # the next decoding step
+        step = fn(torch.zeros(2, 1, geo.n_heads, geo.d_head), None)
+    assert torch.equal(step[:, 0, 0], by_pos[[5, 3]])
+
+
+def test_positionwise_means_past_the_reach_are_the_flat_mean(planted, prompts):
+    """Within a real forward: each position's own mean up to the reach (two reference prompts
+    reach it), the flat mean beyond, including positions one prompt reaches."""
+    refs = [prompts[0], prompts[0][:20], prompts[1][:12]]
+    means = reference_means(planted, refs, positionwise=True)
+    assert means.reach == reference_reach([len(r) for r in refs]) == 20 < means.by_position.shape[1]
+    hooks = HeadAblation([(1, 2)], AblationSpec.parse("mean", positionwise=True), means).hooks()
+    long = prompts[0] + prompts[1][1:]
+    with token_positions(torch.arange(len(long))[None]):
+        hooked = _z(planted, long, 1, hooks)[:, 2]
+    assert torch.equal(hooked[:20], means.by_position[1, :20, 2])
+    assert torch.equal(hooked[20:], means.mean[1, 2].expand_as(hooked[20:]))
+
+
+def test_positionwise_ablation_needs_bound_positions(planted, prompts):
+    means = reference_means(planted, prompts[:2], positionwise=True)
+    hooks = HeadAblation([(1, 0)], AblationSpec.parse("mean", positionwise=True), means).hooks()
+    with pytest.raises(LocosError, match="needs each forward's token positions"):
+        _z(planted, prompts[2], 1, hooks)
+    with pytest.raises(LocosError, match="do not match"), token_positions(torch.arange(3)[None]):
+        _z(planted, prompts[2], 1, hooks)
+    flat = HeadAblation([(1, 0)], AblationSpec.parse("mean"), means).hooks()
+    assert _z(planted, prompts[2], 1, flat).shape[0] == len(prompts[2])  # the flat mean needs none
+
+
+def test_too_short_reference_is_refused():
+    """Refused when fewer than two reference prompts reach every position of the shortest
+    evaluation prompt; what lies past the reach is counted."""
+    assert reference_reach([52, 100, 196]) == 100 and reference_reach([300]) == 0
+    assert check_positionwise_reference("t", [52, 100, 196], [51, 99, 195]) == 95
+    assert check_positionwise_reference("t", [52, 100, 196], [100, 100]) == 0
+    for refs in ([52, 100, 196], [300]):
+        with pytest.raises(LocosError, match=r"task 't''s reference split is too short.*raise --n-ref"):
+            check_positionwise_reference("t", refs, [101, 150])
 
 
 def test_mean_ablation_needs_means():
