@@ -319,11 +319,12 @@ def _ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
     headers = (["rank", "detector", f"precision@{n}"] + [f"prec. k={k}" for k in run.budgets]
                + ["AUROC", "retrieval heads' ranks"]
                + [f"{head} ({name.replace('_', ' ')})" for name, head in others])
+    labels = task_rank_labels(task)  # the ranks of the task's own table, ties and all
     rows = []
-    for i, res in enumerate(rows_of, 1):
+    for res in rows_of:
         g = res.truth
         retrieval = ", ".join(f"{h} {_truth_rank(run, g, 'retrieval', h)}" for h in g.ranks["retrieval"])
-        rows.append([i, detector_label(res), fmt(g.precision_at_n)]
+        rows.append([labels.get(res.name, "—"), detector_label(res), fmt(g.precision_at_n)]
                     + [fmt(g.precision[k]) for k in run.budgets]
                     + [fmt(g.auroc), retrieval]
                     + [_truth_rank(run, g, name, head) for name, head in others])

@@ -86,7 +86,7 @@ def test_the_truth_table_shows_tied_ranks_as_ties():
     locos = next(cells(line) for line in lines[header + 2:] if cells(line)[1] == "locos")
     assert locos[columns.index("retrieval heads' ranks")] == "L1H0 1, L2H3 2", "untied ranks stay plain"
     legacy = render_markdown([_stats("planted-reference")])
-    assert " =1" not in legacy and "ties broken by layer, head" in legacy and "**=R**" not in legacy
+    assert "L1H0 =1" not in legacy and "ties broken by layer, head" in legacy and "**=R**" not in legacy
     assert "| L1H0 1, L2H3 3 " in legacy  # retrieval-head, its ties broken by index as published
 
 
