@@ -169,6 +169,7 @@ class Worker:
             task=data.spec.name, detector=name, draw=draw, params=result.params,
             scores=result.scores.double().tolist(), forward_passes=result.forward_passes,
             seconds=result.seconds,
+            per_example=None if result.per_example is None else result.per_example.double().tolist(),
         )
 
     def _hooks(self, heads: Sequence[Head], means: HeadMeans | None) -> list:

@@ -30,6 +30,16 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   then AUROC, then the ablation figures: ablation also rewards heads the task needs upstream
   of retrieval, the truth does not.
 
+* **Selection stability** (no evaluation cost): a detector's per-example scores on the
+  calibration split are resampled (B resamples of the calibration examples, with replacement,
+  seeded by `calibration_seed`); each resample's mean scores give a top k. Per budget k: the
+  **mean Jaccard** of the resampled top k against the full sample's top k, and each full-sample
+  top-k head's **selection frequency** (share of resamples whose top k holds it). Low values
+  say the heads a detector picks rest on which calibration examples it saw, a variance the
+  evaluation intervals do not hold. Not available for `random` (its heads do not depend on the
+  examples), for a detector that gives no per-example scores, and for records made before they
+  were kept.
+
 * **Separability** of adjacent ranks: every table that ranks rows (each task table, and the
   summary ranking, whose two tables share one order) compares each pair of adjacent ranked
   rows on the figure that ordered them, the first ranking figure on which they differ
@@ -64,6 +74,7 @@ from locos_bench.report.bootstrap import (
     N_RESAMPLES,
     Bootstrap,
     Estimate,
+    calibration_seed,
     combine,
     curve_weights,
     finite_or_none,
@@ -71,6 +82,7 @@ from locos_bench.report.bootstrap import (
     p_value,
     spread,
     task_seed,
+    topk_stability,
 )
 from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit
 
@@ -206,6 +218,34 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
     )
 
 
+class Stability(_Result):
+    """How stable a detector's head selection is under resampling of its calibration examples.
+
+    None of it costs an evaluation: it reads the per-example scores of the scores unit.
+    """
+
+    n_calib: int
+    """Calibration examples resampled."""
+    n_resamples: int
+    jaccard: dict[int, float]
+    """Budget k -> mean Jaccard index of the resampled top k against the full sample's top k
+    (1: every resample picks the same heads)."""
+    frequency: dict[int, dict[str, float]]
+    """Budget k -> each of the full sample's top-k heads (best first) -> share of resamples
+    whose top k holds it."""
+
+
+def selection_stability(per_example: Any, budgets: Sequence[int], *, n_resamples: int = N_RESAMPLES,
+                        seed: Any = 0) -> Stability:
+    """`Stability` of `[n_calib, n_layers, n_heads]` per-example scores (`bootstrap.topk_stability`)."""
+    arr = np.asarray(per_example, dtype=np.float64)
+    n_heads = arr.shape[2] if arr.ndim == 3 else 1
+    jaccard, frequency = topk_stability(arr, budgets, n_resamples=n_resamples, seed=seed)
+    return Stability(n_calib=arr.shape[0], n_resamples=n_resamples, jaccard=jaccard,
+                     frequency={k: {f"L{h // n_heads}H{h % n_heads}": share for h, share in heads}
+                                for k, heads in frequency.items()})
+
+
 class Comparison(_Result):
     """Two adjacent ranked rows of a table: is the order of `upper` over `lower` separable?"""
 
@@ -299,6 +339,11 @@ class DetectorResult(_Result):
     ranks: list[RankResult] = Field(default_factory=list)
     truth: GroundTruth | None = None
     """Figures against the planted model's true head sets (planted models only)."""
+    stability: Stability | None = None
+    """Selection stability on the task's calibration split (first complete draw), where its
+    per-example scores were recorded; None otherwise (`stability_na` says why)."""
+    stability_na: str | None = None
+    """Why `stability` is not available (a retrieval task's detector only)."""
 
     @property
     def ok(self) -> bool:
@@ -497,6 +542,9 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                                              r.curves[m].drop_kmax_per_example)}
                     for m in metrics
                 }
+        if plan.heads_from(entry.name) == entry.name:
+            for res in results.values():
+                _stability(res, plan, entry.name, done, budgets, n_resamples, manifest.seed)
         if sets is not None and plan.heads_from(entry.name) == entry.name:
             for det, res in results.items():
                 draws = [done.get(plan.scores_key(entry.name, det, d)) for d in plan.draws(det)]
@@ -630,6 +678,28 @@ def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Boo
     return res
 
 
+def _stability(res: DetectorResult, plan: RunPlan, task: str, done: dict, budgets: list[int],
+               n_resamples: int, seed: int) -> None:
+    """Fill `res.stability` from the first error-free draw's per-example scores, or say why not.
+
+    A stochastic detector gets none: its heads are drawn without reading the calibration
+    examples, so resampling them says nothing (its spread between draws enters `vs random`)."""
+    if res.stochastic:
+        res.stability_na = "n/a: heads drawn at random, not chosen from the calibration examples"
+        return
+    units = [done.get(plan.scores_key(task, res.name, d)) for d in plan.draws(res.name)]
+    units = [u for u in units if u is not None and u.error is None and u.scores is not None]
+    if not units:
+        res.stability_na = "n/a: no scores"
+        return
+    unit = units[0]
+    if unit.per_example is None:
+        res.stability_na = "n/a: no per-example calibration scores recorded"
+        return
+    res.stability = selection_stability(unit.per_example, budgets, n_resamples=n_resamples,
+                                        seed=calibration_seed(seed, task, unit.draw))
+
+
 def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
     rows = []
     for det in plan.detectors:
@@ -715,6 +785,6 @@ def _summary_comparisons(tasks: Sequence[TaskResult], summary: Sequence[SummaryR
 
 __all__ = [
     "Comparison", "Curve", "DetectorResult", "Failure", "GOLD", "GroundTruth", "RankResult", "RunStats",
-    "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "separability", "truth_key",
-    "truth_sets",
+    "Stability", "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "selection_stability",
+    "separability", "truth_key", "truth_sets",
 ]

@@ -270,6 +270,59 @@ def _bca(point: float, reps: np.ndarray, jack_groups: Iterable[np.ndarray],
     return float(lo), float(hi)
 
 
+def calibration_seed(seed: int, task: str, draw: int = 0) -> np.random.SeedSequence:
+    """The seed of a task's calibration resamples (selection stability), apart from
+    `task_seed`'s evaluation resamples."""
+    return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(task.encode()),
+                                   zlib.crc32(b"calibration"), int(draw)])
+
+
+def topk_stability(per_example: Any, budgets: Sequence[int], *, n_resamples: int = N_RESAMPLES,
+                   seed: Any = 0) -> tuple[dict[int, float], dict[int, list[tuple[int, float]]]]:
+    """How stable a top-k selection is under resampling of the examples it was made on.
+
+    Each of `n_resamples` resamples draws the examples with replacement, averages their
+    per-example scores and takes the top k (ties to the lower flat index, as
+    `names.rank_heads`); the full sample's top k is taken the same way. Scores are
+    quantised first (as the intervals' values), so the sums are exact on any machine.
+
+    Args:
+        per_example: `[n, n_layers, n_heads]` per-example head scores.
+        budgets: The k's.
+        n_resamples: B.
+        seed: Seed of the resamples (`calibration_seed`).
+
+    Returns:
+        Per k: the mean Jaccard index of the resampled top k against the full sample's; and the
+        full sample's top k (flat head indices, best first), each with the share of resamples
+        whose top k holds it.
+    """
+    x = np.asarray(per_example, dtype=np.float64)
+    if x.ndim != 3 or x.shape[0] < 1:
+        raise LocosError(f"per-example scores must be [n_examples, n_layers, n_heads], got shape {x.shape}")
+    n = x.shape[0]
+    q, _ = _quantise(x.reshape(n, -1), n)
+    size = q.shape[1]
+    idx = np.random.default_rng(seed).integers(0, n, size=(int(n_resamples), n))
+    counts = np.zeros((int(n_resamples), n))
+    np.add.at(counts, (np.arange(int(n_resamples))[:, None], idx), 1.0)
+    sums = counts @ q
+    ties = np.broadcast_to(np.arange(size), sums.shape)
+    order = np.lexsort((ties, -sums), axis=-1)
+    full = np.lexsort((np.arange(size), -q.sum(0)))
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.broadcast_to(np.arange(size), order.shape), axis=-1)
+    jaccard, frequency = {}, {}
+    for k in budgets:
+        k = min(int(k), size)
+        chosen = position < k  # [B, size]: in the resample's top k
+        top = full[:k]
+        inter = chosen[:, top].sum(1)
+        jaccard[k] = float(np.mean(inter / (2 * k - inter)))
+        frequency[k] = [(int(h), float(chosen[:, h].mean())) for h in top]
+    return jaccard, frequency
+
+
 def spread(values: Sequence[float]) -> tuple[float, float]:
     """Mean and standard deviation (ddof=1; 0 for one value) of per-draw figures."""
     arr = np.asarray(values, dtype=np.float64)

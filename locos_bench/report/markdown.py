@@ -336,6 +336,37 @@ def _task_versus_table(run: RunStats, task: TaskResult) -> str | None:
     return _table(rows, headers)
 
 
+STABILITY = """\
+*Selection stability* (heads chosen on {n_calib} calibration examples; B = {b} resamples of
+them, no evaluation): **Jaccard k=K** = mean Jaccard index of the top K on a resample against
+the top K on all of them (1 = always the same heads). **Top heads** = each of the top {k}
+heads with the share of resamples whose top {k} holds it."""
+
+NO_STABILITY = ("*Selection stability:* not available: these records hold no per-example "
+                "calibration scores (runs made before the scores records kept `per_example`).")
+
+
+def _stability_table(run: RunStats, task: TaskResult) -> list[str]:
+    """The task's selection-stability note and table (retrieval tasks that chose their heads)."""
+    if task.heads_from and task.heads_from != task.name:
+        return []
+    rows_of = [r for r in task.detectors.values() if r.stability is not None or r.stability_na]
+    if not any(r.stability is not None for r in rows_of):
+        return [NO_STABILITY] if rows_of else []
+    k0 = overlap_k(run.budgets)
+    headers = ["detector"] + [f"Jaccard k={k}" for k in run.budgets] + [f"top heads (k={k0})"]
+    rows = []
+    first = next(r.stability for r in rows_of if r.stability is not None)
+    for res in rows_of:
+        st = res.stability
+        if st is None:
+            rows.append([detector_label(res)] + ["—"] * len(run.budgets) + [res.stability_na])
+            continue
+        tops = ", ".join(f"{head} {fmt(share, 2)}" for head, share in st.frequency.get(k0, {}).items())
+        rows.append([detector_label(res)] + [fmt(st.jaccard.get(k)) for k in run.budgets] + [tops])
+    return [STABILITY.format(n_calib=first.n_calib, b=first.n_resamples, k=k0), _table(rows, headers)]
+
+
 def _task_rank_table(task: TaskResult) -> str | None:
     dets = [r for r in task.detectors.values() if r.ranks]
     if not dets:
@@ -434,6 +465,7 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         versus = _task_versus_table(run, task)
         if versus:
             parts += ["Paired differences (this detector − reference):", versus]
+        parts += _stability_table(run, task)
         ranks = _task_rank_table(task)
         if ranks:
             parts += ["Per-rank diagnostic: each of a detector's top heads ablated alone "

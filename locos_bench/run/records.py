@@ -118,6 +118,11 @@ class ScoresUnit(_Unit):
     params: dict[str, Any] = Field(default_factory=dict)
     scores: list[list[float]] | None = None
     """`[n_layers][n_heads]`, higher = more important; None when `error` is set."""
+    per_example: list[list[list[float]]] | None = None
+    """`[n_calib][n_layers][n_heads]`: each calibration example's scores (in split order),
+    whose mean is `scores`. None where the detector gives no per-example scores (`random`, a
+    plugin's own `score`) and in records written before they were kept: the leaderboard's
+    selection stability is then not available."""
     forward_passes: int = 0
 
     @property
