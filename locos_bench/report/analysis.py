@@ -4,9 +4,18 @@ Definitions (every figure is a mean over the evaluation examples of a per-exampl
 each has a bootstrap interval from the same resamples; `locos_bench.report.bootstrap` has the maths):
 
 * **Value** of metric m at budget k: mean over examples of the metric with the detector's top-k
-  heads ablated. A stochastic detector (`random`) is first averaged over its draws per example;
-  the spread over draws is reported separately as mean and standard deviation (ddof=1) of the
-  per-draw means.
+  heads ablated. A stochastic detector (`random`) is averaged over its draws and examples; the
+  spread over draws is also reported as mean and standard deviation (ddof=1) of the per-draw
+  means.
+* **Two levels** (draws, then examples). Every figure of a row with several draws (`random`'s
+  draws) is bootstrapped in two levels, and so is every difference with it (`vs random`, its
+  specificity, the separability tests): each replicate resamples the draws with replacement,
+  then the task's examples (the resamples every detector shares), and averages the resampled
+  draws' example means (`bootstrap.PerDraw`). The spread between draws thus enters the
+  intervals instead of random's mean being taken as known; differences stay paired on the
+  same example resamples, and a detector's draw resamples are the same on every task (a
+  control task evaluates the same draw's heads). A row with one draw keeps the one-level
+  figures (they are the same thing).
 * **Drop** at k: per example `baseline - ablated`, then the mean. Positive = the ablation hurt.
   For `gold_logprob` a drop is in nats.
 * **Area** of a curve over the budgets: the normalised trapezoid area over log2(k), a log-k
@@ -51,8 +60,7 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   below 1 - level (0.05). Not tested, so outside the family: pairs whose ranking figures are
   all equal (a tie), and on a planted model pairs ordered by a ground-truth figure
   (precision@n, AUROC), which has no bootstrap distribution (shown as separate ranks).
-  Random rows enter with their per-example mean over draws, as in `vs random` (the spread
-  between draws is not part of the test).
+  Random rows enter in two levels (draws, then examples), as in `vs random`.
 
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which task's scores chose a control task's heads, is the run plan's.
@@ -73,10 +81,13 @@ from locos_bench.report.bootstrap import (
     LEVEL,
     N_RESAMPLES,
     Bootstrap,
+    Draws,
     Estimate,
+    PerDraw,
     calibration_seed,
     combine,
     curve_weights,
+    draws_seed,
     finite_or_none,
     holm,
     p_value,
@@ -503,6 +514,16 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     done = {u.key: u for u in units}
     sets = truth_sets(manifest)
     tasks: list[TaskResult] = []
+    draw_cache: dict[tuple, Draws] = {}
+
+    def draw_sets(res: DetectorResult) -> Draws:
+        """One `Draws` per draw group and draw list, shared by every task of the run."""
+        label = res.name if res.stochastic else "calibration"
+        key = (label, tuple(res.draws))
+        if key not in draw_cache:
+            draw_cache[key] = Draws(len(res.draws), n_resamples=n_resamples, seed=draws_seed(manifest.seed, label))
+        return draw_cache[key]
+
     for entry in manifest.tasks:
         n = len(entry.splits.get("evaluation", []))
         base_unit = done.get(plan.baseline_key(entry.name))
@@ -527,7 +548,8 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                 baseline.curves[m] = _curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
         results: dict[str, DetectorResult] = {}
         for det in plan.detectors:
-            results[det.name] = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics)
+            results[det.name] = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics,
+                                          draw_sets)
         for ref in REFERENCES:
             if ref not in results or not results[ref].ok:
                 continue
@@ -606,19 +628,35 @@ def _weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
 
 
 def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.ndarray,
-           draws: list[dict[int, np.ndarray]]) -> Curve:
-    """Curve of one metric from per-draw per-k vectors (averaged over draws per example)."""
-    mean_k = {k: _draw_mean(draws, k) for k in budgets}
-    drop_k = [base - mean_k[k] for k in budgets]
-    drop_area_vec = _weighted(weights, drop_k)
-    curve = Curve(
-        values={k: boot.estimate(mean_k[k]) for k in budgets},
-        drops={k: boot.estimate(v) for k, v in zip(budgets, drop_k)},
-        area=boot.estimate(_weighted(weights, [mean_k[k] for k in budgets])),
-        drop_area=boot.estimate(drop_area_vec),
-        drop_area_per_example=drop_area_vec,
-        drop_kmax_per_example=drop_k[-1],
-    )
+           draws: list[dict[int, np.ndarray]], draw_set: Draws | None = None) -> Curve:
+    """Curve of one metric from per-draw per-k vectors: one draw (or no `draw_set`) gives
+    one-level figures of the per-example mean over draws; several draws give two-level
+    figures (`PerDraw` terms: draws resampled, then examples)."""
+    if draw_set is not None and len(draws) > 1:
+        def per(vecs: list[np.ndarray]) -> PerDraw:
+            return PerDraw(np.stack(vecs), draw_set)
+
+        drop_area = per([_weighted(weights, [base - d[k] for k in budgets]) for d in draws])
+        curve = Curve(
+            values={k: boot.estimate(per([d[k] for d in draws])) for k in budgets},
+            drops={k: boot.estimate(per([base - d[k] for d in draws])) for k in budgets},
+            area=boot.estimate(per([_weighted(weights, [d[k] for k in budgets]) for d in draws])),
+            drop_area=boot.estimate(drop_area),
+            drop_area_per_example=drop_area,
+            drop_kmax_per_example=per([base - d[budgets[-1]] for d in draws]),
+        )
+    else:
+        mean_k = {k: _draw_mean(draws, k) for k in budgets}
+        drop_k = [base - mean_k[k] for k in budgets]
+        drop_area_vec = _weighted(weights, drop_k)
+        curve = Curve(
+            values={k: boot.estimate(mean_k[k]) for k in budgets},
+            drops={k: boot.estimate(v) for k, v in zip(budgets, drop_k)},
+            area=boot.estimate(_weighted(weights, [mean_k[k] for k in budgets])),
+            drop_area=boot.estimate(drop_area_vec),
+            drop_area_per_example=drop_area_vec,
+            drop_kmax_per_example=drop_k[-1],
+        )
     if len(draws) > 1:
         spreads = {f"k={k}": spread([boot.mean(d[k]) for d in draws]) for k in budgets}
         spreads["area"] = spread([boot.mean(_weighted(weights, [d[k] for k in budgets])) for d in draws])
@@ -629,7 +667,8 @@ def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nd
 
 
 def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Bootstrap,
-              weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str]) -> DetectorResult:
+              weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str],
+              draw_sets: Any = None) -> DetectorResult:
     res = DetectorResult(name=name, stochastic=plan.detector(name).stochastic)
     per_draw: list[dict[str, dict[int, np.ndarray]]] = []
     costs: list[tuple[float, int]] = []
@@ -664,8 +703,9 @@ def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Boo
         res.error = errors[0] if errors else "no unablated baseline to compare with"
         return res
     budgets = list(plan.budgets)
+    draw_set = draw_sets(res) if draw_sets is not None and len(per_draw) > 1 else None
     for m in metrics:
-        res.curves[m] = _curve(boot, budgets, weights, base[m], [d[m] for d in per_draw])
+        res.curves[m] = _curve(boot, budgets, weights, base[m], [d[m] for d in per_draw], draw_set)
     if res.draws[0] == 0:  # the rank diagnostic runs on the first draw only
         for key in plan.rank_keys(task, name):
             unit = done.get(key)
@@ -725,7 +765,8 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
                 pairs = [(t, m) for t, m in retr
                          if ref in t.detectors and t.detectors[ref].ok and m in t.detectors[ref].curves]
                 fig[f"vs_{ref}"] = combine(
-                    [(1 / len(pairs), t.bootstrap, vec(t, m) - vec(t, m, ref)) for t, m in pairs]) if pairs else None
+                    [term for t, m in pairs for term in _difference(1 / len(pairs), t.bootstrap, vec(t, m),
+                                                                    vec(t, m, ref))]) if pairs else None
             figures[metric_key] = fig
         truths = [t.detectors[det.name].truth for t in tasks
                   if det.name in t.detectors and t.detectors[det.name].truth is not None]
@@ -738,6 +779,13 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
 
     truth = any(r.truth for r in rows)
     return sorted(rows, key=lambda row: _summary_key(row, truth))
+
+
+def _difference(coef: float, boot: Bootstrap, a: Any, b: Any) -> list[tuple[float, Bootstrap, Any]]:
+    """Terms of `coef * (a - b)`: per-example vectors subtract; a `PerDraw` stays a term of its own."""
+    if isinstance(a, PerDraw) or isinstance(b, PerDraw):
+        return [(coef, boot, a), (-coef, boot, b)]
+    return [(coef, boot, a - b)]
 
 
 def _usable(tasks: Sequence[TaskResult], det: str, metric_key: str, kind: str) -> list[tuple[TaskResult, str]]:

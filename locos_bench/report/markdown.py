@@ -154,8 +154,10 @@ divided by the log2 range (a log-k weighted mean, in metric units); **drop-area*
 for the drop curve. **logp** = the teacher-forced gold-answer log-prob (nats): it keeps
 separating detectors when accuracy saturates. **specificity** = mean drop-area over retrieval
 tasks − mean drop-area over control tasks. **vs X** = this detector's drop − X's, per example.
-Random rows average each example over the draws; **±** is the standard deviation of the
-per-draw means. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
+Random rows are resampled in two levels, draws then examples: each resample draws the random
+draws with replacement, then the examples, so random's intervals and every difference with it
+(**vs random**, the rank tests) hold the spread between draws; **±** is the standard deviation
+of the per-draw means. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
 seconds and forward passes on the calibration set (mean over draws)."""
 
 
@@ -169,8 +171,8 @@ leaderboard tests**: {family}. A pair is separable when its Holm-adjusted p < {a
 are competition ranks: a row not separable from the row above shares its rank, and the next
 row's rank counts every row above it (1, =2, =2, 4); only adjacent rows are compared, so a tie
 can chain across rows that would differ. Rows whose ranking figures are all equal tie without
-a test; failed rows are not ranked. Random rows enter with their per-example mean over draws, as in **vs random**: the
-spread between draws is not part of the test."""
+a test; failed rows are not ranked. Random rows enter resampled in two levels (draws, then
+examples), as in **vs random**."""
 
 
 def rank_labels(names: Sequence[str], comparisons: Sequence[Comparison]) -> dict[str, str]:

@@ -54,3 +54,69 @@ def test_stability_is_seeded_and_named():
     assert a == b and a.n_calib == 6
     top = max((float(x.mean(0)[layer, head]), f"L{layer}H{head}") for layer in range(3) for head in range(4))
     assert next(iter(a.frequency[1])) == top[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Two levels: draws, then examples
+
+
+def _width(est):
+    return est.high - est.low
+
+
+def test_two_level_bootstrap_widens_when_draws_differ_and_equals_one_level_when_they_agree():
+    from locos_bench.report.bootstrap import Bootstrap, Draws, PerDraw, combine
+
+    n, d = 30, 5
+    boot = Bootstrap(n, n_resamples=1000, seed=0)
+    draws = Draws(d, n_resamples=1000, seed=1)
+    rng = np.random.default_rng(2)
+    example = rng.normal(0.0, 0.1, n)
+    differ = example[None, :] + np.arange(d)[:, None] * 0.25  # draws far apart
+    one = combine([(1.0, boot, differ.mean(0))])
+    two = combine([(1.0, boot, PerDraw(differ, draws))])
+    assert two.value == pytest.approx(one.value)
+    assert _width(two) > 3 * _width(one)
+    same = np.repeat((np.round(example * 64) / 64)[None, :], d, axis=0)  # identical draws
+    assert combine([(1.0, boot, PerDraw(same, draws))]) == combine([(1.0, boot, same[0])])
+    # A difference against per-draw values is paired on examples: a shared example effect cancels.
+    shared = rng.normal(0.0, 1.0, n)
+    other = combine([(1.0, boot, shared + 1.0), (-1.0, boot, PerDraw(shared[None, :] + differ - example, draws))])
+    assert _width(other) == pytest.approx(_width(combine([(-1.0, boot, PerDraw(differ - example, draws))])))
+
+
+def test_one_draw_is_the_one_level_figure():
+    from locos_bench.report.bootstrap import Bootstrap, Draws, PerDraw, combine
+
+    boot = Bootstrap(12, n_resamples=300, seed=0)
+    x = np.random.default_rng(3).normal(size=12)
+    assert combine([(1.0, boot, PerDraw(x[None, :], Draws(1, n_resamples=300)))]) == combine([(1.0, boot, x)])
+
+
+def test_vs_random_resamples_random_draws(tmp_path):
+    """`vs random` carries the spread between random's draws: wider than the one-level interval
+    that takes random's per-example mean over draws as known, on the same example resamples."""
+    from locos_bench.report.bootstrap import Bootstrap, task_seed
+    from locos_bench.report.leaderboard import analyze_runs
+    from locos_bench.run import load_run
+    from tests.unit.test_leaderboard import make_run
+
+    path = make_run(tmp_path / "r")
+    run = analyze_runs([path], n_resamples=400)[0]
+    manifest, units = load_run(path)
+    task = run.tasks[0]
+    n = task.n_eval
+    boot = Bootstrap(n, n_resamples=400, seed=task_seed(manifest.seed, task.name))
+    evals = {(u.detector, u.draw, u.k): np.asarray(u.values["gold_logprob"]) for u in units
+             if getattr(u, "k", None) == 4 and u.task == task.name}
+    base = next(np.asarray(u.values["gold_logprob"]) for u in units
+                if getattr(u, "k", None) == 0 and u.task == task.name)
+    random_mean = sum(evals[("random", d, 4)] for d in range(3)) / 3
+    one_level = boot.estimate((base - evals[("locos", 0, 4)]) - (base - random_mean))
+    two_level = task.detectors["locos"].versus["random"]["gold_logprob"]["drop_kmax"]
+    assert two_level.value == pytest.approx(one_level.value)
+    assert _width(two_level) > _width(one_level)
+    # Random's own row is resampled the same way; locos (one draw) keeps its one-level figures.
+    assert _width(task.detectors["random"].curves["gold_logprob"].drops[4]) > \
+        _width(boot.estimate(base - random_mean))
+    assert task.detectors["locos"].curves["gold_logprob"].drops[4] == boot.estimate(base - evals[("locos", 0, 4)])
