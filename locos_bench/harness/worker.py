@@ -155,7 +155,7 @@ class Worker:
         rng = detector_rng(self.cfg.seed, UnitKey.scores(data.spec.name, name, draw))
         start = time.perf_counter()
         try:
-            result = run_detector(detector, self.model, data.calibration, rng=rng)
+            result = run_detector(detector, self.model, data.calibration_draw(draw), rng=rng)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as exc:  # a crashing detector is recorded; the run goes on

@@ -8,13 +8,15 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   spread over draws is also reported as mean and standard deviation (ddof=1) of the per-draw
   means.
 * **Two levels** (draws, then examples). Every figure of a row with several draws (`random`'s
-  draws) is bootstrapped in two levels, and so is every difference with it (`vs random`, its
+  draws; every detector's calibration draws under `--calibration-draws R`, each draw's heads
+  chosen on its own disjoint calibration subset and evaluated) is bootstrapped in two levels, and so is every difference with it (`vs random`, its
   specificity, the separability tests): each replicate resamples the draws with replacement,
   then the task's examples (the resamples every detector shares), and averages the resampled
   draws' example means (`bootstrap.PerDraw`). The spread between draws thus enters the
-  intervals instead of random's mean being taken as known; differences stay paired on the
-  same example resamples, and a detector's draw resamples are the same on every task (a
-  control task evaluates the same draw's heads). A row with one draw keeps the one-level
+  intervals instead of random's mean (or one calibration set's choice) being taken as known;
+  differences stay paired on the same example resamples, a detector's draw resamples are the
+  same on every task (a control task evaluates the same draw's heads), and calibration draws
+  are resampled together for every deterministic detector (they share the subsets). A row with one draw keeps the one-level
   figures (they are the same thing).
 * **Drop** at k: per example `baseline - ablated`, then the mean. Positive = the ablation hurt.
   For `gold_logprob` a drop is in nats.

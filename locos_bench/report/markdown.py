@@ -110,6 +110,9 @@ def _header(run: RunStats) -> str:
         ["budgets k", ", ".join(map(str, run.budgets))],
         ["ablation", ablation],
         ["random draws", m.random_draws],
+        *([["calibration draws", f"{m.calibration_draws} disjoint calibration subsets, each "
+            "detector chosen and evaluated on each; intervals resample draws, then examples"]]
+          if m.calibration_draws > 1 else []),
         ["rank diagnostic", f"top {m.rank_diagnostic} heads ablated one at a time"],
         ["seed", m.seed],
         ["batch size", m.batch_size],
@@ -157,7 +160,8 @@ tasks − mean drop-area over control tasks. **vs X** = this detector's drop −
 Random rows are resampled in two levels, draws then examples: each resample draws the random
 draws with replacement, then the examples, so random's intervals and every difference with it
 (**vs random**, the rank tests) hold the spread between draws; **±** is the standard deviation
-of the per-draw means. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
+of the per-draw means. Under calibration draws every detector's rows are resampled the same
+way over its draws. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
 seconds and forward passes on the calibration set (mean over draws)."""
 
 
@@ -234,7 +238,7 @@ def _comparisons_table(comparisons: Sequence[Comparison]) -> str | None:
 
 
 def detector_label(res: DetectorResult) -> str:
-    if res.stochastic:
+    if res.stochastic or len(res.draws) > 1:
         return f"{res.name} ({len(res.draws)} draws)"
     return res.name
 
