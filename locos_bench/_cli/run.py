@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-ref", type=int, help="reference examples for mean activations")
     parser.add_argument("--n-eval", type=int, help="held-out evaluation examples per task")
     parser.add_argument("--random-draws", type=int, help="draws of the random detector")
+    parser.add_argument("--calibration-draws", type=int,
+                        help="R disjoint calibration subsets (of --n-calib examples each, no shared item): "
+                             "every detector chooses and is evaluated on each; intervals resample draws, "
+                             "then examples (default 1)")
     parser.add_argument("--rank-diagnostic", type=int, help="top heads also ablated one at a time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, help="run directory (default runs/<model>-<preset>-seed<S>)")
@@ -86,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,
         budgets=args.budgets, ablation=args.ablation, positionwise=args.positionwise,
         n_calib=args.n_calib, n_ref=args.n_ref, n_eval=args.n_eval, random_draws=args.random_draws,
+        calibration_draws=args.calibration_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
         quiet=args.quiet, data=args.data, explain=args.explain,

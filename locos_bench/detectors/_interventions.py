@@ -169,12 +169,14 @@ def mean_drops(
     geo = model.geometry
     total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
     passes = 0
+    rows = []
     for prep in preps:
         drops = drops_of(prep)
         total += drops.scores
         passes += drops.forward_passes
+        rows.append(drops.scores.double().cpu())
     return HeadScores(scores=(total / len(preps)).float(), detector=name, params=detector.get_params(),
-                      forward_passes=passes)
+                      forward_passes=passes, per_example=torch.stack(rows))
 
 
 def gold_logprob(logits: Tensor, answer_ids: Tensor) -> Tensor:

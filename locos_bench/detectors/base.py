@@ -34,6 +34,10 @@ class HeadScores:
         params: The detector's parameters (JSON-serialisable).
         forward_passes: Model forward passes spent (backward passes count as one each).
         seconds: Wall time of `score`.
+        per_example: `[n_examples, n_layers, n_heads]` each calibration example's scores, in
+            the order given, whose mean is `scores`; None where a detector cannot split its
+            scores by example. They let the report measure how stable the selection is under
+            resampling of the calibration examples (`report.analysis.selection_stability`).
     """
 
     scores: Tensor
@@ -41,6 +45,7 @@ class HeadScores:
     params: dict[str, Any] = field(default_factory=dict)
     forward_passes: int = 0
     seconds: float = 0.0
+    per_example: Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -132,6 +137,11 @@ def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> He
     if bad:
         where = ", ".join(head_name(tuple(h)) for h in bad[:5])
         raise LocosError(f"detector {detector!r} returned non-finite scores at {where}")
+    per = result.per_example
+    if per is not None and (per.ndim != 3 or tuple(per.shape[1:]) != expected or per.shape[0] < 1
+                            or not bool(torch.isfinite(per).all())):
+        raise LocosError(f"detector {detector!r} returned per-example scores of shape {tuple(per.shape)}; "
+                         f"expected finite [n_examples, n_layers, n_heads] = [n, {expected[0]}, {expected[1]}]")
     return result
 
 

@@ -79,7 +79,9 @@ class OnePassDetector(Detector):
         names = list(self.capture(model))
         geo = model.geometry
         total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
+        rows = []
         for t in tokenized:
+            row = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
             if self._by_layer():
                 scores: dict[int, Tensor] = {}
 
@@ -88,13 +90,15 @@ class OnePassDetector(Detector):
 
                 heads.run_layer_by_layer(model, t.input_ids, names, each_layer, logits_at=t.answer_positions[-1:])
                 for layer in range(geo.n_layers):  # a layer that captures nothing is scored from nothing
-                    total[layer] += scores[layer] if layer in scores else self.score_layer(model, t, {}, layer).double().cpu()
+                    row[layer] = scores[layer] if layer in scores else self.score_layer(model, t, {}, layer).double().cpu()
             else:
                 _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=t.answer_positions[-1:])
-                total += self.score_example(model, t, cache).double().cpu()
+                row = self.score_example(model, t, cache).double().cpu()
                 del cache
+            total += row
+            rows.append(row)
         return HeadScores(scores=total / len(tokenized), detector=name, params=self.get_params(),
-                          forward_passes=len(tokenized))
+                          forward_passes=len(tokenized), per_example=torch.stack(rows))
 
 
 class InterventionDetector(Detector):

@@ -82,7 +82,8 @@ class Run:
             tasks=[t.entry for t in tasks.values()],
             detectors=[self._detector_entry(n) for n in cfg.detectors], budgets=cfg.budgets,
             ablation=str(self.ablation), positionwise=self.ablation.positionwise,
-            random_draws=cfg.random_draws, seed=cfg.seed, tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
+            random_draws=cfg.random_draws, calibration_draws=cfg.calibration_draws, seed=cfg.seed,
+            tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
         )
         self.plan = RunPlan.from_manifest(self.manifest)

@@ -48,6 +48,7 @@ class Settings(BaseModel):
     n_ref: int | None = None
     n_eval: int | None = None
     random_draws: int | None = None
+    calibration_draws: int | None = None
     rank_diagnostic: int | None = None
     device: str | None = None
     dtype: str | None = None

@@ -155,7 +155,7 @@ class Worker:
         rng = detector_rng(self.cfg.seed, UnitKey.scores(data.spec.name, name, draw))
         start = time.perf_counter()
         try:
-            result = run_detector(detector, self.model, data.calibration, rng=rng)
+            result = run_detector(detector, self.model, data.calibration_draw(draw), rng=rng)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as exc:  # a crashing detector is recorded; the run goes on
@@ -169,6 +169,7 @@ class Worker:
             task=data.spec.name, detector=name, draw=draw, params=result.params,
             scores=result.scores.double().tolist(), forward_passes=result.forward_passes,
             seconds=result.seconds,
+            per_example=None if result.per_example is None else result.per_example.double().tolist(),
         )
 
     def _hooks(self, heads: Sequence[Head], means: HeadMeans | None) -> list:

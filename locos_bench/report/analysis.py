@@ -4,9 +4,20 @@ Definitions (every figure is a mean over the evaluation examples of a per-exampl
 each has a bootstrap interval from the same resamples; `locos_bench.report.bootstrap` has the maths):
 
 * **Value** of metric m at budget k: mean over examples of the metric with the detector's top-k
-  heads ablated. A stochastic detector (`random`) is first averaged over its draws per example;
-  the spread over draws is reported separately as mean and standard deviation (ddof=1) of the
-  per-draw means.
+  heads ablated. A stochastic detector (`random`) is averaged over its draws and examples; the
+  spread over draws is also reported as mean and standard deviation (ddof=1) of the per-draw
+  means.
+* **Two levels** (draws, then examples). Every figure of a row with several draws (`random`'s
+  draws; every detector's calibration draws under `--calibration-draws R`, each draw's heads
+  chosen on its own disjoint calibration subset and evaluated) is bootstrapped in two levels, and so is every difference with it (`vs random`, its
+  specificity, the separability tests): each replicate resamples the draws with replacement,
+  then the task's examples (the resamples every detector shares), and averages the resampled
+  draws' example means (`bootstrap.PerDraw`). The spread between draws thus enters the
+  intervals instead of random's mean (or one calibration set's choice) being taken as known;
+  differences stay paired on the same example resamples, a detector's draw resamples are the
+  same on every task (a control task evaluates the same draw's heads), and calibration draws
+  are resampled together for every deterministic detector (they share the subsets). A row with one draw keeps the one-level
+  figures (they are the same thing).
 * **Drop** at k: per example `baseline - ablated`, then the mean. Positive = the ablation hurt.
   For `gold_logprob` a drop is in nats.
 * **Area** of a curve over the budgets: the normalised trapezoid area over log2(k), a log-k
@@ -35,6 +46,16 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   by precision@n, then AUROC, then the ablation figures: ablation also rewards heads the task
   needs upstream of retrieval, the truth does not.
 
+* **Selection stability** (no evaluation cost): a detector's per-example scores on the
+  calibration split are resampled (B resamples of the calibration examples, with replacement,
+  seeded by `calibration_seed`); each resample's mean scores give a top k. Per budget k: the
+  **mean Jaccard** of the resampled top k against the full sample's top k, and each full-sample
+  top-k head's **selection frequency** (share of resamples whose top k holds it). Low values
+  say the heads a detector picks rest on which calibration examples it saw, a variance the
+  evaluation intervals do not hold. Not available for `random` (its heads do not depend on the
+  examples), for a detector that gives no per-example scores, and for records made before they
+  were kept.
+
 * **Separability** of adjacent ranks: every table that ranks rows (each task table, and the
   summary ranking, whose two tables share one order) compares each pair of adjacent ranked
   rows on the figure that ordered them, the first ranking figure on which they differ
@@ -46,8 +67,7 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   below 1 - level (0.05). Not tested, so outside the family: pairs whose ranking figures are
   all equal (a tie), and on a planted model pairs ordered by a ground-truth figure
   (precision@n, AUROC), which has no bootstrap distribution (shown as separate ranks).
-  Random rows enter with their per-example mean over draws, as in `vs random` (the spread
-  between draws is not part of the test).
+  Random rows enter in two levels (draws, then examples), as in `vs random`.
 
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which task's scores chose a control task's heads, is the run plan's.
@@ -68,14 +88,19 @@ from locos_bench.report.bootstrap import (
     LEVEL,
     N_RESAMPLES,
     Bootstrap,
+    Draws,
     Estimate,
+    PerDraw,
+    calibration_seed,
     combine,
     curve_weights,
+    draws_seed,
     finite_or_none,
     holm,
     p_value,
     spread,
     task_seed,
+    topk_stability,
 )
 from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit
 
@@ -241,6 +266,34 @@ def ground_truth(scores_per_draw: Sequence[Any], sets: dict[str, list[Head]],
     )
 
 
+class Stability(_Result):
+    """How stable a detector's head selection is under resampling of its calibration examples.
+
+    None of it costs an evaluation: it reads the per-example scores of the scores unit.
+    """
+
+    n_calib: int
+    """Calibration examples resampled."""
+    n_resamples: int
+    jaccard: dict[int, float]
+    """Budget k -> mean Jaccard index of the resampled top k against the full sample's top k
+    (1: every resample picks the same heads)."""
+    frequency: dict[int, dict[str, float]]
+    """Budget k -> each of the full sample's top-k heads (best first) -> share of resamples
+    whose top k holds it."""
+
+
+def selection_stability(per_example: Any, budgets: Sequence[int], *, n_resamples: int = N_RESAMPLES,
+                        seed: Any = 0) -> Stability:
+    """`Stability` of `[n_calib, n_layers, n_heads]` per-example scores (`bootstrap.topk_stability`)."""
+    arr = np.asarray(per_example, dtype=np.float64)
+    n_heads = arr.shape[2] if arr.ndim == 3 else 1
+    jaccard, frequency = topk_stability(arr, budgets, n_resamples=n_resamples, seed=seed)
+    return Stability(n_calib=arr.shape[0], n_resamples=n_resamples, jaccard=jaccard,
+                     frequency={k: {f"L{h // n_heads}H{h % n_heads}": share for h, share in heads}
+                                for k, heads in frequency.items()})
+
+
 class Comparison(_Result):
     """Two adjacent ranked rows of a table: is the order of `upper` over `lower` separable?"""
 
@@ -336,6 +389,11 @@ class DetectorResult(_Result):
     ranks: list[RankResult] = Field(default_factory=list)
     truth: GroundTruth | None = None
     """Figures against the planted model's true head sets (planted models only)."""
+    stability: Stability | None = None
+    """Selection stability on the task's calibration split (first complete draw), where its
+    per-example scores were recorded; None otherwise (`stability_na` says why)."""
+    stability_na: str | None = None
+    """Why `stability` is not available (a retrieval task's detector only)."""
 
     @property
     def ok(self) -> bool:
@@ -495,6 +553,16 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     done = {u.key: u for u in units}
     sets = truth_sets(manifest)
     tasks: list[TaskResult] = []
+    draw_cache: dict[tuple, Draws] = {}
+
+    def draw_sets(res: DetectorResult) -> Draws:
+        """One `Draws` per draw group and draw list, shared by every task of the run."""
+        label = res.name if res.stochastic else "calibration"
+        key = (label, tuple(res.draws))
+        if key not in draw_cache:
+            draw_cache[key] = Draws(len(res.draws), n_resamples=n_resamples, seed=draws_seed(manifest.seed, label))
+        return draw_cache[key]
+
     for entry in manifest.tasks:
         n = len(entry.splits.get("evaluation", []))
         base_unit = done.get(plan.baseline_key(entry.name))
@@ -519,7 +587,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                 baseline.curves[m] = _curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
         results: dict[str, DetectorResult] = {}
         for det in plan.detectors:
-            res = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics)
+            res = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics, draw_sets)
             if res.scores is not None:  # the harness's ranking: its heads and its ties
                 res.ranking = rank_heads(res.scores, tie_seed=manifest.tie_seed)
             results[det.name] = res
@@ -537,6 +605,9 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                                              r.curves[m].drop_kmax_per_example)}
                     for m in metrics
                 }
+        if plan.heads_from(entry.name) == entry.name:
+            for res in results.values():
+                _stability(res, plan, entry.name, done, budgets, n_resamples, manifest.seed)
         if sets is not None and plan.heads_from(entry.name) == entry.name:
             for det, res in results.items():
                 draws = [done.get(plan.scores_key(entry.name, det, d)) for d in plan.draws(det)]
@@ -598,19 +669,35 @@ def _weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
 
 
 def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.ndarray,
-           draws: list[dict[int, np.ndarray]]) -> Curve:
-    """Curve of one metric from per-draw per-k vectors (averaged over draws per example)."""
-    mean_k = {k: _draw_mean(draws, k) for k in budgets}
-    drop_k = [base - mean_k[k] for k in budgets]
-    drop_area_vec = _weighted(weights, drop_k)
-    curve = Curve(
-        values={k: boot.estimate(mean_k[k]) for k in budgets},
-        drops={k: boot.estimate(v) for k, v in zip(budgets, drop_k)},
-        area=boot.estimate(_weighted(weights, [mean_k[k] for k in budgets])),
-        drop_area=boot.estimate(drop_area_vec),
-        drop_area_per_example=drop_area_vec,
-        drop_kmax_per_example=drop_k[-1],
-    )
+           draws: list[dict[int, np.ndarray]], draw_set: Draws | None = None) -> Curve:
+    """Curve of one metric from per-draw per-k vectors: one draw (or no `draw_set`) gives
+    one-level figures of the per-example mean over draws; several draws give two-level
+    figures (`PerDraw` terms: draws resampled, then examples)."""
+    if draw_set is not None and len(draws) > 1:
+        def per(vecs: list[np.ndarray]) -> PerDraw:
+            return PerDraw(np.stack(vecs), draw_set)
+
+        drop_area = per([_weighted(weights, [base - d[k] for k in budgets]) for d in draws])
+        curve = Curve(
+            values={k: boot.estimate(per([d[k] for d in draws])) for k in budgets},
+            drops={k: boot.estimate(per([base - d[k] for d in draws])) for k in budgets},
+            area=boot.estimate(per([_weighted(weights, [d[k] for k in budgets]) for d in draws])),
+            drop_area=boot.estimate(drop_area),
+            drop_area_per_example=drop_area,
+            drop_kmax_per_example=per([base - d[budgets[-1]] for d in draws]),
+        )
+    else:
+        mean_k = {k: _draw_mean(draws, k) for k in budgets}
+        drop_k = [base - mean_k[k] for k in budgets]
+        drop_area_vec = _weighted(weights, drop_k)
+        curve = Curve(
+            values={k: boot.estimate(mean_k[k]) for k in budgets},
+            drops={k: boot.estimate(v) for k, v in zip(budgets, drop_k)},
+            area=boot.estimate(_weighted(weights, [mean_k[k] for k in budgets])),
+            drop_area=boot.estimate(drop_area_vec),
+            drop_area_per_example=drop_area_vec,
+            drop_kmax_per_example=drop_k[-1],
+        )
     if len(draws) > 1:
         spreads = {f"k={k}": spread([boot.mean(d[k]) for d in draws]) for k in budgets}
         spreads["area"] = spread([boot.mean(_weighted(weights, [d[k] for k in budgets])) for d in draws])
@@ -621,7 +708,8 @@ def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nd
 
 
 def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Bootstrap,
-              weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str]) -> DetectorResult:
+              weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str],
+              draw_sets: Any = None) -> DetectorResult:
     res = DetectorResult(name=name, stochastic=plan.detector(name).stochastic)
     per_draw: list[dict[str, dict[int, np.ndarray]]] = []
     costs: list[tuple[float, int]] = []
@@ -656,8 +744,9 @@ def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Boo
         res.error = errors[0] if errors else "no unablated baseline to compare with"
         return res
     budgets = list(plan.budgets)
+    draw_set = draw_sets(res) if draw_sets is not None and len(per_draw) > 1 else None
     for m in metrics:
-        res.curves[m] = _curve(boot, budgets, weights, base[m], [d[m] for d in per_draw])
+        res.curves[m] = _curve(boot, budgets, weights, base[m], [d[m] for d in per_draw], draw_set)
     if res.draws[0] == 0:  # the rank diagnostic runs on the first draw only
         for key in plan.rank_keys(task, name):
             unit = done.get(key)
@@ -668,6 +757,28 @@ def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Boo
                 res.ranks.append(RankResult(rank=key.index, head=(int(unit.head[0]), int(unit.head[1])),
                                             drops=drops))
     return res
+
+
+def _stability(res: DetectorResult, plan: RunPlan, task: str, done: dict, budgets: list[int],
+               n_resamples: int, seed: int) -> None:
+    """Fill `res.stability` from the first error-free draw's per-example scores, or say why not.
+
+    A stochastic detector gets none: its heads are drawn without reading the calibration
+    examples, so resampling them says nothing (its spread between draws enters `vs random`)."""
+    if res.stochastic:
+        res.stability_na = "n/a: heads drawn at random, not chosen from the calibration examples"
+        return
+    units = [done.get(plan.scores_key(task, res.name, d)) for d in plan.draws(res.name)]
+    units = [u for u in units if u is not None and u.error is None and u.scores is not None]
+    if not units:
+        res.stability_na = "n/a: no scores"
+        return
+    unit = units[0]
+    if unit.per_example is None:
+        res.stability_na = "n/a: no per-example calibration scores recorded"
+        return
+    res.stability = selection_stability(unit.per_example, budgets, n_resamples=n_resamples,
+                                        seed=calibration_seed(seed, task, unit.draw))
 
 
 def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
@@ -695,7 +806,8 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
                 pairs = [(t, m) for t, m in retr
                          if ref in t.detectors and t.detectors[ref].ok and m in t.detectors[ref].curves]
                 fig[f"vs_{ref}"] = combine(
-                    [(1 / len(pairs), t.bootstrap, vec(t, m) - vec(t, m, ref)) for t, m in pairs]) if pairs else None
+                    [term for t, m in pairs for term in _difference(1 / len(pairs), t.bootstrap, vec(t, m),
+                                                                    vec(t, m, ref))]) if pairs else None
             figures[metric_key] = fig
         truths = [t.detectors[det.name].truth for t in tasks
                   if det.name in t.detectors and t.detectors[det.name].truth is not None]
@@ -708,6 +820,13 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
 
     truth = any(r.truth for r in rows)
     return sorted(rows, key=lambda row: _summary_key(row, truth))
+
+
+def _difference(coef: float, boot: Bootstrap, a: Any, b: Any) -> list[tuple[float, Bootstrap, Any]]:
+    """Terms of `coef * (a - b)`: per-example vectors subtract; a `PerDraw` stays a term of its own."""
+    if isinstance(a, PerDraw) or isinstance(b, PerDraw):
+        return [(coef, boot, a), (-coef, boot, b)]
+    return [(coef, boot, a - b)]
 
 
 def _usable(tasks: Sequence[TaskResult], det: str, metric_key: str, kind: str) -> list[tuple[TaskResult, str]]:
@@ -755,6 +874,6 @@ def _summary_comparisons(tasks: Sequence[TaskResult], summary: Sequence[SummaryR
 
 __all__ = [
     "Comparison", "Curve", "DetectorResult", "Failure", "GOLD", "GroundTruth", "RankResult", "RunStats",
-    "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "separability", "truth_key",
-    "truth_sets",
+    "Stability", "SummaryRow", "TaskResult", "analyze", "ground_truth", "rank_key", "selection_stability",
+    "separability", "truth_key", "truth_sets",
 ]

@@ -9,6 +9,14 @@
   Tibshirani when tasks are combined). Implemented on the shared resample indices rather
   than with `scipy.stats.bootstrap`, which cannot share one set of resamples across calls;
   scipy supplies the normal quantiles.
+* **Draws: two levels.** A figure of a detector with several draws (`random`'s draws; every
+  detector's calibration draws under `--calibration-draws R`) is a `PerDraw` term: each
+  replicate first resamples the D draws with replacement (`Draws`, one set per run and draw
+  group, from `draws_seed`), then the examples (the task's shared resample), and averages the
+  resampled draws' example means. So the spread between draws enters the interval, and a
+  difference stays paired: on the same example resamples, and on the same draw resamples when
+  both sides share draws (calibration draws; a detector's draws across tasks). With one draw,
+  or draws that are all equal, it is the one-level figure.
 * **Tests.** `p_value`: the two-sided paired bootstrap p-value of a combined statistic against
   zero, from the same replicates as its interval: `p = min(1, 2 * min(1 + #{d* <= 0},
   1 + #{d* >= 0}) / (B + 1))` (the +1 keeps it above zero; its floor is `2 / (B + 1)`). Its
@@ -159,36 +167,115 @@ class Bootstrap:
         return combine([(1.0, self, x)])
 
 
-def _replicates(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]
+class Draws:
+    """One set of resamples of `d` draws (random draws, or calibration draws), shared by every
+    statistic over those draws, so differences are paired on draws as on examples.
+
+    Args:
+        d: Number of draws.
+        n_resamples: B (that of the `Bootstrap`s it is used with).
+        seed: Seed (`draws_seed`).
+    """
+
+    def __init__(self, d: int, *, n_resamples: int = N_RESAMPLES, seed: Any = 0) -> None:
+        if d < 1:
+            raise LocosError("the draw bootstrap needs at least one draw")
+        self.d, self.n_resamples = int(d), int(n_resamples)
+        idx = np.random.default_rng(seed).integers(0, d, size=(self.n_resamples, self.d))
+        self.counts = np.zeros((self.n_resamples, self.d))
+        """`[B, d]` how often each draw appears in each resample."""
+        np.add.at(self.counts, (np.arange(self.n_resamples)[:, None], idx), 1.0)
+
+
+def draws_seed(seed: int, label: str) -> np.random.SeedSequence:
+    """The seed of the draw resamples of `label` (a stochastic detector's name, or
+    `calibration`): one per run, shared by its tasks (a control task evaluates the heads of
+    the same draw)."""
+    return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(b"draws"), zlib.crc32(label.encode())])
+
+
+class PerDraw:
+    """Per-draw, per-example values `[D, n]` of one figure and the `Draws` that resample them.
+
+    As a term of `combine` it is resampled in two levels: each replicate draws D draws with
+    replacement (`Draws`), then uses the task's example resample (`Bootstrap`), and is the
+    mean of the resampled draws' means. Its point value is the mean over draws and examples.
+    """
+
+    def __init__(self, values: Any, draws: Draws) -> None:
+        self.values = np.asarray(values, dtype=np.float64)
+        if self.values.ndim != 2 or self.values.shape[0] != draws.d:
+            raise LocosError(f"expected [{draws.d}, n] per-draw values, got shape {self.values.shape}")
+        self.draws = draws
+
+    def mean_over_draws(self) -> np.ndarray:
+        """`[n]` per-example mean over the draws, summed in draw order."""
+        total = self.values[0].copy()
+        for row in self.values[1:]:
+            total = total + row
+        return total / self.draws.d
+
+
+def _two_level(boot: Bootstrap, mat: np.ndarray, draws: Draws) -> tuple[float, np.ndarray]:
+    """Point value and `[B]` replicates of per-draw values: draws resampled, then examples.
+
+    Quantised for `n x d` terms, so the example sums (`[B, d]`) and their draw-weighted sums
+    are exact integer sums, as for one level (with one draw they are the one-level figures)."""
+    d = mat.shape[0]
+    q, scale = _quantise(mat, boot.n * d)
+    sums = boot.counts @ q.T
+    reps = (draws.counts * sums).sum(1) / (d * boot.n * scale)
+    return boot.mean(PerDraw(mat, draws).mean_over_draws()), reps
+
+
+def _replicates(terms: Sequence[tuple[float, Bootstrap, Any]]
                 ) -> tuple[float, np.ndarray, list[tuple[Bootstrap, np.ndarray]]]:
-    """Point value, `[B]` replicates and the merged per-bootstrap vectors of a combination."""
+    """Point value, `[B]` replicates and the merged per-bootstrap example vectors (for the
+    jackknife; per-draw values enter with their mean over draws) of a combination."""
     if not terms:
         raise LocosError("nothing to combine")
-    merged: dict[int, tuple[Bootstrap, np.ndarray]] = {}
+    merged: dict[tuple[int, int], tuple[Bootstrap, Draws | None, np.ndarray]] = {}
     for coef, boot, x in terms:
-        vec = coef * boot._check(x)
-        if id(boot) in merged:
-            merged[id(boot)] = (boot, merged[id(boot)][1] + vec)
+        draws = x.draws if isinstance(x, PerDraw) else None
+        if draws is None:
+            vec = coef * boot._check(x)
         else:
-            merged[id(boot)] = (boot, vec)
-    boots = [b for b, _ in merged.values()]
+            if x.values.shape[1] != boot.n or draws.n_resamples != boot.n_resamples:
+                raise LocosError(f"expected [{draws.d}, {boot.n}] per-draw values with B = {boot.n_resamples}, "
+                                 f"got shape {x.values.shape} with B = {draws.n_resamples}")
+            vec = coef * x.values
+        key = (id(boot), id(draws))
+        merged[key] = (boot, draws, merged[key][2] + vec if key in merged else vec)
+    boots = [b for b, _, _ in merged.values()]
     if any(b.method != boots[0].method or b.level != boots[0].level
            or b.n_resamples != boots[0].n_resamples for b in boots):
         raise LocosError("combined bootstraps must share method, level and B")
     point = 0.0
     reps = np.zeros(boots[0].n_resamples)
-    for boot, vec in merged.values():
-        point += boot.mean(vec)
-        reps = reps + boot.replicates(vec)
-    return point, reps, list(merged.values())
+    examples = []
+    for boot, draws, vec in merged.values():
+        if draws is None:
+            point += boot.mean(vec)
+            reps = reps + boot.replicates(vec)
+            examples.append((boot, vec))
+        else:
+            value, rep = _two_level(boot, vec, draws)
+            point += value
+            reps = reps + rep
+            examples.append((boot, PerDraw(vec, draws).mean_over_draws()))
+    by_boot: dict[int, tuple[Bootstrap, np.ndarray]] = {}  # a task's jackknife moves all its terms
+    for boot, vec in examples:
+        by_boot[id(boot)] = (boot, by_boot[id(boot)][1] + vec if id(boot) in by_boot else vec)
+    return point, reps, list(by_boot.values())
 
 
-def combine(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> Estimate:
+def combine(terms: Sequence[tuple[float, Bootstrap, Any]]) -> Estimate:
     """`sum_t c_t * mean(x_t)` over independently resampled tasks, with its interval.
 
-    Each term is `(coefficient, the task's Bootstrap, per-example values)`. Terms may share a
-    Bootstrap (a difference within one task): their vectors are then merged first, so the
-    statistic stays paired.
+    Each term is `(coefficient, the task's Bootstrap, per-example values)`, the values either
+    `[n]` or a `PerDraw` (`[D, n]`, resampled in two levels). Terms may share a Bootstrap (a
+    difference within one task), and per-draw terms a `Draws`: their values are then merged
+    first, so the statistic stays paired on examples and on draws.
     """
     point, reps, merged = _replicates(terms)
     method, level = merged[0][0].method, merged[0][0].level
@@ -203,7 +290,7 @@ def combine(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> Estimate:
     return Estimate(point, low, high)
 
 
-def p_value(terms: Sequence[tuple[float, Bootstrap, np.ndarray]]) -> float:
+def p_value(terms: Sequence[tuple[float, Bootstrap, Any]]) -> float:
     """Two-sided paired bootstrap p-value of `combine(terms)` against zero (terms as there).
 
     From the same replicates as the interval: twice the smaller tail share of replicates on
@@ -268,6 +355,59 @@ def _bca(point: float, reps: np.ndarray, jack_groups: Iterable[np.ndarray],
         probs.append(float(_sps.norm.cdf(z0 + shifted / (1 - accel * shifted))))
     lo, hi = np.percentile(reps, [100 * probs[0], 100 * probs[1]])
     return float(lo), float(hi)
+
+
+def calibration_seed(seed: int, task: str, draw: int = 0) -> np.random.SeedSequence:
+    """The seed of a task's calibration resamples (selection stability), apart from
+    `task_seed`'s evaluation resamples."""
+    return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(task.encode()),
+                                   zlib.crc32(b"calibration"), int(draw)])
+
+
+def topk_stability(per_example: Any, budgets: Sequence[int], *, n_resamples: int = N_RESAMPLES,
+                   seed: Any = 0) -> tuple[dict[int, float], dict[int, list[tuple[int, float]]]]:
+    """How stable a top-k selection is under resampling of the examples it was made on.
+
+    Each of `n_resamples` resamples draws the examples with replacement, averages their
+    per-example scores and takes the top k (ties to the lower flat index, as
+    `names.rank_heads`); the full sample's top k is taken the same way. Scores are
+    quantised first (as the intervals' values), so the sums are exact on any machine.
+
+    Args:
+        per_example: `[n, n_layers, n_heads]` per-example head scores.
+        budgets: The k's.
+        n_resamples: B.
+        seed: Seed of the resamples (`calibration_seed`).
+
+    Returns:
+        Per k: the mean Jaccard index of the resampled top k against the full sample's; and the
+        full sample's top k (flat head indices, best first), each with the share of resamples
+        whose top k holds it.
+    """
+    x = np.asarray(per_example, dtype=np.float64)
+    if x.ndim != 3 or x.shape[0] < 1:
+        raise LocosError(f"per-example scores must be [n_examples, n_layers, n_heads], got shape {x.shape}")
+    n = x.shape[0]
+    q, _ = _quantise(x.reshape(n, -1), n)
+    size = q.shape[1]
+    idx = np.random.default_rng(seed).integers(0, n, size=(int(n_resamples), n))
+    counts = np.zeros((int(n_resamples), n))
+    np.add.at(counts, (np.arange(int(n_resamples))[:, None], idx), 1.0)
+    sums = counts @ q
+    ties = np.broadcast_to(np.arange(size), sums.shape)
+    order = np.lexsort((ties, -sums), axis=-1)
+    full = np.lexsort((np.arange(size), -q.sum(0)))
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.broadcast_to(np.arange(size), order.shape), axis=-1)
+    jaccard, frequency = {}, {}
+    for k in budgets:
+        k = min(int(k), size)
+        chosen = position < k  # [B, size]: in the resample's top k
+        top = full[:k]
+        inter = chosen[:, top].sum(1)
+        jaccard[k] = float(np.mean(inter / (2 * k - inter)))
+        frequency[k] = [(int(h), float(chosen[:, h].mean())) for h in top]
+    return jaccard, frequency
 
 
 def spread(values: Sequence[float]) -> tuple[float, float]:

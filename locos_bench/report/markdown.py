@@ -110,6 +110,9 @@ def _header(run: RunStats) -> str:
         ["budgets k", ", ".join(map(str, run.budgets))],
         ["ablation", ablation],
         ["random draws", m.random_draws],
+        *([["calibration draws", f"{m.calibration_draws} disjoint calibration subsets, each "
+            "detector chosen and evaluated on each; intervals resample draws, then examples"]]
+          if m.calibration_draws > 1 else []),
         ["rank diagnostic", f"top {m.rank_diagnostic} heads ablated one at a time"],
         ["seed", m.seed],
         ["batch size", m.batch_size],
@@ -154,8 +157,11 @@ divided by the log2 range (a log-k weighted mean, in metric units); **drop-area*
 for the drop curve. **logp** = the teacher-forced gold-answer log-prob (nats): it keeps
 separating detectors when accuracy saturates. **specificity** = mean drop-area over retrieval
 tasks − mean drop-area over control tasks. **vs X** = this detector's drop − X's, per example.
-Random rows average each example over the draws; **±** is the standard deviation of the
-per-draw means. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
+Random rows are resampled in two levels, draws then examples: each resample draws the random
+draws with replacement, then the examples, so random's intervals and every difference with it
+(**vs random**, the rank tests) hold the spread between draws; **±** is the standard deviation
+of the per-draw means. Under calibration draws every detector's rows are resampled the same
+way over its draws. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
 seconds and forward passes on the calibration set (mean over draws)."""
 
 
@@ -169,8 +175,8 @@ leaderboard tests**: {family}. A pair is separable when its Holm-adjusted p < {a
 are competition ranks: a row not separable from the row above shares its rank, and the next
 row's rank counts every row above it (1, =2, =2, 4); only adjacent rows are compared, so a tie
 can chain across rows that would differ. Rows whose ranking figures are all equal tie without
-a test; failed rows are not ranked. Random rows enter with their per-example mean over draws, as in **vs random**: the
-spread between draws is not part of the test."""
+a test; failed rows are not ranked. Random rows enter resampled in two levels (draws, then
+examples), as in **vs random**."""
 
 
 def rank_labels(names: Sequence[str], comparisons: Sequence[Comparison]) -> dict[str, str]:
@@ -232,7 +238,7 @@ def _comparisons_table(comparisons: Sequence[Comparison]) -> str | None:
 
 
 def detector_label(res: DetectorResult) -> str:
-    if res.stochastic:
+    if res.stochastic or len(res.draws) > 1:
         return f"{res.name} ({len(res.draws)} draws)"
     return res.name
 
@@ -353,6 +359,37 @@ def _task_versus_table(run: RunStats, task: TaskResult) -> str | None:
     return _table(rows, headers)
 
 
+STABILITY = """\
+*Selection stability* (heads chosen on {n_calib} calibration examples; B = {b} resamples of
+them, no evaluation): **Jaccard k=K** = mean Jaccard index of the top K on a resample against
+the top K on all of them (1 = always the same heads). **Top heads** = each of the top {k}
+heads with the share of resamples whose top {k} holds it."""
+
+NO_STABILITY = ("*Selection stability:* not available: these records hold no per-example "
+                "calibration scores (runs made before the scores records kept `per_example`).")
+
+
+def _stability_table(run: RunStats, task: TaskResult) -> list[str]:
+    """The task's selection-stability note and table (retrieval tasks that chose their heads)."""
+    if task.heads_from and task.heads_from != task.name:
+        return []
+    rows_of = [r for r in task.detectors.values() if r.stability is not None or r.stability_na]
+    if not any(r.stability is not None for r in rows_of):
+        return [NO_STABILITY] if rows_of else []
+    k0 = overlap_k(run.budgets)
+    headers = ["detector"] + [f"Jaccard k={k}" for k in run.budgets] + [f"top heads (k={k0})"]
+    rows = []
+    first = next(r.stability for r in rows_of if r.stability is not None)
+    for res in rows_of:
+        st = res.stability
+        if st is None:
+            rows.append([detector_label(res)] + ["—"] * len(run.budgets) + [res.stability_na])
+            continue
+        tops = ", ".join(f"{head} {fmt(share, 2)}" for head, share in st.frequency.get(k0, {}).items())
+        rows.append([detector_label(res)] + [fmt(st.jaccard.get(k)) for k in run.budgets] + [tops])
+    return [STABILITY.format(n_calib=first.n_calib, b=first.n_resamples, k=k0), _table(rows, headers)]
+
+
 def _task_rank_table(task: TaskResult) -> str | None:
     dets = [r for r in task.detectors.values() if r.ranks]
     if not dets:
@@ -453,6 +490,7 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         versus = _task_versus_table(run, task)
         if versus:
             parts += ["Paired differences (this detector − reference):", versus]
+        parts += _stability_table(run, task)
         ranks = _task_rank_table(task)
         if ranks:
             parts += ["Per-rank diagnostic: each of a detector's top heads ablated alone "

@@ -28,6 +28,10 @@ class RunConfig:
     n_ref: int | None = None
     n_eval: int | None = None
     random_draws: int | None = None
+    calibration_draws: int | None = None
+    """R disjoint calibration subsets of `n_calib` examples each (None: the preset's, else 1):
+    every detector chooses heads on each and each choice is evaluated; the report resamples
+    the draws, then the examples."""
     rank_diagnostic: int | None = None
     seed: int = 0
     output_dir: Path | None = None
@@ -62,6 +66,8 @@ class RunConfig:
             defaults["tasks"] = [PLANTED_TASKS[self.model]]
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
         cfg = replace(self, **filled)
+        if cfg.calibration_draws is None:
+            cfg.calibration_draws = 1
         cfg.detectors = _resolve_detectors(cfg.detectors)
         from locos_bench.tasks import load_task
 
@@ -69,6 +75,7 @@ class RunConfig:
             load_task(task)  # a name or a YAML path; unknown names fail here, with did-you-mean
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
+                                  ("--calibration-draws", cfg.calibration_draws, 1),
                                   ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0),
                                   ("--explain", cfg.explain, 0), ("eval_head_sets", cfg.eval_head_sets, 1)):
             if value is not None and value < low:

@@ -32,7 +32,8 @@ class UnitKey:
         kind: `scores`, `eval` or `rank`.
         task: The task the unit measures.
         detector: Detector name, or `baseline` for the unablated evaluation.
-        draw: Random draw index (0 for deterministic detectors).
+        draw: Draw index: a stochastic detector's random draw, a deterministic detector's
+            calibration subset (0 unless `--calibration-draws` > 1).
         index: The budget k of an `eval` unit, the 1-based rank of a `rank` unit, 0 for `scores`.
     """
 
@@ -93,6 +94,8 @@ class RunPlan:
         detectors: The run's detectors in order.
         budgets: Increasing numbers of ablated heads k, the same for every detector.
         random_draws: Draws of each stochastic detector.
+        calibration_draws: Draws of each deterministic detector: one per disjoint calibration
+            subset (`run.splits`), each scored and evaluated.
         rank_diagnostic: How many of each detector's top heads are ablated alone.
         n_heads: Query heads of the model (caps the rank diagnostic); None if unknown.
     """
@@ -103,6 +106,7 @@ class RunPlan:
     random_draws: int
     rank_diagnostic: int = 0
     n_heads: int | None = None
+    calibration_draws: int = 1
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -118,6 +122,7 @@ class RunPlan:
             random_draws=int(manifest.random_draws),
             rank_diagnostic=int(manifest.rank_diagnostic),
             n_heads=n_heads,
+            calibration_draws=int(getattr(manifest, "calibration_draws", 1)),
         )
 
     # -- the rules -----------------------------------------------------------------------
@@ -143,7 +148,7 @@ class RunPlan:
 
     def draws(self, detector: PlannedDetector | str) -> range:
         det = detector if isinstance(detector, PlannedDetector) else self.detector(detector)
-        return range(self.random_draws if det.stochastic else 1)
+        return range(self.random_draws if det.stochastic else self.calibration_draws)
 
     def detector(self, name: str) -> PlannedDetector:
         for d in self.detectors:
@@ -232,7 +237,8 @@ class RunPlan:
         labels: dict[tuple, list[int]] = {}
         for k in keys:
             stochastic = k.detector != BASELINE and self.detector(k.detector).stochastic
-            draw = f" draw {k.draw}" if stochastic else ""
+            drawn = stochastic or (k.detector != BASELINE and self.calibration_draws > 1)
+            draw = f" draw {k.draw}" if drawn else ""
             if k.kind == "eval" and k.detector != BASELINE:
                 labels.setdefault(("eval", f"{k.task}/{k.detector}{draw}"), []).append(k.index)
             elif k.kind == "rank":

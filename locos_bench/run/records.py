@@ -42,7 +42,8 @@ class TaskEntry(BaseModel):
     metrics: list[str]
     """Task metrics; the first is the headline metric."""
     splits: dict[str, list[int]]
-    """Example indices of the `calibration`, `reference` and `evaluation` splits (disjoint)."""
+    """Example indices of the `calibration`, `reference` and `evaluation` splits (disjoint), and
+    under `calibration_draws` R > 1 of the further calibration subsets `calibration.1`, ..."""
     data_hash: str
     """sha256 over every used example's prompt and answers: detects changed generators."""
     chance: float | None = None
@@ -81,6 +82,9 @@ class Manifest(BaseModel):
     positionwise: bool = False
     """Mean ablation per position (True) or position-agnostic (False, default)."""
     random_draws: int
+    calibration_draws: int = 1
+    """Disjoint calibration subsets (`calibration`, `calibration.1`, ... in `splits`): each
+    deterministic detector's draw d scores heads on subset d; a stochastic one's on d mod R."""
     seed: int
     tie_seed: int | None = None
     """Seed of the permutation that breaks exact score ties in every ranking of the run
@@ -99,7 +103,8 @@ class Manifest(BaseModel):
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
-                                        "positionwise", "random_draws", "seed", "rank_diagnostic"})
+                                        "positionwise", "random_draws", "calibration_draws", "seed",
+                                        "rank_diagnostic"})
 
 
 class _Unit(BaseModel):
@@ -122,6 +127,11 @@ class ScoresUnit(_Unit):
     params: dict[str, Any] = Field(default_factory=dict)
     scores: list[list[float]] | None = None
     """`[n_layers][n_heads]`, higher = more important; None when `error` is set."""
+    per_example: list[list[list[float]]] | None = None
+    """`[n_calib][n_layers][n_heads]`: each calibration example's scores (in split order),
+    whose mean is `scores`. None where the detector gives no per-example scores (`random`, a
+    plugin's own `score`) and in records written before they were kept: the leaderboard's
+    selection stability is then not available."""
     forward_passes: int = 0
 
     @property

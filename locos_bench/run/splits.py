@@ -24,7 +24,7 @@ example indices.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from locos_bench.errors import LocosError
@@ -39,12 +39,19 @@ SPLITS = ("calibration", "reference", "evaluation")
 
 @dataclass
 class TaskData:
-    """One task of a run with its three splits."""
+    """One task of a run with its three splits (and any further calibration subsets)."""
 
     spec: TaskSpec
     calibration: list[Example]
     reference: list[Example]
     evaluation: list[Example]
+    more_calibration: list[list[Example]] = field(default_factory=list)
+    """Calibration subsets 1..R-1 under `--calibration-draws R` (subset 0 is `calibration`)."""
+
+    def calibration_draw(self, draw: int) -> list[Example]:
+        """The calibration subset of a draw (draw mod R)."""
+        subsets = [self.calibration, *self.more_calibration]
+        return subsets[draw % len(subsets)]
 
     def split(self, name: str) -> list[Example]:
         if name not in SPLITS:
@@ -61,10 +68,17 @@ class TaskData:
         return TaskEntry(
             name=self.spec.name, version=self.spec.version, kind=self.spec.kind,
             metrics=list(dict.fromkeys([*self.spec.metrics, "rouge_l", "gold_logprob"])),
-            splits={name: [e.index for e in self.split(name)] for name in SPLITS},
-            data_hash=data_hash([*self.calibration, *self.reference, *self.evaluation]),
+            splits={**{name: [e.index for e in self.split(name)] for name in SPLITS},
+                    **{_draw_split(d): [e.index for e in part]
+                       for d, part in enumerate(self.more_calibration, 1)}},
+            data_hash=data_hash([*self.calibration, *self.reference, *self.evaluation,
+                                 *(e for part in self.more_calibration for e in part)]),
             chance=self.spec.chance,
         )
+
+
+def _draw_split(draw: int) -> str:
+    return "calibration" if draw == 0 else f"calibration.{draw}"
 
 
 LOOKAHEAD = 4
@@ -84,17 +98,28 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         LocosError: an example failed (it is skipped with a warning, and the splits come up
             short), or the task's items are too few for the sizes asked for.
     """
-    sizes = {"calibration": cfg.n_calib, "reference": cfg.n_ref, "evaluation": cfg.n_eval}
+    draws = int(getattr(cfg, "calibration_draws", None) or 1)
+    sizes = {**{_draw_split(d): cfg.n_calib for d in range(draws)}, "reference": cfg.n_ref,
+             "evaluation": cfg.n_eval}
     n_total = sum(sizes.values())
     window = n_total
     examples = make_examples(spec, window, model=model, skip_errors=True)
-    caps: dict[str, float] = dict.fromkeys(SPLITS, math.inf)
+    caps: dict[str, float] = dict.fromkeys(sizes, math.inf)
     while True:
         parts = assign_splits(examples, sizes, caps)
-        missing = sum(sizes[name] - len(parts[name]) for name in SPLITS)
+        missing = sum(sizes[name] - len(parts[name]) for name in sizes)
         if not missing:
-            return TaskData(spec, parts["calibration"], parts["reference"], parts["evaluation"])
+            return TaskData(spec, parts["calibration"], parts["reference"], parts["evaluation"],
+                            [parts[_draw_split(d)] for d in range(1, draws)])
         if len(examples) < window or window >= LOOKAHEAD * n_total:
+            if draws > 1:
+                n_items = len({example_item(e) for e in examples})
+                raise LocosError(
+                    f"task {spec.name!r}: --calibration-draws {draws} needs {draws} disjoint calibration "
+                    f"subsets of {cfg.n_calib} examples, none sharing an item ({draws * cfg.n_calib} "
+                    f"examples), besides {cfg.n_ref} reference and {cfg.n_eval} evaluation; its first "
+                    f"{len(examples)} examples hold {n_items} distinct items: ask for fewer draws or "
+                    "fewer calibration examples")
             raise LocosError(_shortfall(spec, sizes, examples, parts, window))
         if window == n_total:  # items repeat across the index ranges: share them out
             caps = _item_caps(examples, sizes)
@@ -118,15 +143,16 @@ def assign_splits(examples: list[Example], sizes: dict[str, int],
         Each split's examples, in stream order; a split comes up short when the examples run
         out.
     """
-    caps = caps or dict.fromkeys(SPLITS, math.inf)
+    order = list(sizes)  # SPLITS, with any further calibration subsets after `calibration`
+    caps = caps or dict.fromkeys(order, math.inf)
     owner: dict[str, str] = {}
-    parts: dict[str, list[Example]] = {name: [] for name in SPLITS}
-    n_items = dict.fromkeys(SPLITS, 0)
+    parts: dict[str, list[Example]] = {name: [] for name in order}
+    n_items = dict.fromkeys(order, 0)
     for ex in examples:
         key = example_item(ex)
         split = owner.get(key)
         if split is None:
-            split = next((name for name in SPLITS
+            split = next((name for name in order
                           if len(parts[name]) < sizes[name] and n_items[name] < caps[name]), None)
             if split is None:
                 continue
@@ -156,9 +182,10 @@ def _item_caps(examples: list[Example], sizes: dict[str, int]) -> dict[str, floa
             lo, hi = (mid, hi) if mid * (1 - (1 - 1 / mid) ** n) < distinct else (lo, mid)
         pool = hi
     total = sum(sizes.values())
+    order = list(sizes)
     caps: dict[str, float] = {name: max(1, round(pool * sizes[name] / total)) if pool < math.inf else math.inf
-                              for name in SPLITS[:-1]}
-    return {**caps, SPLITS[-1]: math.inf}
+                              for name in order[:-1]}
+    return {**caps, order[-1]: math.inf}
 
 
 def _shortfall(spec: TaskSpec, sizes: dict[str, int], examples: list[Example],
