@@ -73,13 +73,13 @@ def test_direct_logit_attribution_sums_to_logits(real_model):
     names = ["blocks.0.hook_resid_pre", "ln_final.hook_scale"]
     names += [f"blocks.{L}.hook_attn_out" for L in range(geo.n_layers)]
     names += [f"blocks.{L}.hook_mlp_out" for L in range(geo.n_layers)]
-    logits, cache = heads.run_and_capture(real_model, ids, names)
+    logits, cache = heads.run_and_capture(real_model, ids, names, logits_at=positions)  # [1, 2, V]
     pos = torch.tensor(positions)
     scale = cache["ln_final.hook_scale"][0, pos]
     parts = [cache["blocks.0.hook_resid_pre"][0, pos]]
     parts += [cache[f"blocks.{L}.hook_{kind}_out"][0, pos] for L in range(geo.n_layers) for kind in ("attn", "mlp")]
     total = heads.direct_logit_attribution(real_model, torch.stack(parts), scale, tokens).sum(0)
-    expected = logits[0][pos][:, tokens]
+    expected = logits[0][:, tokens]
     err = (total - expected).abs().max() / expected.abs().max()
     assert err < 1e-4, f"relative error {err:.2e}"
 

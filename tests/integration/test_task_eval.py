@@ -39,9 +39,11 @@ def test_gold_logprobs_match_full_logits(gemma3, kv_examples):
     fast = gold_logprobs(gemma3, items, batch_size=3)
     with torch.inference_mode():
         for item, value in zip(items, fast):
-            logits = gemma3.bridge(torch.tensor([item.input_ids]))
+            kept = len(item.input_ids) - min(item.answer_positions)  # the unembedding from the answer on
+            logits = gemma3.bridge(torch.tensor([item.input_ids]), logits_to_keep=kept)
             logprobs = torch.log_softmax(logits[0].float(), dim=-1)
-            ref = logprobs[item.answer_positions, item.answer_ids].mean().item()
+            rows = [p - (len(item.input_ids) - kept) for p in item.answer_positions]
+            ref = logprobs[rows, item.answer_ids].mean().item()
             assert value == pytest.approx(ref, abs=1e-3)
 
 
