@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budgets", type=_int_list, help="numbers of ablated heads, e.g. 1,2,4,8,16")
     parser.add_argument("--ablation", default="mean", help="mean, zero or scale:ALPHA (default mean)")
     parser.add_argument("--positionwise", action="store_true", help="mean ablation per position")
+    parser.add_argument("--sink", default=None, metavar="keep|mean",
+                        help="mean ablation at a BOS sink (position 0): keep it untouched or write the mean "
+                             "there too (default: see README)")
     parser.add_argument("--n-calib", type=int, help="calibration (detection) examples per task")
     parser.add_argument("--n-ref", type=int, help="reference examples for mean activations")
     parser.add_argument("--n-eval", type=int, help="held-out evaluation examples per task")
@@ -89,6 +92,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,
         budgets=args.budgets, ablation=args.ablation, positionwise=args.positionwise,
+        sink=args.sink,
         n_calib=args.n_calib, n_ref=args.n_ref, n_eval=args.n_eval, random_draws=args.random_draws,
         calibration_draws=args.calibration_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,

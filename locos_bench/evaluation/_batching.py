@@ -51,7 +51,8 @@ _POSITIONS: ContextVar[Any] = ContextVar("locos_token_positions", default=None)
 def token_positions(positions: Any) -> Iterator[None]:
     """Bind the absolute position of every token of the forward passes run inside.
 
-    Position-wise mean ablation needs them and a hook on `z` cannot see them; every forward
+    Position-wise mean ablation and a kept sink (each row's position 0) need them and a hook
+    on `z` cannot see them; every forward
     of `locos_bench.evaluation` binds what it hands the model as `position_ids` (a padded
     prompt: the real tokens before each token; a KV-cached pass: the positions after the
     cache's), so prefill, a teacher-forced pass and each decoding step read their own.
@@ -71,7 +72,7 @@ def _bound_positions(z: Any) -> Any:
     positions = _POSITIONS.get()
     if positions is None:
         raise LocosError(
-            "position-wise mean ablation needs each forward's token positions: run it through "
+            "position-wise mean ablation (or sink=keep) needs each forward's token positions: run it through "
             "locos_bench.evaluation, or inside evaluation.token_positions(position_ids)")
     if tuple(positions.shape) != tuple(z.shape[:2]):
         raise LocosError(f"bound token positions {tuple(positions.shape)} do not match the forward's "

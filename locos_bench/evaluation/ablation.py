@@ -18,6 +18,13 @@ code that runs a forward binds them (`token_positions`), row by row, so left pad
 teacher-forced pass on a KV cache and each decoding step all read the means of the positions
 the model itself is given. One rule for every caller: a token's position is the number of
 real (unmasked) tokens before it in its row.
+
+The sink (`sink`): a BOS token at position 0 is an attention sink whose `z` is atypical, so the
+flat mean leaves it out, and later layers read its residual at every position. `sink="keep"`
+leaves each row's position 0 untouched, so ablating a head does not move the sink (also under
+`positionwise`); `sink="mean"` writes the mean there too (the rule of runs before the option).
+Only a real BOS is a sink: where the reference prompts do not start with the tokenizer's BOS,
+position 0 is an ordinary token, counted in the flat mean and replaced under either rule.
 """
 
 from __future__ import annotations
@@ -34,20 +41,38 @@ from locos_bench.evaluation._batching import _bound_positions
 from locos_bench.models import LoadedModel
 from locos_bench.names import Head, hook_z
 
+SINK_RULES = ("keep", "mean")
+"""What mean ablation writes at a BOS sink (position 0): `keep` leaves it untouched, `mean`
+replaces it like any other position."""
+
+DEFAULT_SINK = "mean"
+"""The sink rule of a run that names none, and of manifests written before the option."""
+
+
+def check_sink(sink: str) -> str:
+    """`sink` if it is a rule of `SINK_RULES`, else one clear error."""
+    if sink not in SINK_RULES:
+        raise LocosError(f"unknown sink rule {sink!r}; choose {' or '.join(SINK_RULES)} (--sink)")
+    return sink
+
 
 @dataclass(frozen=True)
 class AblationSpec:
-    """How heads are intervened on: `mean`, `zero` or `scale:ALPHA`."""
+    """How heads are intervened on: `mean`, `zero` or `scale:ALPHA`.
+
+    `sink` (mean only) is what is written at a BOS sink: `keep` leaves it, `mean` replaces it."""
 
     mode: str
     alpha: float = 0.0
     positionwise: bool = False
+    sink: str = DEFAULT_SINK
 
     @classmethod
-    def parse(cls, text: str, *, positionwise: bool = False) -> AblationSpec:
+    def parse(cls, text: str, *, positionwise: bool = False, sink: str = DEFAULT_SINK) -> AblationSpec:
         text = text.strip()
+        check_sink(sink)
         if text in ("mean", "zero"):
-            return cls(text, 0.0, positionwise and text == "mean")
+            return cls(text, 0.0, positionwise and text == "mean", sink if text == "mean" else DEFAULT_SINK)
         if text.startswith("scale:"):
             try:
                 alpha = float(text.split(":", 1)[1])
@@ -62,6 +87,11 @@ class AblationSpec:
     @property
     def needs_reference(self) -> bool:
         return self.mode == "mean"
+
+    @property
+    def keeps_sink(self) -> bool:
+        """Whether a BOS sink at position 0 is left untouched."""
+        return self.mode == "mean" and self.sink == "keep"
 
 
 MIN_REFERENCE_PROMPTS = 2
@@ -111,16 +141,19 @@ class HeadMeans:
     """Per-head mean `z` over reference prompts.
 
     Attributes:
-        mean: `[n_layers, n_heads, d_head]` position-agnostic mean (BOS excluded: it is an
-            attention sink whose `z` is atypical).
+        mean: `[n_layers, n_heads, d_head]` position-agnostic mean (a BOS at position 0
+            excluded: it is an attention sink whose `z` is atypical).
         by_position: `[n_layers, T_max, n_heads, d_head]` per-position means, or None; used
             up to `reach`, where at least `MIN_REFERENCE_PROMPTS` prompts average.
         counts: `[T_max]` how many reference prompts reached each position.
+        bos_sink: Whether the reference prompts start with the tokenizer's BOS (then position
+            0 of the prompts ablated, tokenized alike, is a sink that `sink="keep"` leaves).
     """
 
     mean: Tensor
     by_position: Tensor | None = None
     counts: Tensor | None = None
+    bos_sink: bool = True
 
     @property
     def reach(self) -> int:
@@ -142,12 +175,22 @@ class HeadMeans:
         return torch.where((positions < reach)[:, :, None, None], own, flat)
 
 
+def starts_with_bos(tokenizer: Any, ids: Sequence[int]) -> bool:
+    """Whether `ids` start with `tokenizer`'s BOS (a sink), not with a real token."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return bos is not None and len(ids) > 0 and int(ids[0]) == int(bos)
+
+
 def reference_means(
     model: LoadedModel, token_ids: Sequence[Sequence[int]], *, positionwise: bool = False
 ) -> HeadMeans:
-    """Mean `hook_z` of every head over the reference prompts (one forward each)."""
+    """Mean `hook_z` of every head over the reference prompts (one forward each).
+
+    The flat mean leaves out position 0 of a prompt that starts with BOS (the sink) and counts
+    it where the prompt starts with a real token."""
     if not token_ids:
         raise LocosError("mean ablation needs at least one reference prompt")
+    bos = [starts_with_bos(model.tokenizer, ids) for ids in token_ids]
     geo = model.geometry
     total = torch.zeros(geo.n_layers, geo.n_heads, geo.d_head, dtype=torch.float64)
     n = 0
@@ -155,7 +198,7 @@ def reference_means(
     by_pos = torch.zeros(geo.n_layers, t_max, geo.n_heads, geo.d_head, dtype=torch.float64) if positionwise else None
     counts = torch.zeros(t_max, dtype=torch.float64)
     names = [hook_z(L) for L in range(geo.n_layers)]
-    for ids in token_ids:
+    for ids, skip in zip(token_ids, bos):
         store: dict[int, Tensor] = {}
 
         def keep(layer: int) -> Any:
@@ -171,15 +214,16 @@ def reference_means(
                 logits_to_keep=torch.tensor([len(ids) - 1]),
             )
         z = torch.stack([store[L].cpu() for L in range(geo.n_layers)])  # [L, T, H, d]
-        total += z[:, 1:].sum(1)
-        n += z.shape[1] - 1
+        first = 1 if skip else 0
+        total += z[:, first:].sum(1)
+        n += z.shape[1] - first
         if by_pos is not None:
             by_pos[:, : z.shape[1]] += z
         counts[: z.shape[1]] += 1
     mean = (total / max(n, 1)).float()
     if by_pos is not None:
         by_pos = (by_pos / counts.clamp(min=1)[None, :, None, None]).float()
-    return HeadMeans(mean=mean, by_position=by_pos, counts=counts)
+    return HeadMeans(mean=mean, by_position=by_pos, counts=counts, bos_sink=all(bos))
 
 
 @dataclass
@@ -216,13 +260,21 @@ class HeadAblation:
         flat = means.mean[layer, heads].to(z.device, z.dtype)  # [h, d]
         return flat.expand(z.shape[0], z.shape[1], -1, -1)
 
-    def _hook(self, layer: int, heads: list[int]) -> Any:
+    def _replaced(self, layer: int, heads: list[int], z: Tensor) -> Tensor:
+        """The ablated heads' new `z` `[B, T, len(heads), d]`; a BOS sink kept where
+        `spec.keeps_sink` (each row's position 0, from the bound positions)."""
         alpha = self.spec.alpha
+        value = self._value(layer, heads, z)
+        new = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
+        if self.spec.keeps_sink and self.means is not None and self.means.bos_sink:
+            sink = (_bound_positions(z) == 0).to(z.device)[:, :, None, None]
+            new = torch.where(sink, z[:, :, heads], new)
+        return new
 
+    def _hook(self, layer: int, heads: list[int]) -> Any:
         def fn(z: Tensor, hook: Any) -> Tensor:
             z = z.clone()
-            value = self._value(layer, heads, z)
-            z[:, :, heads] = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
+            z[:, :, heads] = self._replaced(layer, heads, z)
             return z
 
         return fn
@@ -256,7 +308,6 @@ class HeadSetAblation:
 
     def _hook(self, layer: int, cells: list[tuple[int, int]], n_rows: int) -> Any:
         one = self._one
-        alpha = one.spec.alpha
         heads = sorted({head for _, head in cells})
 
         def fn(z: Tensor, hook: Any) -> Tensor:
@@ -266,8 +317,7 @@ class HeadSetAblation:
             for row, head in cells:
                 mask[row, 0, head, 0] = True
             sub = mask[:, :, heads]  # [B, 1, h, 1]
-            value = one._value(layer, heads, z)
-            new = alpha * z[:, :, heads] + (1.0 - alpha) * value if alpha else value
+            new = one._replaced(layer, heads, z)
             z = z.clone()
             z[:, :, heads] = torch.where(sub, new, z[:, :, heads])
             return z

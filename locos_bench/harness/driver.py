@@ -24,6 +24,7 @@ from typing import Any
 from locos_bench.detectors import detector_source, get_detector_class, make_detector
 from locos_bench.errors import LocosError
 from locos_bench.evaluation.ablation import (
+    DEFAULT_SINK,
     AblationSpec,
     check_positionwise_reference,
 )
@@ -56,7 +57,7 @@ class Run:
         self.progress = progress
         self.executor = executor
         self.dir = RunDir(cfg.output_dir)
-        self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise)
+        self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise, sink=cfg.sink or DEFAULT_SINK)
         self.timings: dict[str, float] = {}
         self.done: dict[UnitKey, Any] = {}
         self._evaluated: dict[tuple, Any] = {}
@@ -81,7 +82,7 @@ class Run:
             model=cfg.model, model_info=describe_with_answer_key(self.model),
             tasks=[t.entry for t in tasks.values()],
             detectors=[self._detector_entry(n) for n in cfg.detectors], budgets=cfg.budgets,
-            ablation=str(self.ablation), positionwise=self.ablation.positionwise,
+            ablation=str(self.ablation), positionwise=self.ablation.positionwise, sink=self.ablation.sink,
             random_draws=cfg.random_draws, calibration_draws=cfg.calibration_draws, seed=cfg.seed,
             tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,

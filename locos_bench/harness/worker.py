@@ -15,6 +15,7 @@ from typing import Any
 from locos_bench.detectors import make_detector, run_detector
 from locos_bench.errors import LocosError
 from locos_bench.evaluation.ablation import (
+    DEFAULT_SINK,
     AblationSpec,
     HeadAblation,
     HeadMeans,
@@ -62,7 +63,7 @@ class Worker:
         self.model = model
         self.tasks = tasks
         self.log = log or (lambda message: print(message, file=sys.stderr, flush=True))
-        self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise)
+        self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise, sink=cfg.sink or DEFAULT_SINK)
         self.timings: dict[str, float] = {}
         self._means: dict[str, HeadMeans | None] = {}
         self._prefixes: dict[str, Any] = {}

@@ -99,7 +99,9 @@ def _header(run: RunStats) -> str:
     if "n_layers" in info and "n_heads" in info:
         model += (f"; {info['n_layers']} layers × {info['n_heads']} heads = "
                   f"{int(info['n_layers']) * int(info['n_heads'])} heads")
-    ablation = m.ablation + (" (position-wise)" if m.positionwise else " (position-agnostic)")
+    ablation = m.ablation + (" (position-wise" if m.positionwise else " (position-agnostic")
+    # The sink rule is named where it is `keep`: runs before the option wrote the mean there.
+    ablation += ", BOS sink left untouched)" if m.sink == "keep" and m.ablation == "mean" else ")"
     p = m.provenance
     packages = ", ".join(f"{name} {ver}" for name, ver in sorted(p.packages.items()))
     timings = ", ".join(f"{phase} {fmt(sec, 1)} s" for phase, sec in m.timings.items()) or "—"

@@ -24,6 +24,9 @@ class RunConfig:
     budgets: list[int] | None = None
     ablation: str = "mean"
     positionwise: bool = False
+    sink: str | None = None
+    """What mean ablation writes at a BOS sink: `keep` or `mean` (`evaluation.ablation`);
+    None: `evaluation.ablation.DEFAULT_SINK`."""
     n_calib: int | None = None
     n_ref: int | None = None
     n_eval: int | None = None
@@ -83,9 +86,10 @@ class RunConfig:
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
         cfg.budgets = sorted(set(cfg.budgets))
-        from locos_bench.evaluation.ablation import AblationSpec  # torch: only once the names are checked
+        from locos_bench.evaluation.ablation import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
 
-        AblationSpec.parse(cfg.ablation)
+        cfg.sink = cfg.sink or DEFAULT_SINK
+        AblationSpec.parse(cfg.ablation, sink=cfg.sink)
         if cfg.output_dir is None:
             cfg.output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
         return cfg

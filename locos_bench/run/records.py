@@ -81,6 +81,9 @@ class Manifest(BaseModel):
     """`mean`, `zero` or `scale:ALPHA`."""
     positionwise: bool = False
     """Mean ablation per position (True) or position-agnostic (False, default)."""
+    sink: str = "mean"
+    """What mean ablation wrote at a BOS sink (position 0): `keep` (left untouched) or `mean`
+    (replaced like every position; manifests written before the option, which used it)."""
     random_draws: int
     calibration_draws: int = 1
     """Disjoint calibration subsets (`calibration`, `calibration.1`, ... in `splits`): each
@@ -103,8 +106,8 @@ class Manifest(BaseModel):
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
-                                        "positionwise", "random_draws", "calibration_draws", "seed",
-                                        "rank_diagnostic"})
+                                        "positionwise", "sink", "random_draws", "calibration_draws",
+                                        "seed", "rank_diagnostic"})
 
 
 class _Unit(BaseModel):
