@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "real benchmarks found there replace their synthetic twins)")
     parser.add_argument("--budgets", type=_int_list, help="numbers of ablated heads, e.g. 1,2,4,8,16")
     parser.add_argument("--ablation", default="mean", help="mean, zero or scale:ALPHA (default mean)")
-    parser.add_argument("--positionwise", action="store_true", help="mean ablation per position")
+    parser.add_argument("--positionwise", action="store_true",
+                        help="mean ablation per token position (each row's positions from its attention "
+                             "mask; the flat mean where fewer than 2 reference prompts reach)")
     parser.add_argument("--sink", default=None, metavar="keep|mean",
                         help="mean ablation at a BOS sink (position 0): keep it untouched or write the mean "
                              "there too (default: see README)")
