@@ -4,7 +4,8 @@ For each task the examples split into disjoint calibration (detection), referenc
 activations) and evaluation sets (`locos_bench.run.splits`). Every detector scores heads on the
 calibration set; for every budget k its top-k heads are ablated and the evaluation set is run
 again. Budgets are one list for every detector, so equal budgets hold by construction. Which
-units a run needs, and where a control task's heads come from, is the plan's
+units a run needs, and where a control task's heads come from (each retrieval task's, every
+control evaluation of all of them sharing batches), is the plan's
 (`locos_bench.run.plan`); the harness only executes it.
 
 Every finished unit is appended to `results.jsonl` at once; a rerun of the same command
@@ -31,6 +32,7 @@ from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import Job, Worker, resolve_batch_size, run_tasks, timed
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
+from locos_bench.run.plan import EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
 from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit
 from locos_bench.run.splits import TaskData
@@ -79,6 +81,7 @@ class Run:
             ablation=str(self.ablation), positionwise=self.ablation.positionwise,
             random_draws=cfg.random_draws, seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
+            control_heads=EACH_RETRIEVAL,
         )
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
@@ -163,10 +166,10 @@ class Run:
     def _job(self, key: UnitKey) -> Job:
         if key.kind == "scores":
             return Job(key, [])
-        source = self.plan.heads_from(key.task)
+        source = self.plan.heads_from(key)
         if key.detector == BASELINE:
             return Job(key, [], source)
-        ranking = rank_heads(self.done[self.plan.scores_key(key.task, key.detector, key.draw)].scores)
+        ranking = rank_heads(self.done[self.plan.source_key(key)].scores)
         heads = ranking[: key.index] if key.kind == "eval" else [ranking[key.index - 1]]
         return Job(key, heads, source)
 
