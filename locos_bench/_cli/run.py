@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write explain pages for the first N evaluation examples of each retrieval task")
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
-                        help="lm-eval tasks (names or YAML files) as controls, with the first retrieval task's heads")
+                        help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
     add_executor_arguments(parser)
 
 

@@ -4,7 +4,8 @@ For each task the examples split into disjoint calibration (detection), referenc
 activations) and evaluation sets (`locos_bench.run.splits`). Every detector scores heads on the
 calibration set; for every budget k its top-k heads are ablated and the evaluation set is run
 again. Budgets are one list for every detector, so equal budgets hold by construction. Which
-units a run needs, and where a control task's heads come from, is the plan's
+units a run needs, and where a control task's heads come from (each retrieval task's, every
+control evaluation of all of them sharing batches), is the plan's
 (`locos_bench.run.plan`); the harness only executes it.
 
 Every finished unit is appended to `results.jsonl` at once; a rerun of the same command
@@ -34,6 +35,7 @@ from locos_bench.harness.worker import Job, Worker, resolve_batch_size, run_task
 from locos_bench.models import describe_with_answer_key
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
+from locos_bench.run.plan import EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
 from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit
 from locos_bench.run.splits import TaskData
@@ -86,6 +88,7 @@ class Run:
             random_draws=cfg.random_draws, calibration_draws=cfg.calibration_draws, seed=cfg.seed,
             tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
+            control_heads=EACH_RETRIEVAL,
         )
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
@@ -184,11 +187,10 @@ class Run:
     def _job(self, key: UnitKey) -> Job:
         if key.kind == "scores":
             return Job(key, [])
-        source = self.plan.heads_from(key.task)
+        source = self.plan.heads_from(key)
         if key.detector == BASELINE:
             return Job(key, [], source)
-        ranking = rank_heads(self.done[self.plan.scores_key(key.task, key.detector, key.draw)].scores,
-                             tie_seed=self.manifest.tie_seed)
+        ranking = rank_heads(self.done[self.plan.source_key(key)].scores, tie_seed=self.manifest.tie_seed)
         heads = ranking[: key.index] if key.kind == "eval" else [ranking[key.index - 1]]
         return Job(key, heads, source)
 

@@ -100,8 +100,8 @@ class Worker:
 
     def run_many(self, jobs: Sequence[Job]) -> list[Any]:
         """Compute `jobs`, in order; evaluations of one task share batches (several head sets
-        per forward pass, `evaluate_head_sets`), which any executor gets by handing a worker
-        several jobs at once. Each unit equals what `run` computes for its job alone."""
+        per forward pass, `evaluate_head_sets`; on a control task, the head sets of every
+        retrieval task alike), which any executor gets by handing a worker several jobs at once. Each unit equals what `run` computes for its job alone."""
         out: dict[int, Any] = {}
         evals: dict[str, list[int]] = {}
         for n, job in enumerate(jobs):
@@ -208,8 +208,9 @@ class Worker:
 
 def run_tasks(cfg: RunConfig, model: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """Every task a run executes, by name: its splits (`build_run_tasks`) and any lm-eval tasks
-    as controls with the first retrieval task's heads. The driver and every worker call it, so
-    all hold the same tasks."""
+    as controls (mean activations from the first retrieval task's reference split; like every
+    control, evaluated with each retrieval task's heads). The driver and every worker call it,
+    so all hold the same tasks."""
     tasks, fallbacks = build_run_tasks(cfg, model)
     if cfg.lm_eval_tasks:
         from locos_bench.lm_eval.controls import lm_eval_controls

@@ -108,8 +108,8 @@ class LmEvalControl:
 
 
 def lm_eval_controls(tasks: list[str], source: Any, *, limit: int) -> list[LmEvalControl]:
-    """`--lm-eval-tasks` of a run: each task's first `limit` documents, ablated with the heads
-    (and the reference split) of the run's first retrieval task `source`."""
+    """`--lm-eval-tasks` of a run: each task's first `limit` documents (the run plan ablates each
+    retrieval task's heads), with the reference split of the run's first retrieval task `source`."""
     check_lm_eval_version()
     return [LmEvalControl(task, list(source.reference), describe_task(task, limit=limit)) for task in tasks]
 

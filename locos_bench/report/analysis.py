@@ -27,9 +27,32 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
 * **Paired difference** of detector d against reference r (`locos`, `random`): per example
   `drop_d - drop_r` (on the drop-area and on the drop at the largest k), then the mean.
   Positive = d's heads hurt more than r's.
-* **Specificity** of a detector: mean drop-area over retrieval tasks minus mean drop-area over
-  control tasks (tasks weighted equally), for the headline metric of each task and for
-  `gold_logprob`. Its replicates combine the independent per-task replicates.
+* **Specificity** of a detector (defined here once; the leaderboard's *How to read* note says
+  the same). Each control task is evaluated with the heads each retrieval task chose, so every
+  (retrieval task r, control task c) pair compares the *same* heads on r and on c. A task's
+  **relative drop-area** is its drop-area over its unablated value, `mean(drop-area) /
+  mean(unablated)`, on the task's headline metric; it is unit-free, so tasks scored in
+  different metrics (contains, number_match, f1 ...) can be averaged, and a head set that
+  destroys everything (retrieval 0.6, control 0.3 absolute) no longer beats a precise one
+  (0.25 and 0). On a rate (`RATES`: contains, exact_match, number_match, f1, rouge_l, ...) it is
+  clipped to [0, 1] (1: the ablation removed all the task's accuracy; an ablation that helps
+  counts 0); another metric is divided by |unablated| and not clipped. It is undefined when
+  the unablated value is 0 (nothing to lose): such a task's pairs are left out of the mean
+  and the summary row says so (`SummaryRow.notes`). **Specificity** = mean over usable pairs
+  of [relative drop-area of r with r's heads - relative drop-area of c with r's heads]:
+  1 = a head set that removes all of every retrieval task and none of any control. Its
+  replicates apply the same formula to each resample's means (numerator and denominator of a
+  task resampled together, tasks independently), so the ratio's uncertainty is in the
+  interval; a row with several draws (random, calibration draws) is resampled draws then
+  examples, as every figure of it, on the same draw resamples for r and c.
+  **Specificity (gold log-prob)**, in nats and not normalised (a log-prob has no zero to
+  divide by): mean over the same pairs of [gold-logprob drop-area of r - that of c],
+  both with r's heads. The summary also shows the absolute drop-areas: retrieval (mean over
+  retrieval tasks, what ranks the summary) and control (mean over pairs).
+  Runs recorded before controls were paired (`control_heads == "first-retrieval"`: every
+  control evaluated with the first retrieval task's heads) keep the old rule, which their
+  leaderboard's note states: mean absolute drop-area over retrieval tasks minus mean over
+  control tasks, tasks weighted equally, in each task's headline units.
 
 * **Ground truth** (planted models only, whose manifest's `model_info["ground_truth"]` names
   the true head sets; the harness records it there, detectors never see it): a detector's
@@ -70,7 +93,8 @@ each has a bootstrap interval from the same resamples; `locos_bench.report.boots
   Random rows enter in two levels (draws, then examples), as in `vs random`.
 
 Units with `error` set never enter a statistic; they are listed as failures. Which units
-exist, and which task's scores chose a control task's heads, is the run plan's.
+exist, and which tasks' scores chose a control task's heads, is the run plan's: a control
+task has one `TaskResult` per retrieval task whose heads it ablates (`heads_from`).
 """
 
 from __future__ import annotations
@@ -91,6 +115,9 @@ from locos_bench.report.bootstrap import (
     Draws,
     Estimate,
     PerDraw,
+    _bca,
+    _percentile,
+    _replicates,
     calibration_seed,
     combine,
     curve_weights,
@@ -103,10 +130,14 @@ from locos_bench.report.bootstrap import (
     topk_stability,
 )
 from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit
+from locos_bench.run.plan import EACH_RETRIEVAL
 
 GOLD = "gold_logprob"
 REFERENCES = ("locos", "random")
 """Detectors every other one is compared against, when present in the run."""
+RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "label_accuracy",
+                   "acc", "acc_norm"})
+"""Metrics in [0, 1] whose relative drop is clipped to [0, 1] (see Specificity above)."""
 
 Unit = ScoresUnit | EvalUnit | RankUnit
 Vector = Any
@@ -413,6 +444,12 @@ class TaskResult(_Result):
     heads_from: str = ""
     """The task whose calibration split chose the heads (itself, or for a control task the
     retrieval task it borrows them from)."""
+    section: str = ""
+    """A unique label among the run's results: the task name, or for a control task
+    evaluated with a later retrieval task's heads `control@retrieval` (the first retrieval
+    task's keeps the plain name, as in runs recorded before controls were paired)."""
+    unablated: dict[str, Vector] = Field(default_factory=dict, exclude=True, repr=False)
+    """Metric -> per-example unablated values (what relative drops divide by)."""
     baseline: DetectorResult
     detectors: dict[str, DetectorResult]
     """In ranked order (best first; failed detectors last)."""
@@ -434,8 +471,13 @@ class SummaryRow(_Result):
     control_tasks: int
     figures: dict[str, dict[str, Estimate | None]]
     """`headline` / `gold_logprob` -> {`retrieval`, `control`, `specificity`, `vs_locos`,
-    `vs_random`}: mean drop-areas, their difference, and the mean paired drop-area
-    difference over retrieval tasks."""
+    `vs_random`}: mean drop-areas, specificity, and the mean paired drop-area difference over
+    retrieval tasks; paired runs add `retrieval_relative` and `control_relative` (headline)."""
+    paired: bool = False
+    """Specificity by (retrieval, control) pairs of the same heads, relative on the headline
+    (see the module docstring); False: the old rule of runs recorded before it."""
+    notes: list[str] = Field(default_factory=list)
+    """Why pairs were left out of specificity (an unablated value of 0)."""
     truth: dict[str, float] | None = None
     """Planted models: mean over tasks of `precision_at_n` and `auroc` (see `GroundTruth`)."""
 
@@ -585,48 +627,63 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
             baseline.draws = [0]
             for m in metrics:
                 baseline.curves[m] = _curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
-        results: dict[str, DetectorResult] = {}
-        for det in plan.detectors:
-            res = _detector(plan, det.name, entry.name, n, done, boot, weights, base, metrics, draw_sets)
-            if res.scores is not None:  # the harness's ranking: its heads and its ties
-                res.ranking = rank_heads(res.scores, tie_seed=manifest.tie_seed)
-            results[det.name] = res
-        for ref in REFERENCES:
-            if ref not in results or not results[ref].ok:
-                continue
-            r = results[ref]
-            for res in results.values():
-                if not res.ok:
-                    continue
-                res.versus[ref] = {
-                    m: {"drop_area": _paired(boot, res.curves[m].drop_area_per_example,
-                                             r.curves[m].drop_area_per_example),
-                        "drop_kmax": _paired(boot, res.curves[m].drop_kmax_per_example,
-                                             r.curves[m].drop_kmax_per_example)}
-                    for m in metrics
-                }
-        if plan.heads_from(entry.name) == entry.name:
-            for res in results.values():
-                _stability(res, plan, entry.name, done, budgets, n_resamples, manifest.seed)
-        if sets is not None and plan.heads_from(entry.name) == entry.name:
-            for det, res in results.items():
-                draws = [done.get(plan.scores_key(entry.name, det, d)) for d in plan.draws(det)]
-                scores = [u.scores for u in draws if u is not None and u.error is None]
-                if scores:
-                    res.truth = ground_truth(scores, sets, budgets, tie_seed=manifest.tie_seed)
-        key = truth_key if any(r.truth for r in results.values()) else rank_key
-        ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
-        task = TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
-                          n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
-                          detectors=ordered, bootstrap=boot, heads_from=plan.heads_from(entry.name))
-        task.comparisons = _task_comparisons(task, key)
-        tasks.append(task)
+        for source in plan.sources(entry.name):
+            tasks.append(_task_result(plan, manifest, entry, source, n, done, boot, weights, base, metrics,
+                                      headline, sizes, baseline, sets, draw_sets, n_resamples))
     summary = _summary(plan, tasks)
     run = RunStats(manifest=manifest, tasks=tasks, summary=summary,
                    summary_comparisons=_summary_comparisons(tasks, summary), failures=failures,
                    method=method, level=level, n_resamples=n_resamples, name=name)
     separability([run])
     return run
+
+
+def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: int, done: dict,
+                 boot: Bootstrap, weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str],
+                 headline: str, sizes: dict[str, int], baseline: DetectorResult, sets: dict | None,
+                 draw_sets: Any, n_resamples: int) -> TaskResult:
+    """Every detector on one task with the heads chosen on `source` (the task itself, or for
+    a control task one retrieval task). Selection stability and the ground truth belong to
+    the task that chose the heads: only its own result has them."""
+    budgets = list(plan.budgets)
+    results: dict[str, DetectorResult] = {}
+    for det in plan.detectors:
+        res = _detector(plan, det.name, entry.name, source, n, done, boot, weights, base, metrics, draw_sets)
+        if res.scores is not None:  # the harness's ranking: its heads and its ties
+            res.ranking = rank_heads(res.scores, tie_seed=manifest.tie_seed)
+        results[det.name] = res
+    for ref in REFERENCES:
+        if ref not in results or not results[ref].ok:
+            continue
+        r = results[ref]
+        for res in results.values():
+            if not res.ok:
+                continue
+            res.versus[ref] = {
+                m: {"drop_area": _paired(boot, res.curves[m].drop_area_per_example,
+                                         r.curves[m].drop_area_per_example),
+                    "drop_kmax": _paired(boot, res.curves[m].drop_kmax_per_example,
+                                         r.curves[m].drop_kmax_per_example)}
+                for m in metrics
+            }
+    if source == entry.name:
+        for res in results.values():
+            _stability(res, plan, entry.name, done, budgets, n_resamples, manifest.seed)
+    if sets is not None and source == entry.name:
+        for det, res in results.items():
+            draws = [done.get(plan.scores_key(source, det, d)) for d in plan.draws(det)]
+            scores = [u.scores for u in draws if u is not None and u.error is None]
+            if scores:
+                res.truth = ground_truth(scores, sets, budgets, tie_seed=manifest.tie_seed)
+    key = truth_key if any(r.truth for r in results.values()) else rank_key
+    ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
+    task = TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
+                      n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
+                      detectors=ordered, bootstrap=boot, heads_from=source,
+                      section=entry.name if source == plan.sources(entry.name)[0] else f"{entry.name}@{source}",
+                      unablated=base)
+    task.comparisons = _task_comparisons(task, key)
+    return task
 
 
 def separability(runs: Sequence[RunStats]) -> int:
@@ -707,7 +764,7 @@ def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nd
     return curve
 
 
-def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Bootstrap,
+def _detector(plan: RunPlan, name: str, task: str, source: str, n: int, done: dict, boot: Bootstrap,
               weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str],
               draw_sets: Any = None) -> DetectorResult:
     res = DetectorResult(name=name, stochastic=plan.detector(name).stochastic)
@@ -715,7 +772,7 @@ def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Boo
     costs: list[tuple[float, int]] = []
     errors: list[str] = []
     for draw in plan.draws(name):
-        scores = done.get(plan.scores_key(task, name, draw))
+        scores = done.get(plan.scores_key(source, name, draw))
         if scores is None:
             errors.append(f"draw {draw}: scores missing")
             continue
@@ -725,7 +782,7 @@ def _detector(plan: RunPlan, name: str, task: str, n: int, done: dict, boot: Boo
         costs.append((scores.seconds, scores.forward_passes))
         if res.scores is None:
             res.scores = scores.scores
-        keys = plan.eval_keys(task, name, draw)
+        keys = plan.eval_keys(task, name, draw, source)
         evals = [done.get(key) for key in keys]
         bad = [e for e in evals if e is None or e.error is not None]
         if bad:
@@ -782,15 +839,17 @@ def _stability(res: DetectorResult, plan: RunPlan, task: str, done: dict, budget
 
 
 def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
+    paired = plan.control_heads == EACH_RETRIEVAL
     rows = []
     for det in plan.detectors:
         figures: dict[str, dict[str, Estimate | None]] = {}
         counts = (0, 0)
+        notes: list[str] = []
         for metric_key in ("headline", GOLD):
             retr = _usable(tasks, det.name, metric_key, "retrieval")
             ctrl = _usable(tasks, det.name, metric_key, "control")
             if metric_key == "headline":
-                counts = (len(retr), len(ctrl))
+                counts = (len(retr), len({t.name for t, _ in ctrl}))
 
             def vec(t: TaskResult, m: str, name: str = det.name) -> np.ndarray:
                 return t.detectors[name].curves[m].drop_area_per_example
@@ -798,10 +857,13 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
             fig: dict[str, Estimate | None] = {}
             fig["retrieval"] = combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]) if retr else None
             fig["control"] = combine([(1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl]) if ctrl else None
-            fig["specificity"] = (
-                combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]
-                        + [(-1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl])
-                if retr and ctrl else None)
+            if paired:
+                fig.update(_paired_specificity(retr, ctrl, det.name, metric_key, notes))
+            else:  # the old rule of runs recorded before controls were paired
+                fig["specificity"] = (
+                    combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]
+                            + [(-1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl])
+                    if retr and ctrl else None)
             for ref in REFERENCES:
                 pairs = [(t, m) for t, m in retr
                          if ref in t.detectors and t.detectors[ref].ok and m in t.detectors[ref].curves]
@@ -816,7 +878,7 @@ def _summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
             truth = {"precision_at_n": float(np.mean([g.precision_at_n for g in truths])),
                      "auroc": float(np.mean([g.auroc for g in truths]))}
         rows.append(SummaryRow(detector=det.name, retrieval_tasks=counts[0], control_tasks=counts[1],
-                               figures=figures, truth=truth))
+                               figures=figures, truth=truth, paired=paired, notes=notes))
 
     truth = any(r.truth for r in rows)
     return sorted(rows, key=lambda row: _summary_key(row, truth))
@@ -827,6 +889,91 @@ def _difference(coef: float, boot: Bootstrap, a: Any, b: Any) -> list[tuple[floa
     if isinstance(a, PerDraw) or isinstance(b, PerDraw):
         return [(coef, boot, a), (-coef, boot, b)]
     return [(coef, boot, a - b)]
+
+
+def _paired_specificity(retr: list[tuple[TaskResult, str]], ctrl: list[tuple[TaskResult, str]], det: str,
+                        metric_key: str, notes: list[str]) -> dict[str, Estimate | None]:
+    """Specificity over (retrieval, control) pairs of the same heads (module docstring):
+    relative on the headline metric, in nats on the gold log-prob. Appends to `notes` why
+    pairs were left out."""
+    def drop(t: TaskResult, m: str) -> np.ndarray:
+        return t.detectors[det].curves[m].drop_area_per_example
+
+    by_name = {t.name: (t, m) for t, m in retr}
+    pairs = [(*by_name[c.heads_from], c, m_c) for c, m_c in ctrl if c.heads_from in by_name]
+    if metric_key == GOLD:
+        if not pairs:
+            return {"specificity": None}
+        w = 1 / len(pairs)
+        return {"specificity": combine([term for r, m_r, c, m_c in pairs
+                                        for term in ((w, r.bootstrap, drop(r, m_r)), (-w, c.bootstrap, drop(c, m_c)))])}
+    undefined = {t.name for t, m in [*retr, *ctrl] if m in t.unablated and t.bootstrap.mean(t.unablated[m]) == 0}
+    for name in sorted(undefined):
+        t, m = next((t, m) for t, m in [*retr, *ctrl] if t.name == name)
+        notes.append(f"{name}: unablated {m} is 0, so its relative drop is undefined; its pairs are left out")
+    pairs = [p for p in pairs if p[0].name not in undefined and p[2].name not in undefined]
+    if not pairs:
+        return {"specificity": None, "retrieval_relative": None, "control_relative": None}
+    w = 1 / len(pairs)
+    r_terms = [(w, r.bootstrap, drop(r, m), r.unablated[m], m in RATES) for r, m, _, _ in pairs]
+    c_terms = [(w, c.bootstrap, drop(c, m), c.unablated[m], m in RATES) for _, _, c, m in pairs]
+    return {"retrieval_relative": _relative(r_terms), "control_relative": _relative(c_terms),
+            "specificity": _relative(r_terms + [(-w, *rest) for _, *rest in c_terms])}
+
+
+def _relative_drop(drop: Any, base: Any, rate: bool) -> Any:
+    """Drop over |unablated| (0 where unablated is 0), clipped to [0, 1] on a rate."""
+    base = np.asarray(base, dtype=np.float64)
+    safe = np.where(base == 0, 1.0, np.abs(base))
+    out = np.where(base == 0, 0.0, np.asarray(drop, dtype=np.float64) / safe)
+    return np.clip(out, 0.0, 1.0) if rate else out
+
+
+def _relative(terms: Sequence[tuple[float, Bootstrap, Any, np.ndarray, bool]]) -> Estimate:
+    """`sum_t c_t * relative drop of task t` with its interval: each term is `(coefficient,
+    the task's Bootstrap, per-example drop (`[n]` or a `PerDraw`), per-example unablated
+    value, is a rate)`.
+
+    Every replicate recomputes each ratio from that resample's two means (terms of one task
+    share its resamples, tasks are independent); BCa's jackknife leaves one example of one
+    task out at a time. A resample whose unablated mean is 0 counts a relative drop of 0.
+    A `PerDraw` drop (random's draws, calibration draws) is resampled in two levels as in
+    `combine`: draws (its `Draws`, shared by the retrieval and control terms of one detector,
+    so a pair stays paired on draws), then the task's examples, whose resample the unablated
+    mean shares; its point and jackknife use the per-example mean over draws.
+    """
+    def stat(means: dict[int, tuple[Any, Any]] | None = None) -> Any:
+        total = 0.0
+        for i, (c, boot, drop, base, rate) in enumerate(terms):
+            d, b = means[i] if means and i in means else (_mean_over_draws(boot, drop), boot.mean(base))
+            total = total + c * _relative_drop(d, b, rate)
+        return total
+
+    def drop_replicates(boot: Bootstrap, drop: Any) -> np.ndarray:
+        return _replicates([(1.0, boot, drop)])[1]
+
+    point = float(stat())
+    reps = stat({i: (drop_replicates(boot, d), boot.replicates(b)) for i, (_, boot, d, b, _) in enumerate(terms)})
+    boot0 = terms[0][1]
+    if boot0.method == "percentile":
+        low, high = _percentile(np.asarray(reps, dtype=np.float64), boot0.level)
+        return Estimate(point, low, high)
+    groups = []
+    for boot in {id(t[1]): t[1] for t in terms}.values():
+        groups.append(stat({i: (boot.jackknife(_per_example(d)), boot.jackknife(b))
+                            for i, (_, bt, d, b, _) in enumerate(terms) if bt is boot}))
+    low, high = _bca(point, np.asarray(reps, dtype=np.float64), groups, boot0.level)
+    return Estimate(point, low, high)
+
+
+def _per_example(x: Any) -> np.ndarray:
+    """`[n]` per-example values: a `PerDraw`'s mean over draws."""
+    return x.mean_over_draws() if isinstance(x, PerDraw) else x
+
+
+def _mean_over_draws(boot: Bootstrap, x: Any) -> float:
+    """Mean over examples (and draws) of `[n]` values or a `PerDraw`, as `combine`'s point."""
+    return boot.mean(_per_example(x))
 
 
 def _usable(tasks: Sequence[TaskResult], det: str, metric_key: str, kind: str) -> list[tuple[TaskResult, str]]:

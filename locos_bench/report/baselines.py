@@ -154,6 +154,8 @@ def run_figures(run_dir: RunDir | Path | str, *, n_resamples: int = 2000) -> tup
     stats = analyze(manifest, units, n_resamples=n_resamples)
     figures: dict[tuple, Figure] = {}
     for task in stats.tasks:
+        if task.section not in ("", task.name):
+            continue  # a control with a later retrieval task's heads: not a baseline figure yet
         results = [(BASELINE, task.baseline), *task.detectors.items()]
         for name, result in results:
             for metric, curve in result.curves.items():

@@ -135,6 +135,8 @@ def _tasks_table(run: RunStats) -> str:
     entries = {t.name: t for t in run.manifest.tasks}
     rows = []
     for t in run.tasks:
+        if t.section not in ("", t.name):
+            continue  # a control's later head sources: the same task
         e = entries[t.name]
         rows.append([t.name, t.kind, e.version, t.headline, fmt(t.chance),
                      t.sizes.get("calibration", 0), t.sizes.get("reference", 0), t.n_eval,
@@ -157,14 +159,23 @@ a task, so differences are paired. **drop** = unablated − ablated, per example
 ablation hurt). **area** = trapezoid area of the metric-vs-log2(k) curve over the budgets,
 divided by the log2 range (a log-k weighted mean, in metric units); **drop-area** = the same
 for the drop curve. **logp** = the teacher-forced gold-answer log-prob (nats): it keeps
-separating detectors when accuracy saturates. **specificity** = mean drop-area over retrieval
-tasks − mean drop-area over control tasks. **vs X** = this detector's drop − X's, per example.
+separating detectors when accuracy saturates. {specificity} **vs X** = this detector's drop − X's, per example.
 Random rows are resampled in two levels, draws then examples: each resample draws the random
 draws with replacement, then the examples, so random's intervals and every difference with it
 (**vs random**, the rank tests) hold the spread between draws; **±** is the standard deviation
 of the per-draw means. Under calibration draws every detector's rows are resampled the same
 way over its draws. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
 seconds and forward passes on the calibration set (mean over draws)."""
+
+PAIRED_SPECIFICITY = """**specificity**: each control task is evaluated with the heads each retrieval task chose, and
+every (retrieval, control) pair compares the same heads. A task's **relative drop** =
+drop-area / unablated value of its headline metric (on a rate such as contains, number_match,
+f1: clipped to [0, 1]; 1 = all of the task's accuracy removed), so tasks in different units
+average; undefined, and its pairs left out (noted under the summary), when the unablated value
+is 0. **specificity** = mean over pairs of [relative drop of the retrieval task − relative drop
+of the control with the same heads]; **specificity (logp)** = the same pairs' gold-log-prob
+drop-areas, retrieval − control, in nats (not normalised). **control drop-area** = mean over
+the pairs."""
 
 
 SEPARABILITY = """\
@@ -413,12 +424,15 @@ def _task_rank_table(task: TaskResult) -> str | None:
 def _summary_table(run: RunStats, metric_key: str) -> str:
     headers = ["rank", "detector", "tasks (retrieval + control)", "retrieval drop-area",
                "control drop-area", "specificity", "vs locos (retrieval)", "vs random (retrieval)"]
+    relative = metric_key == "headline" and any(row.paired for row in run.summary)
+    if relative:
+        headers[5:5] = ["relative retrieval drop", "relative control drop"]
     truth = any(row.truth for row in run.summary)
     if truth:
         headers[2:2] = ["precision@n (truth)", "AUROC (truth)"]
     rows = []
     n_retr = sum(t.kind == "retrieval" for t in run.tasks)
-    n_ctrl = sum(t.kind == "control" for t in run.tasks)
+    n_ctrl = len({t.name for t in run.tasks if t.kind == "control"})
     labels = rank_labels([r.detector for r in run.summary if r.retrieval_tasks > 0], run.summary_comparisons)
     for row in run.summary:
         f = row.figures[metric_key]
@@ -426,6 +440,8 @@ def _summary_table(run: RunStats, metric_key: str) -> str:
                  f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",
                  fmt_ci(f["retrieval"]), fmt_ci(f["control"]), fmt_ci(f["specificity"]),
                  fmt_ci(f["vs_locos"]), fmt_ci(f["vs_random"])]
+        if relative:
+            cells[5:5] = [fmt_ci(f.get("retrieval_relative")), fmt_ci(f.get("control_relative"))]
         if truth:
             cells[2:2] = [fmt(row.truth["precision_at_n"]) if row.truth else "—",
                           fmt(row.truth["auroc"]) if row.truth else "—"]
@@ -453,16 +469,18 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
     parts = [f"{hashes} {title}", _header(run),
              f"{hashes}# Tasks", _tasks_table(run),
              f"{hashes}# Detectors", _detectors_table(run),
-             DEFINITIONS.format(level=fmt(100 * run.level, 0), method=run.method)]
+             _definitions(run)]
     truths = [r.truth for t in run.tasks for r in t.detectors.values() if r.truth is not None]
     if truths:
         seed = run.manifest.tie_seed
         ties = TIES_BY_INDEX if seed is None else TIES_SHOWN.format(seed=seed)
         parts.append(GROUND_TRUTH.format(n=truths[0].n, ties=ties))
     parts.append(_separability_note(run, n_runs, bool(truths)))
+    notes = list(dict.fromkeys(n for row in run.summary for n in row.notes))
     parts += [f"{hashes}# Summary across tasks",
              "Headline metric of each task (drop-areas averaged over tasks):",
              _summary_table(run, "headline"),
+             *(["Left out of specificity: " + "; ".join(notes) + "."] if notes else []),
              "Gold-answer log-prob (nats):",
              _summary_table(run, GOLD)]
     summary_pairs = _comparisons_table(run.summary_comparisons)
@@ -470,7 +488,8 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         parts += [ADJACENT.replace("Adjacent ranks", "Adjacent ranks of the summary (both tables)"),
                   summary_pairs]
     for task in run.tasks:
-        p = plots.get(task.name, {})
+        section = task.section or task.name
+        p = plots.get(section, {})
         base = task.baseline
         intro = f"{task.kind} task, headline metric `{task.headline}`, {task.n_eval} evaluation examples."
         if task.heads_from and task.heads_from != task.name:
@@ -480,7 +499,8 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
             unabl = "; ".join(f"{m} {fmt_ci(base.curves[m].values[run.budgets[0]])}"
                               for m in task.metrics)
             intro += f" Unablated: {unabl}."
-        parts += [f"{hashes}# Task `{task.name}`", intro]
+        heading = f"Task `{task.name}`" + ("" if section == task.name else f" — heads from `{task.heads_from}`")
+        parts += [f"{hashes}# {heading}", intro]
         parts += [x for x in (_image(f"{task.name}: metric vs k", p.get("curves")),) if x]
         truth_table = _ground_truth_table(run, task)
         if truth_table:
@@ -505,6 +525,16 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
     parts += [f"{hashes}# Failed units"]
     parts += [failures] if failures else ["None: every unit finished without an error."]
     return "\n\n".join(parts)
+
+
+def _definitions(run: RunStats) -> str:
+    """The *How to read* note, specificity as this run's records define it: a run recorded
+    before controls were paired keeps the old rule and its old wording."""
+    paired = any(row.paired for row in run.summary)
+    specificity = ("**specificity**: see the next paragraph." if paired else
+                   "**specificity** = mean drop-area over retrieval\ntasks − mean drop-area over control tasks.")
+    text = DEFINITIONS.format(level=fmt(100 * run.level, 0), method=run.method, specificity=specificity)
+    return text + "\n\n" + PAIRED_SPECIFICITY if paired else text
 
 
 def _cross_run_table(runs: list[RunStats]) -> str:

@@ -69,7 +69,7 @@ def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
         ax.minorticks_off()
         ax.set_xlabel("ablated heads k")
         ax.set_ylabel(metric)
-        ax.set_title(f"{task.name}: {metric}")
+        ax.set_title(f"{task.section or task.name}: {metric}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="best")
     _save(fig, path)
@@ -145,12 +145,13 @@ def write_plots(run: RunStats, out_dir: Path | str, prefix: str = "") -> dict[st
     out_dir = Path(out_dir)
     links: dict[str, dict[str, str]] = {}
     for task in run.tasks:
-        links[task.name] = {}
+        section = task.section or task.name  # a control has one per retrieval task's heads
+        links[section] = {}
         for kind, plot in (("curves", _plot_curves), ("heatmap", _plot_heatmap),
                            ("overlap", _plot_overlap)):
-            rel = f"{PLOTS}/{prefix}{kind}-{_slug(task.name)}.png"
+            rel = f"{PLOTS}/{prefix}{kind}-{_slug(section)}.png"
             if plot(run, task, out_dir / rel):
-                links[task.name][kind] = rel
+                links[section][kind] = rel
     return links
 
 

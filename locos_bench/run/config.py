@@ -54,7 +54,7 @@ class RunConfig:
     explain: int = 0
     """Write explain pages for the first N evaluation examples of each retrieval task."""
     lm_eval_tasks: list[str] = field(default_factory=list)
-    """lm-eval tasks (names or YAML files) evaluated as controls with the first retrieval task's heads."""
+    """lm-eval tasks (names or YAML files) evaluated as controls with each retrieval task's heads."""
     data: Path | None = None
     """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
 

@@ -7,8 +7,13 @@ baseline is detector `baseline`, k = 0), or one of a detector's top heads ablate
 `todo(done)`, the analysis walks `eval_keys`/`rank_keys`, and the resume and completeness
 checks compare against `missing(done)`. Nothing else spells a unit key.
 
-Control tasks have no needle to detect on: they are evaluated with the heads each detector
-found on the run's first retrieval task (`heads_from`), which is what specificity compares.
+Control tasks have no needle to detect on: each is evaluated with the heads each detector
+found on *every* retrieval task (`sources`; the unit key's `source`), so that specificity pairs
+each retrieval task with each control through the same heads. Runs recorded before that rule
+(`Manifest.control_heads == "first-retrieval"`) evaluated controls with the first retrieval
+task's heads only; their plan says so and is analysed by the old rule. Resuming such a run
+directory upgrades it: its control units are exactly the pairs with the first retrieval task,
+and only the pairs with the other retrieval tasks are computed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ from locos_bench.errors import LocosError
 BASELINE = "baseline"
 """Detector name of the unablated evaluation unit."""
 
+EACH_RETRIEVAL = "each-retrieval"
+"""Controls are evaluated with each retrieval task's heads (the current rule)."""
+FIRST_RETRIEVAL = "first-retrieval"
+"""Controls were evaluated with the first retrieval task's heads only (runs recorded before
+`EACH_RETRIEVAL`; a manifest without `control_heads` is one)."""
+
 
 @dataclass(frozen=True, order=True)
 class UnitKey:
@@ -35,6 +46,8 @@ class UnitKey:
         draw: Draw index: a stochastic detector's random draw, a deterministic detector's
             calibration subset (0 unless `--calibration-draws` > 1).
         index: The budget k of an `eval` unit, the 1-based rank of a `rank` unit, 0 for `scores`.
+        source: The retrieval task whose scores chose the heads of a control task's ablated
+            `eval` unit; empty otherwise (a retrieval task ablates its own heads).
     """
 
     kind: str
@@ -42,14 +55,15 @@ class UnitKey:
     detector: str
     draw: int = 0
     index: int = 0
+    source: str = ""
 
     @classmethod
     def scores(cls, task: str, detector: str, draw: int = 0) -> UnitKey:
         return cls("scores", task, detector, draw, 0)
 
     @classmethod
-    def eval(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
-        return cls("eval", task, detector, draw, k)
+    def eval(cls, task: str, detector: str, draw: int = 0, k: int = 0, source: str = "") -> UnitKey:
+        return cls("eval", task, detector, draw, k, source)
 
     @classmethod
     def rank(cls, task: str, detector: str, draw: int, rank: int) -> UnitKey:
@@ -98,6 +112,7 @@ class RunPlan:
             subset (`run.splits`), each scored and evaluated.
         rank_diagnostic: How many of each detector's top heads are ablated alone.
         n_heads: Query heads of the model (caps the rank diagnostic); None if unknown.
+        control_heads: `EACH_RETRIEVAL`, or `FIRST_RETRIEVAL` for a run recorded before it.
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -107,6 +122,7 @@ class RunPlan:
     rank_diagnostic: int = 0
     n_heads: int | None = None
     calibration_draws: int = 1
+    control_heads: str = EACH_RETRIEVAL
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -123,6 +139,7 @@ class RunPlan:
             rank_diagnostic=int(manifest.rank_diagnostic),
             n_heads=n_heads,
             calibration_draws=int(getattr(manifest, "calibration_draws", 1)),
+            control_heads=getattr(manifest, "control_heads", FIRST_RETRIEVAL),
         )
 
     # -- the rules -----------------------------------------------------------------------
@@ -137,14 +154,30 @@ class RunPlan:
     def retrieval_tasks(self) -> list[str]:
         return [t.name for t in self.tasks if t.kind == "retrieval"]
 
-    def heads_from(self, task: str) -> str:
-        """The task whose calibration split chooses the heads ablated on `task`: itself for a
-        retrieval task, the run's first retrieval task for a control task."""
+    def sources(self, task: str) -> list[str]:
+        """The tasks whose calibration splits choose the heads ablated on `task`: itself for a
+        retrieval task; for a control task every retrieval task (`FIRST_RETRIEVAL` runs: the
+        first only)."""
         if self.task(task).kind == "retrieval":
-            return task
+            return [task]
         if not self.retrieval_tasks:
             raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
-        return self.retrieval_tasks[0]
+        return self.retrieval_tasks[:1] if self.control_heads == FIRST_RETRIEVAL else self.retrieval_tasks
+
+    def heads_from(self, key: UnitKey) -> str:
+        """The task whose scores chose the heads an `eval` or `rank` unit ablates."""
+        return key.source or key.task
+
+    def _source(self, task: str, source: str) -> str:
+        """The key's `source` field: empty on a retrieval task, one of `sources` on a control."""
+        if self.task(task).kind == "retrieval":
+            if source not in ("", task):
+                raise LocosError(f"retrieval task {task!r} ablates its own heads, not {source!r}'s")
+            return ""
+        if source not in self.sources(task):
+            raise LocosError(f"control task {task!r} is not evaluated with heads from {source!r} "
+                             f"(sources: {', '.join(self.sources(task))})")
+        return source
 
     def draws(self, detector: PlannedDetector | str) -> range:
         det = detector if isinstance(detector, PlannedDetector) else self.detector(detector)
@@ -171,15 +204,23 @@ class RunPlan:
         return [UnitKey.scores(task, d.name, draw) for d in self.detectors for draw in self.draws(d)]
 
     def scores_key(self, task: str, detector: str, draw: int = 0) -> UnitKey:
-        """The scores unit whose heads `task` ablates for `detector`'s draw."""
-        return UnitKey.scores(self.heads_from(task), detector, draw)
+        """A detector's scores on a retrieval task (what its own and its controls' units ablate)."""
+        if self.task(task).kind != "retrieval":
+            raise LocosError(f"task {task!r} is a control: detectors do not score it")
+        return UnitKey.scores(task, detector, draw)
+
+    def source_key(self, key: UnitKey) -> UnitKey:
+        """The scores unit whose heads an `eval` or `rank` unit ablates."""
+        return UnitKey.scores(self.heads_from(key), key.detector, key.draw)
 
     def baseline_key(self, task: str) -> UnitKey:
         return UnitKey.eval(task, BASELINE, 0, 0)
 
-    def eval_keys(self, task: str, detector: str, draw: int = 0) -> list[UnitKey]:
-        """One evaluation per budget, smallest k first."""
-        return [UnitKey.eval(task, detector, draw, k) for k in self.budgets]
+    def eval_keys(self, task: str, detector: str, draw: int = 0, source: str = "") -> list[UnitKey]:
+        """One evaluation per budget, smallest k first; a control task's names the retrieval
+        task `source` whose heads it ablates."""
+        source = self._source(task, source)
+        return [UnitKey.eval(task, detector, draw, k, source) for k in self.budgets]
 
     def rank_keys(self, task: str, detector: str) -> list[UnitKey]:
         """The per-rank diagnostic of a retrieval task: the first draw's top heads, one at a time."""
@@ -190,9 +231,10 @@ class RunPlan:
     def task_units(self, task: str) -> Iterator[UnitKey]:
         """A task's evaluation and diagnostic units, in execution order."""
         yield self.baseline_key(task)
-        for d in self.detectors:
-            for draw in self.draws(d):
-                yield from self.eval_keys(task, d.name, draw)
+        for source in self.sources(task):
+            for d in self.detectors:
+                for draw in self.draws(d):
+                    yield from self.eval_keys(task, d.name, draw, source)
         for d in self.detectors:
             yield from self.rank_keys(task, d.name)
 
@@ -210,7 +252,7 @@ class RunPlan:
         """An evaluation or diagnostic cannot run when its scores were recorded with an error."""
         if key.kind == "scores" or key.detector == BASELINE:
             return False
-        source = done.get(self.scores_key(key.task, key.detector, key.draw))
+        source = done.get(self.source_key(key))
         return source is not None and source.error is not None
 
     def todo(self, done: Mapping[UnitKey, _Done]) -> list[UnitKey]:
@@ -226,7 +268,7 @@ class RunPlan:
             if k in done or k.kind == "rank":
                 continue
             if k.kind == "eval" and k.detector != BASELINE:
-                source = done.get(self.scores_key(k.task, k.detector, k.draw))
+                source = done.get(self.source_key(k))
                 if source is None or source.error is not None:
                     continue  # its missing scores are reported; failed scores need no evaluation
             out.append(k)
@@ -239,6 +281,8 @@ class RunPlan:
             stochastic = k.detector != BASELINE and self.detector(k.detector).stochastic
             drawn = stochastic or (k.detector != BASELINE and self.calibration_draws > 1)
             draw = f" draw {k.draw}" if drawn else ""
+            if k.source and len(self.sources(k.task)) > 1:
+                draw = f" heads from {k.source}{draw}"
             if k.kind == "eval" and k.detector != BASELINE:
                 labels.setdefault(("eval", f"{k.task}/{k.detector}{draw}"), []).append(k.index)
             elif k.kind == "rank":

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from locos_bench.run.plan import UnitKey
+from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey
 
 SCHEMA_VERSION = 1
 
@@ -102,6 +102,10 @@ class Manifest(BaseModel):
     fallbacks: dict[str, str] = Field(default_factory=dict)
     """Synthetic tasks run in place of their real benchmark (`--preset paper`), with why the
     real one was not used (its data absent, the hub unreachable)."""
+    control_heads: str = FIRST_RETRIEVAL
+    """Whose heads control tasks ablate: `each-retrieval` (every retrieval task's, paired
+    specificity) or `first-retrieval` (runs recorded before it; not part of `config_key`, so
+    resuming such a run upgrades it, see `locos_bench.run.plan`)."""
 
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
@@ -160,7 +164,8 @@ class EvalUnit(_Unit):
 
     @property
     def key(self) -> UnitKey:
-        return UnitKey.eval(self.task, self.detector, self.draw, self.k)
+        own = self.detector == BASELINE or self.heads_from in (None, self.task)
+        return UnitKey.eval(self.task, self.detector, self.draw, self.k, "" if own else self.heads_from)
 
 
 class RankUnit(_Unit):

@@ -315,7 +315,7 @@ def test_lm_eval_tasks_are_controls_of_a_run(planted_run):
     assert entries["lm-eval:planted_kv_mc"].splits == {"evaluation": list(range(6))}  # quick: 6 evaluation examples
     units = {u.key: u for u in planted_run.read_units() if isinstance(u, EvalUnit)}
     base = units[UnitKey.eval("lm-eval:planted_kv_mc", BASELINE, 0, 0)]
-    top4 = units[UnitKey.eval("lm-eval:planted_kv_mc", "locos", 0, 4)]
+    top4 = units[UnitKey.eval("lm-eval:planted_kv_mc", "locos", 0, 4, "planted-kv")]  # its heads_from
     assert base.values["acc"] == [1.0] * 6
     assert top4.heads_from == "planted-kv" and len(top4.values["acc"]) == 6
     assert sum(top4.values["acc"]) < sum(base.values["acc"])  # LOCOS's heads are the planted retrieval heads

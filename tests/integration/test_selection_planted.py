@@ -63,7 +63,7 @@ def test_run_records_per_example_scores_and_reports_stability(tmp_path, planted)
     task = stats.tasks[0]
     st = task.detectors["locos"].stability
     # The two redundant retrieval heads (L1H0, L2H3) are locos's top 2 on every resample.
-    retrieval = {f"L{layer}H{head}" for layer, head in planted.info["ground_truth"]["retrieval"]}
+    retrieval = {f"L{layer}H{head}" for layer, head in manifest.model_info["ground_truth"]["retrieval"]}
     assert set(st.frequency[2]) == retrieval
     assert st.jaccard[2] == 1.0 and set(st.frequency[2].values()) == {1.0}
     assert task.detectors["random"].stability is None

@@ -28,8 +28,11 @@ def build(tasks: dict[str, tuple[str, dict[str, list[float]], dict[str, dict[int
           borrow: str | None = None):
     """tasks: name -> (kind, baseline values, {detector: {k: values}}); a detector key
     `name#d` gives draw d of a stochastic detector. `errors`: (task, detector, k or None).
-    `borrow`: control tasks get no scores and ablate this retrieval task's heads (the harness)."""
+    `borrow`: control tasks get no scores and ablate this retrieval task's heads (the harness);
+    without it their units still name the first retrieval task as `heads_from`, as the harness
+    writes them."""
     entries, units, detectors = [], [], []
+    first = next((name for name, spec in tasks.items() if spec[0] == "retrieval"), None)
     for name, (kind, base, dets) in tasks.items():
         n = len(next(iter(base.values())))
         entries.append(TaskEntry(name=name, version=1, kind=kind, metrics=list(base),
@@ -50,7 +53,8 @@ def build(tasks: dict[str, tuple[str, dict[str, list[float]], dict[str, dict[int
             for k, values in per_k.items():
                 err = "oom" if (name, det, k) in errors else None
                 units.append(EvalUnit(task=name, detector=det, draw=draw, k=k, error=err,
-                                      values={} if err else values, heads_from=borrow))
+                                      values={} if err else values,
+                                      heads_from=borrow or (first if kind == "control" else None)))
     manifest = Manifest(
         model="m", model_info={}, tasks=entries,
         detectors=[DetectorEntry(name=d, params={}, source="built-in", cost="1",
