@@ -82,8 +82,11 @@ def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int =
     k = parts["k"]
     if k > geo.n_total_heads:
         raise LocosError(f"head spec {text!r}: K={k} is more than the model's {geo.n_total_heads} heads")
-    scores = _run_scores(model, **parts) if kind == "run" else _fresh_scores(model, parts, preset, seed)
-    return HeadSet(scores.ranking()[:k], reference or parts["task"], text.strip())
+    if kind == "run":  # ties broken as that run broke them (its recorded tie seed)
+        scores, tie_seed = _run_scores(model, **parts)
+    else:  # as a `locos-bench run` with this seed would
+        scores, tie_seed = _fresh_scores(model, parts, preset, seed), seed
+    return HeadSet(scores.ranking(tie_seed=tie_seed)[:k], reference or parts["task"], text.strip())
 
 
 def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> Any:
@@ -107,7 +110,8 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
         raise LocosError(f"detector {parts['detector']!r} failed on {parts['task']}: {exc}") from None
 
 
-def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> Any:
+def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> tuple[Any, int | None]:
+    """A run directory's first-draw scores of `detector` on `task`, and the run's tie seed."""
     from locos_bench.models import canonical_name
     from locos_bench.run import RunDir, ScoresUnit
 
@@ -120,7 +124,7 @@ def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> An
     units = [u for u in run_dir.read_units() if isinstance(u, ScoresUnit) and u.scores is not None and not u.error]
     for unit in units:
         if (unit.detector, unit.task, unit.draw) == (detector, task, 0):
-            return _head_scores(unit)
+            return _head_scores(unit), manifest.tie_seed
     have = sorted({f"{u.detector}@{u.task}" for u in units}) or ["none"]
     raise LocosError(f"run {run} has no head scores for {detector}@{task}; it has: {', '.join(have)}")
 

@@ -297,6 +297,10 @@ def test_ablated_heads_are_the_analysis_ranking_when_scores_tie(tmp_path, plante
     assert {k: list(h) for k, h in res.heads.items()} == evals
     assert res.truth.ranks["read_only_decoy"] == {"L1H1": 1.0}
     assert res.truth.ties["retrieval"] == {"L1H0": (1.0, 3.0), "L2H3": (1.0, 3.0)}
+    from locos_bench.lm_eval.headsets import resolve_heads  # lm-eval's `heads=RUN:DET@TASK:K`
+
+    spec = f"{run_dir.path}:retrieval-head@planted-kv:2"
+    assert [tuple(h) for h in resolve_heads(spec, planted).heads] == evals[2], "the run's ties, not seed 0's"
 
 
 def test_a_run_resumed_from_before_tie_seeds_keeps_breaking_ties_by_index(tmp_path, planted):
