@@ -120,11 +120,11 @@ from locos_bench.report.bootstrap import (
     _replicates,
     calibration_seed,
     combine,
+    combine_and_test,
     curve_weights,
     draws_seed,
     finite_or_none,
     holm,
-    p_value,
     spread,
     task_seed,
     topk_stability,
@@ -375,7 +375,7 @@ def _adjacent(rows: Sequence[Any], name: Any, key: Any, labels: Sequence[str],
 def _paired_test(terms: list[tuple[float, Bootstrap, np.ndarray]]) -> tuple[Estimate | None, float | None]:
     if not terms:
         return None, None
-    return combine(terms), p_value(terms)
+    return combine_and_test(terms)
 
 
 def _task_comparisons(task: TaskResult, key: Any) -> list[Comparison]:

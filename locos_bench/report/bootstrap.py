@@ -277,6 +277,21 @@ def combine(terms: Sequence[tuple[float, Bootstrap, Any]]) -> Estimate:
     difference within one task), and per-draw terms a `Draws`: their values are then merged
     first, so the statistic stays paired on examples and on draws.
     """
+    return combine_and_test(terms)[0]
+
+
+def p_value(terms: Sequence[tuple[float, Bootstrap, Any]]) -> float:
+    """Two-sided paired bootstrap p-value of `combine(terms)` against zero (terms as there).
+
+    From the same replicates as the interval: twice the smaller tail share of replicates on
+    either side of zero (zero counting in both), each with the +1 correction, capped at 1.
+    NaN when a replicate is not finite.
+    """
+    return combine_and_test(terms)[1]
+
+
+def combine_and_test(terms: Sequence[tuple[float, Bootstrap, Any]]) -> tuple[Estimate, float]:
+    """`combine(terms)` and `p_value(terms)` from one set of replicates (a rank test shows both)."""
     point, reps, merged = _replicates(terms)
     method, level = merged[0][0].method, merged[0][0].level
     if method == "percentile":
@@ -287,22 +302,12 @@ def combine(terms: Sequence[tuple[float, Bootstrap, Any]]) -> Estimate:
             # Leaving example i of this task out moves only this task's mean.
             groups.append(point - (boot.mean(vec) - boot.jackknife(vec)))
         low, high = _bca(point, reps, groups, level)
-    return Estimate(point, low, high)
-
-
-def p_value(terms: Sequence[tuple[float, Bootstrap, Any]]) -> float:
-    """Two-sided paired bootstrap p-value of `combine(terms)` against zero (terms as there).
-
-    From the same replicates as the interval: twice the smaller tail share of replicates on
-    either side of zero (zero counting in both), each with the +1 correction, capped at 1.
-    NaN when a replicate is not finite.
-    """
-    _, reps, _ = _replicates(terms)
-    if not np.all(np.isfinite(reps)):
-        return math.nan
-    b = reps.size
-    tail = min(np.count_nonzero(reps <= 0), np.count_nonzero(reps >= 0))
-    return min(1.0, 2.0 * (1 + tail) / (b + 1))
+    if np.all(np.isfinite(reps)):
+        tail = min(np.count_nonzero(reps <= 0), np.count_nonzero(reps >= 0))
+        p = min(1.0, 2.0 * (1 + tail) / (reps.size + 1))
+    else:
+        p = math.nan
+    return Estimate(point, low, high), p
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
