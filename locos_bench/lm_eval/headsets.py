@@ -31,11 +31,13 @@ class HeadSet:
         heads: The heads to intervene on, best first.
         task: The task whose reference split gives the mean activations (None: none needed).
         source: How the set was chosen, for lm-eval's results (`locos@kv-retrieval:8`).
+        sink: The sink rule of the run the set came from (`RUN_DIR:` heads), else None.
     """
 
     heads: list[Head]
     task: str | None
     source: str
+    sink: str | None = None
 
 
 def parse_heads(text: str) -> tuple[str, dict[str, Any]]:
@@ -82,11 +84,12 @@ def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int =
     k = parts["k"]
     if k > geo.n_total_heads:
         raise LocosError(f"head spec {text!r}: K={k} is more than the model's {geo.n_total_heads} heads")
-    if kind == "run":  # ties broken as that run broke them (its recorded tie seed)
-        scores, tie_seed = _run_scores(model, **parts)
+    sink = None
+    if kind == "run":  # ties broken, and the sink treated, as that run did
+        scores, tie_seed, sink = _run_scores(model, **parts)
     else:  # as a `locos-bench run` with this seed would
         scores, tie_seed = _fresh_scores(model, parts, preset, seed), seed
-    return HeadSet(scores.ranking(tie_seed=tie_seed)[:k], reference or parts["task"], text.strip())
+    return HeadSet(scores.ranking(tie_seed=tie_seed)[:k], reference or parts["task"], text.strip(), sink)
 
 
 def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> Any:
@@ -110,8 +113,9 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
         raise LocosError(f"detector {parts['detector']!r} failed on {parts['task']}: {exc}") from None
 
 
-def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> tuple[Any, int | None]:
-    """A run directory's first-draw scores of `detector` on `task`, and the run's tie seed."""
+def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> tuple[Any, int | None, str]:
+    """A run directory's first-draw scores of `detector` on `task`, the run's tie seed and its
+    sink rule."""
     from locos_bench.models import canonical_name
     from locos_bench.run import RunDir, ScoresUnit
 
@@ -124,7 +128,7 @@ def _run_scores(model: Any, *, run: str, detector: str, task: str, k: int) -> tu
     units = [u for u in run_dir.read_units() if isinstance(u, ScoresUnit) and u.scores is not None and not u.error]
     for unit in units:
         if (unit.detector, unit.task, unit.draw) == (detector, task, 0):
-            return _head_scores(unit), manifest.tie_seed
+            return _head_scores(unit), manifest.tie_seed, manifest.sink
     have = sorted({f"{u.detector}@{u.task}" for u in units}) or ["none"]
     raise LocosError(f"run {run} has no head scores for {detector}@{task}; it has: {', '.join(have)}")
 
@@ -149,12 +153,13 @@ def _task_data(model: Any, task: str, *, preset: str, seed: int) -> tuple[Any, A
 
 
 def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, positionwise: bool = False,
-                   preset: str = "default", seed: int = 0) -> list:
-    """Forward hooks intervening on `head_set` (mean ablation over its task's reference split)."""
-    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+                   sink: str | None = None, preset: str = "default", seed: int = 0) -> list:
+    """Forward hooks intervening on `head_set` (mean ablation over its task's reference split;
+    `sink` None: the head set's run's rule, else the default)."""
+    from locos_bench.evaluation.ablation import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
     from locos_bench.tasks.tokenize import tokenize_example
 
-    spec = AblationSpec.parse(ablation, positionwise=positionwise)
+    spec = AblationSpec.parse(ablation, positionwise=positionwise, sink=sink or head_set.sink or DEFAULT_SINK)
     if not head_set.heads:
         return []
     means = None

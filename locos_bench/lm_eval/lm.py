@@ -49,6 +49,7 @@ import lm_eval.models  # noqa: E402, F401  (fills the lazy registry first: `get_
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 
+from locos_bench.evaluation.ablation import SINK_RULES  # noqa: E402
 from locos_bench.lm_eval.headsets import HeadSet, ablation_hooks, resolve_heads  # noqa: E402
 
 
@@ -67,6 +68,8 @@ class LocosLM(TemplateLM):
         heads: `DETECTOR@TASK:K`, `L3H1;L7H2`, `RUN_DIR:DETECTOR@TASK:K`, or none.
         ablation: `mean` (default), `zero` or `scale:ALPHA`.
         positionwise: Mean ablation per position.
+        sink: `mean` or `keep`: what mean ablation writes at a BOS sink (position 0), as
+            `locos-bench run --sink`; default the run's rule for `RUN_DIR:` heads, else `mean`.
         reference: Task whose reference split gives the means (default: the head set's task).
         preset, seed: The run configuration whose splits (and detector seeding) to use.
         device, dtype, batch_size, max_length: As in lm-eval's `hf` backend. A CUDA device
@@ -76,7 +79,8 @@ class LocosLM(TemplateLM):
     """
 
     def __init__(self, model: str = "gemma3", heads: str = "", ablation: str = "mean",
-                 positionwise: Any = False, reference: str | None = None, preset: str = "default",
+                 positionwise: Any = False, sink: str | None = None, reference: str | None = None,
+                 preset: str = "default",
                  seed: Any = 0, device: str | None = None, dtype: str = "float32",
                  batch_size: Any = 4, max_batch_size: Any = None, max_length: Any = None,
                  loaded: Any = None, hooks: list | None = None, **unknown_args: Any) -> None:
@@ -85,8 +89,10 @@ class LocosLM(TemplateLM):
         if unknown_args:
             raise LocosError(
                 f"unknown model_args for locos: {', '.join(sorted(unknown_args))}; known: model, heads, "
-                "ablation, positionwise, reference, preset, seed, device, dtype, batch_size, max_length"
+                "ablation, positionwise, sink, reference, preset, seed, device, dtype, batch_size, max_length"
             )
+        if sink is not None and str(sink) not in SINK_RULES:
+            raise LocosError(f"sink={sink!r} for locos: choose {' or '.join(SINK_RULES)}")
         if str(batch_size).startswith("auto"):
             raise LocosError("batch_size=auto is not supported by the locos model; give a number")
         try:
@@ -100,7 +106,7 @@ class LocosLM(TemplateLM):
             loaded = load_model(str(model), device=_device(device), dtype=str(dtype))
             head_set = resolve_heads(str(heads), loaded, preset=preset, seed=seed, reference=reference)
             hooks = ablation_hooks(loaded, head_set, str(ablation), positionwise=_flag(positionwise),
-                                   preset=preset, seed=seed)
+                                   sink=None if sink is None else str(sink), preset=preset, seed=seed)
             self.head_set = head_set
         else:
             self.head_set = HeadSet([], reference, str(heads) or "given hooks")

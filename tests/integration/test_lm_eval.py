@@ -250,6 +250,37 @@ def test_bad_model_args(le):
         le.LocosLM(model="planted", heads="L1H0;L2H3")
     with pytest.raises(LocosError, match="unknown ablation"):
         le.LocosLM(model="planted", heads="L1H0", ablation="half")
+    with pytest.raises(LocosError, match=r"^sink='half' for locos: choose keep or mean$"):
+        le.LocosLM(model="planted", heads="L1H0", reference="planted-kv", sink="half")
+
+
+def test_sink_rule_reaches_the_hooks(le, planted, planted_run):
+    import torch
+
+    from locos_bench.evaluation import token_positions
+    from locos_bench.names import hook_z
+
+    head_set = le.resolve_heads("L1H0", planted, reference="planted-kv")
+    ids = planted.tokenizer("the key is").input_ids
+    assert ids[0] == planted.tokenizer.bos_token_id
+
+    def z(hooks):
+        store = {}
+
+        def keep(t, hook):
+            store["z"] = t[0, :, 0].clone()
+
+        with torch.no_grad(), token_positions(torch.arange(len(ids))[None]):
+            planted.bridge.run_with_hooks(torch.tensor([ids]), fwd_hooks=[*hooks, (hook_z(1), keep)])
+        return store["z"]
+
+    clean = z([])
+    kept = z(le.ablation_hooks(planted, head_set, sink="keep"))
+    meaned = z(le.ablation_hooks(planted, head_set, sink="mean"))
+    assert torch.equal(kept[0], clean[0]) and not torch.allclose(meaned[0], clean[0])
+    assert torch.equal(kept[1:], meaned[1:])
+    # heads from a run directory carry that run's rule (the planted run used the default, mean)
+    assert le.resolve_heads(f"{planted_run.path}:locos@planted-kv:2", planted).sink == "mean"
 
 
 @pytest.mark.parametrize("version", ["0.4.12", "0.4.2", "0.5.0", "1.0"])
