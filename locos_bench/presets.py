@@ -11,7 +11,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   n_eval=6, random_draws=2, rank_diagnostic=3),
     # The embedded default on a 2-core CPU (see README for the measured wall time).
     "default": dict(tasks=["kv-retrieval", "niah-literal", "arithmetic"], budgets=[1, 4, 8],
-                    n_calib=2, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3),
+                    n_calib=8, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3),
     # The paper's configuration, for GPU machines and 7-8B models.
     "paper": dict(tasks=["nolima-synth", "musique-synth", "babilong-synth", "niah-literal",
                          "kv-retrieval", "parametric-recall", "arithmetic"],

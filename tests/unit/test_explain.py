@@ -19,6 +19,7 @@ from locos_bench.detectors.conformance import conformance_model
 from locos_bench.errors import LocosError
 from locos_bench.explain import explain
 from locos_bench.explain.page import page_data, render_html, write_page
+from locos_bench.presets import PRESETS
 from locos_bench.tasks import Example, load_task, make_example
 
 FILLER = " ".join(f"f{i % 20}" for i in range(24))
@@ -113,7 +114,8 @@ def test_ablating_the_top_heads_breaks_the_answer(model, example):
     ab = explain(model, example, top=2, reference=reference, max_new_tokens=1).ablation
     assert ab["greedy_before"] == "v4" and ab["greedy_after"] != "v4"
     assert ab["gold_logprob_after"] < ab["gold_logprob_before"] - 1.0
-    assert ab["reference"] == [f"planted-kv[{i}]" for i in range(2, 6)]
+    start, n_ref = PRESETS["default"]["n_calib"], PRESETS["default"]["n_ref"]  # the run's reference split
+    assert ab["reference"] == [f"planted-kv[{i}]" for i in range(start, start + n_ref)]
 
 
 def test_page_is_self_contained(page):
