@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -20,7 +21,8 @@ from locos_bench.tasks.text import Piece, filler_sentences, place
 
 GENERATED = [
     "nolima-synth", "niah-literal", "kv-retrieval", "babilong-synth", "musique-synth",
-    "parametric-recall", "arithmetic",
+    "parametric-recall", "arithmetic", "landmark-city", "landmark-country",
+    "kv-word-to-digit", "kv-digit-to-word",
 ]
 LOADER_TASKS = ["nolima", "babilong", "musique"]
 CONTROLS = ["parametric-recall", "arithmetic"]
@@ -155,6 +157,48 @@ def test_literal_question_repeats_needle_words():
     for e in make_examples(load_task("niah-literal"), 50):
         (a, b), = e.needle_spans
         assert world.content_words(e.prompt[slice(*e.question_span)]) & world.content_words(e.prompt[a:b])
+
+
+@pytest.mark.parametrize("name", ["landmark-city", "landmark-country", "kv-word-to-digit", "kv-digit-to-word"])
+def test_non_literal_answers_never_appear_in_the_prompt(name):
+    """The answer (the retrieved landmark's city or country, a value's digit or word) is never
+    written anywhere in the prompt (needle, distractors, filler, question): it cannot be copied."""
+    spec = load_task(name)
+    for e in make_examples(spec, 300):
+        assert not re.search(rf"\b{re.escape(e.answers[0])}\b", e.prompt, re.IGNORECASE), e.index
+        assert e.answers[0] in e.metadata["candidates"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ("{answer_form: roman}", "answer_form must be one of copy, word-to-digit, digit-to-word, not 'roman'"),
+    ("{answer_form: word-to-digit, digits: 2}", "answer_form=word-to-digit needs digits: 1"),
+])
+def test_bad_answer_form_is_a_clear_error(tmp_path, args, message):
+    path = write(tmp_path, "bad-form", f"""\
+        name: bad-form
+        version: 1
+        kind: retrieval
+        source:
+          generator: kv-retrieval
+          args: {args}
+        context_lengths: [200]
+    """)
+    with pytest.raises(LocosError, match=re.escape(message)):
+        make_examples(load_task(str(path)), 1)
+
+
+def test_bad_answer_kind_is_a_clear_error(tmp_path):
+    path = write(tmp_path, "bad-answer", """\
+        name: bad-answer
+        version: 1
+        kind: retrieval
+        source:
+          generator: niah-literal
+          args: {answer: planet}
+        context_lengths: [200]
+    """)
+    with pytest.raises(LocosError, match="answer must be one of name, landmark, city, country, not 'planet'"):
+        make_examples(load_task(str(path)), 1)
 
 
 def test_world_table_landmarks_do_not_name_their_city():

@@ -23,6 +23,9 @@ def _fields(name: str, landmark: world.Landmark) -> dict[str, str]:
     }
 
 
+_ANSWERS = ("name", "landmark", "city", "country")
+
+
 def character_example(
     spec: Any,
     index: int,
@@ -45,7 +48,9 @@ def character_example(
         needle: Template for each character's sentence (`{name}`, `{landmark}`,
             `{Landmark}`, `{city}`, `{country}`).
         question: Template for the question about the target character.
-        answer: `name` (the character) or `landmark`.
+        answer: `name` (the character), `landmark`, or `city` / `country` (the landmark's,
+            never written in the prompt: an answer the model must produce from its own
+            knowledge of the retrieved landmark, not copy).
         n_characters: Characters in every context (one needle, the rest distractors).
         distinct: `city` or `country`: what must differ between the characters' landmarks.
         surnames: Give every character a family name too ("Sofia Novak"); the first name
@@ -63,7 +68,11 @@ def character_example(
     firsts = list(names)
     if surnames:
         names = [f"{n} {s}" for n, s in zip(names, rng.sample(world.SURNAMES, n_characters))]
+    if answer not in _ANSWERS:
+        raise LocosError(f"{where}: answer must be one of {', '.join(_ANSWERS)}, not {answer!r}")
     pool = list(world.LANDMARKS)
+    if answer in ("city", "country"):  # a landmark that names its own city would give the answer away
+        pool = [lm for lm in pool if getattr(lm, answer).lower() not in lm.phrase.lower()]
     rng.shuffle(pool)
     landmarks: list[world.Landmark] = []
     seen: set[str] = set()
@@ -97,7 +106,10 @@ def character_example(
         lm = landmarks[target]
         answers = [lm.name, lm.phrase]
     else:
-        raise LocosError(f"{where}: answer must be 'name' or 'landmark', not {answer!r}")
+        answers = [getattr(landmarks[target], answer)]
+        shown = (context.text + " " + q).lower()
+        if answers[0].lower() in shown:
+            raise LocosError(f"{where}: the answer {answers[0]!r} appears in the prompt")
     return raw_example(
         spec,
         index,
@@ -112,7 +124,8 @@ def character_example(
             "characters": names,
             "landmarks": [lm.name for lm in landmarks],
             "target": names[target],
-            "candidates": names if answer == "name" else [lm.name for lm in landmarks],
+            "candidates": names if answer == "name" else [
+                lm.name if answer == "landmark" else getattr(lm, answer) for lm in landmarks],
             "item": f"{names[target]}@{landmarks[target].name}",
         },
     )

@@ -1,5 +1,9 @@
 """`kv-retrieval`: key -> number lookup; the answer is copied verbatim from the needle.
 
+With `answer_form="word-to-digit"` the needle writes a one-digit value as a word ("seven")
+and the answer is its digit ("7"); `"digit-to-word"` the reverse. The answer then never
+appears in the prompt (checked per example): a non-literal answer on the same scaffolding.
+
 Several `<colour> <object>` keys each get a number ("The number of the blue lantern is
 4817."); the question names one key. The other keys' sentences are distractors.
 """
@@ -7,6 +11,7 @@ Several `<colour> <object>` keys each get a number ("The number of the blue lant
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from locos_bench.errors import LocosError
@@ -14,6 +19,9 @@ from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
 from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
+
+_FORMS = ("copy", "word-to-digit", "digit-to-word")
+_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
 @register_generator("kv-retrieval")
@@ -29,8 +37,13 @@ def kv_retrieval(
     preamble: str = DEFAULT_PREAMBLE,
     filler: str = DEFAULT_FILLER,
     spread: bool = False,
+    answer_form: str = "copy",
 ) -> Example:
     where = f"{spec.name}[{index}]"
+    if answer_form not in _FORMS:
+        raise LocosError(f"{where}: answer_form must be one of {', '.join(_FORMS)}, not {answer_form!r}")
+    if answer_form != "copy" and digits != 1:
+        raise LocosError(f"{where}: answer_form={answer_form} needs digits: 1 (one number word per value)")
     if not 1 <= n_keys <= min(len(world.KEY_ADJECTIVES), len(world.KEY_NOUNS)):
         raise LocosError(f"{where}: n_keys must be between 1 and {len(world.KEY_ADJECTIVES)}")
     if not 1 <= digits <= 9:
@@ -42,26 +55,35 @@ def kv_retrieval(
     values: list[str] = []
     while len(values) < n_keys:
         # No leading zero; values differ in their first digit so no prefix is shared.
-        value = str(rng.randrange(10 ** (digits - 1), 10**digits))
+        # Word forms skip 1: "one" is also a pronoun of the filler ("like the last one").
+        value = str(rng.randrange(2 if answer_form != "copy" else 10 ** (digits - 1), 10**digits))
         if all(v[0] != value[0] for v in values):
             values.append(value)
     target = rng.randrange(n_keys)
+    written, answer = values, values[target]
+    if answer_form == "word-to-digit":
+        written = [_WORDS[int(v)] for v in values]
+    elif answer_form == "digit-to-word":
+        answer = _WORDS[int(values[target])]
     pieces = [
         Piece(
             needle.format(key=k, value=v),
             "needle" if i == target else "distractor",
             depth if i == target else None,
         )
-        for i, (k, v) in enumerate(zip(keys, values))
+        for i, (k, v) in enumerate(zip(keys, written))
     ]
     context = place(rng, context_tokens, pieces, where=where, filler=filler, spread=spread)
+    q = question.format(key=keys[target])
+    if answer_form != "copy" and re.search(rf"\b{answer}\b", context.text + " " + q, re.IGNORECASE):
+        raise LocosError(f"{where}: the answer {answer!r} appears in the prompt")
     return raw_example(
         spec,
         index,
         context=context,
         pieces=pieces,
-        question=question.format(key=keys[target]),
-        answers=[values[target]],
+        question=q,
+        answers=[answer],
         preamble=preamble,
         metadata={
             "context_length": context_tokens,
@@ -69,7 +91,7 @@ def kv_retrieval(
             "keys": keys,
             "values": values,
             "target": keys[target],
-            "candidates": values,
+            "candidates": values if answer_form != "digit-to-word" else [_WORDS[int(v)] for v in values],
             "item": f"{keys[target]}={values[target]}",
         },
     )
