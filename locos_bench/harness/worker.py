@@ -101,7 +101,8 @@ class Worker:
     def run_many(self, jobs: Sequence[Job]) -> list[Any]:
         """Compute `jobs`, in order; evaluations of one task share batches (several head sets
         per forward pass, `evaluate_head_sets`; on a control task, the head sets of every
-        retrieval task alike), which any executor gets by handing a worker several jobs at once. Each unit equals what `run` computes for its job alone."""
+        retrieval task alike), which any executor gets by handing a worker several jobs at
+        once. Each unit equals what `run` computes for its job alone."""
         out: dict[int, Any] = {}
         evals: dict[str, list[int]] = {}
         for n, job in enumerate(jobs):

@@ -80,8 +80,7 @@ class LocosLM(TemplateLM):
 
     def __init__(self, model: str = "gemma3", heads: str = "", ablation: str = "mean",
                  positionwise: Any = False, sink: str | None = None, reference: str | None = None,
-                 preset: str = "default",
-                 seed: Any = 0, device: str | None = None, dtype: str = "float32",
+                 preset: str = "default", seed: Any = 0, device: str | None = None, dtype: str = "float32",
                  batch_size: Any = 4, max_batch_size: Any = None, max_length: Any = None,
                  loaded: Any = None, hooks: list | None = None, **unknown_args: Any) -> None:
         super().__init__()

@@ -115,9 +115,6 @@ from locos_bench.report.bootstrap import (
     Draws,
     Estimate,
     PerDraw,
-    _bca,
-    _percentile,
-    _replicates,
     calibration_seed,
     combine,
     combine_and_test,
@@ -125,6 +122,8 @@ from locos_bench.report.bootstrap import (
     draws_seed,
     finite_or_none,
     holm,
+    interval,
+    linear_replicates,
     spread,
     task_seed,
     topk_stability,
@@ -909,7 +908,7 @@ def _paired_specificity(retr: list[tuple[TaskResult, str]], ctrl: list[tuple[Tas
                                         for term in ((w, r.bootstrap, drop(r, m_r)), (-w, c.bootstrap, drop(c, m_c)))])}
     undefined = {t.name for t, m in [*retr, *ctrl] if m in t.unablated and t.bootstrap.mean(t.unablated[m]) == 0}
     for name in sorted(undefined):
-        t, m = next((t, m) for t, m in [*retr, *ctrl] if t.name == name)
+        m = next(m for t, m in [*retr, *ctrl] if t.name == name)
         notes.append(f"{name}: unablated {m} is 0, so its relative drop is undefined; its pairs are left out")
     pairs = [p for p in pairs if p[0].name not in undefined and p[2].name not in undefined]
     if not pairs:
@@ -949,21 +948,16 @@ def _relative(terms: Sequence[tuple[float, Bootstrap, Any, np.ndarray, bool]]) -
             total = total + c * _relative_drop(d, b, rate)
         return total
 
-    def drop_replicates(boot: Bootstrap, drop: Any) -> np.ndarray:
-        return _replicates([(1.0, boot, drop)])[1]
-
     point = float(stat())
-    reps = stat({i: (drop_replicates(boot, d), boot.replicates(b)) for i, (_, boot, d, b, _) in enumerate(terms)})
-    boot0 = terms[0][1]
-    if boot0.method == "percentile":
-        low, high = _percentile(np.asarray(reps, dtype=np.float64), boot0.level)
-        return Estimate(point, low, high)
-    groups = []
-    for boot in {id(t[1]): t[1] for t in terms}.values():
-        groups.append(stat({i: (boot.jackknife(_per_example(d)), boot.jackknife(b))
-                            for i, (_, bt, d, b, _) in enumerate(terms) if bt is boot}))
-    low, high = _bca(point, np.asarray(reps, dtype=np.float64), groups, boot0.level)
-    return Estimate(point, low, high)
+    reps = stat({i: (linear_replicates([(1.0, boot, d)]), boot.replicates(b))
+                 for i, (_, boot, d, b, _) in enumerate(terms)})
+
+    def jack_groups() -> list[Any]:  # one example of one task left out at a time
+        return [stat({i: (boot.jackknife(_per_example(d)), boot.jackknife(b))
+                      for i, (_, bt, d, b, _) in enumerate(terms) if bt is boot})
+                for boot in {id(t[1]): t[1] for t in terms}.values()]
+
+    return interval(point, np.asarray(reps, dtype=np.float64), terms[0][1], jack_groups)
 
 
 def _per_example(x: Any) -> np.ndarray:

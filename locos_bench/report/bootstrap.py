@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -293,21 +293,30 @@ def p_value(terms: Sequence[tuple[float, Bootstrap, Any]]) -> float:
 def combine_and_test(terms: Sequence[tuple[float, Bootstrap, Any]]) -> tuple[Estimate, float]:
     """`combine(terms)` and `p_value(terms)` from one set of replicates (a rank test shows both)."""
     point, reps, merged = _replicates(terms)
-    method, level = merged[0][0].method, merged[0][0].level
-    if method == "percentile":
-        low, high = _percentile(reps, level)
-    else:
-        groups = []
-        for boot, vec in merged:
-            # Leaving example i of this task out moves only this task's mean.
-            groups.append(point - (boot.mean(vec) - boot.jackknife(vec)))
-        low, high = _bca(point, reps, groups, level)
+    # Leaving example i of a task out moves only that task's mean.
+    estimate = interval(point, reps, merged[0][0],
+                        lambda: [point - (boot.mean(vec) - boot.jackknife(vec)) for boot, vec in merged])
     if np.all(np.isfinite(reps)):
         tail = min(np.count_nonzero(reps <= 0), np.count_nonzero(reps >= 0))
         p = min(1.0, 2.0 * (1 + tail) / (reps.size + 1))
     else:
         p = math.nan
-    return Estimate(point, low, high), p
+    return estimate, p
+
+
+def linear_replicates(terms: Sequence[tuple[float, Bootstrap, Any]]) -> np.ndarray:
+    """The `[B]` replicates of `combine(terms)`: for a statistic built on several
+    combinations (a ratio of means), resampled as `combine` resamples."""
+    return _replicates(terms)[1]
+
+
+def interval(point: float, reps: np.ndarray, boot: Bootstrap,
+             jack_groups: Callable[[], Iterable[np.ndarray]]) -> Estimate:
+    """`point` with the interval of `boot`'s method from replicates `reps`; `jack_groups()`
+    (called for BCa only) gives the statistic's jackknife values, one array per task."""
+    if boot.method == "percentile":
+        return Estimate(point, *_percentile(reps, boot.level))
+    return Estimate(point, *_bca(point, reps, jack_groups(), boot.level))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
