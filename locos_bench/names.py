@@ -95,3 +95,6 @@ def hook_resid_post(layer: int) -> str:
 
 HOOK_FINAL_SCALE = "ln_final.hook_scale"
 """The final norm's normalisation factor."""
+
+HOOK_EMBED = "hook_embed"
+"""The token embeddings (after any embedding scale), before the first block."""

@@ -1,5 +1,6 @@
 """`locos-bench detectors [--json]`: every registered detector, where it comes from, its
-parameters (with defaults) and its cost class (forward passes per calibration example)."""
+parameters (with defaults), its cost class (forward passes per calibration example) and the
+presets whose `--detector all` includes it."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def collect() -> list[dict[str, Any]]:
             cls = get_detector_class(name)
         except Exception as exc:  # a built-in whose module is missing must not hide the rest
             row.update(available=False, error=f"{type(exc).__name__}: {exc}", params={}, cost=None,
-                       stochastic=None, description="")
+                       stochastic=None, presets=None, description="")
             rows.append(row)
             continue
         row.update(
@@ -40,6 +41,7 @@ def collect() -> list[dict[str, Any]]:
             params=parameters(cls),
             cost=getattr(cls, "cost", "?"),
             stochastic=bool(getattr(cls, "stochastic", False)),
+            presets=list(getattr(cls, "presets", None) or []) or None,
             description=(inspect.getdoc(cls) or "").split("\n")[0],
         )
         rows.append(row)
@@ -68,6 +70,8 @@ def main(args: argparse.Namespace) -> int:
         params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items()) or "-"
         cost = r["cost"] if r["available"] else "unavailable"
         note = r["description"] if r["available"] else r["error"]
-        table.append([r["name"], r["source"], cost, params, note])
-    print(tabulate(table, headers=["detector", "source", "forward passes / example", "parameters", ""]))
+        in_all = ", ".join(r["presets"]) if r.get("presets") else "every"
+        table.append([r["name"], r["source"], cost, in_all, params, note])
+    print(tabulate(table, headers=["detector", "source", "forward passes / example", "in `all` of presets",
+                                   "parameters", ""]))
     return 0

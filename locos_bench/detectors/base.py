@@ -83,11 +83,15 @@ class Detector:
         cost: Forward passes per calibration example, as a human-readable formula
             (`"1"`, `"1 + n_heads/batch"`); shown by `locos-bench detectors`.
         stochastic: Whether the result depends on `rng` (only `random` by default).
+        presets: The presets whose `--detector all` includes it (None: every preset). A
+            detector too slow for the CPU default run names `("paper",)`; naming it in
+            `--detector` runs it under any preset.
     """
 
     name: ClassVar[str] = ""
     cost: ClassVar[str] = "?"
     stochastic: ClassVar[bool] = False
+    presets: ClassVar[tuple[str, ...] | None] = None
 
     def get_params(self) -> dict[str, Any]:
         """Constructor parameters and their current values (scikit-learn's rule)."""

@@ -20,7 +20,9 @@ captures fire, then they are dropped); the attention rows are recomputed only at
 positions (`heads.attention_rows`), never the full `[H, T, T]` pattern; logits at one
 position only.
 
-`locos-argmax` is the seed paper's pseudo-code taken literally; see `LocosArgmax`.
+`locos-argmax` is the seed paper's pseudo-code taken literally; see `LocosArgmax`. `dla` is
+LOCOS without its contrast: every source's contribution summed, the usual direct logit
+attribution; see `DirectLogitAttribution`.
 """
 
 from __future__ import annotations
@@ -184,3 +186,27 @@ class LocosArgmax(Locos):
         write = write * heads.attn_out_gain(model, cache, layer, rows_at).unsqueeze(0)
         c = weight * (write @ u.float().T).mean(-1)  # [H, R], mean over answer tokens
         return c[:, :len(needle)].mean(-1) - c[:, len(needle):].mean(-1)
+
+
+@register_detector("dla")
+class DirectLogitAttribution(Locos):
+    """Plain per-head direct logit attribution at the answer positions: LOCOS without the
+    needle-minus-off-needle contrast.
+
+    `DLA(h) = sum_s c_h(j, s)`, head h's whole write at `q_j` projected on `u_j` (the usual
+    DLA of TransformerLens' `ActivationCache.stack_head_results` followed by
+    `logit_attrs`, here through the same final-norm and post-attention-norm treatment as
+    LOCOS), averaged over answer tokens and examples. Parameters and captures are LOCOS's,
+    so the only difference is the contrast.
+
+    Why it fails where it is built to: a head that raises the answer's logit *whatever the
+    context says* (the planted parametric decoy, L2H2, writing every answer direction from
+    filler positions) earns DLA credit, and LOCOS subtracts exactly that off-needle write.
+    Needs no off-needle positions.
+    """
+
+    needs_off_needle = False
+
+    def score_layer(self, model: LoadedModel, t: TokenizedExample, cache: dict[str, Tensor], layer: int) -> Tensor:
+        positions, ids = _common.answer_slice(t, self.answer_tokens)
+        return contributions(model, cache, layer, positions, ids, final_norm=self.final_norm).sum(-1).mean(-1)

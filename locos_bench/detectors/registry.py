@@ -25,12 +25,17 @@ DETECTORS: Registry[Any] = Registry("detector")
 _BUILTINS = {
     "locos": "locos_bench.detectors.locos:Locos",
     "locos-argmax": "locos_bench.detectors.locos:LocosArgmax",
+    "dla": "locos_bench.detectors.locos:DirectLogitAttribution",
     "attention": "locos_bench.detectors.attention:AttentionMass",
     "retrieval-head": "locos_bench.detectors.attention:RetrievalHead",
     "attention-knockout": "locos_bench.detectors.knockout:AttentionKnockout",
     "activation-patching": "locos_bench.detectors.patching:ActivationPatching",
     "path-patching": "locos_bench.detectors.patching:PathPatching",
     "attribution-patching": "locos_bench.detectors.patching:AttributionPatching",
+    "eap-ig": "locos_bench.detectors.patching:EapIG",
+    "qrhead": "locos_bench.detectors.qrhead:QRHead",
+    "headkv": "locos_bench.detectors.headkv:HeadKV",
+    "echo": "locos_bench.detectors.echo:EchoHeads",
     "random": "locos_bench.detectors.random:RandomHeads",
 }
 for _name, _target in _BUILTINS.items():

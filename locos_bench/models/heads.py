@@ -135,6 +135,13 @@ def _as_batch(input_ids: Tensor | Sequence[int], model: LoadedModel) -> Tensor:
 # Weights
 
 
+def context_length(model: LoadedModel) -> int | None:
+    """The longest sequence the model's positions cover (`max_position_embeddings`), or None."""
+    config = model.bridge.original_model.config
+    config = getattr(config, "text_config", None) or config
+    return getattr(config, "max_position_embeddings", None)
+
+
 def kv_head_map(model: LoadedModel) -> Tensor:
     """`[H]` index of the key/value head each query head reads (GQA grouping)."""
     geo = model.geometry

@@ -71,7 +71,7 @@ class RunConfig:
         cfg = replace(self, **filled)
         if cfg.calibration_draws is None:
             cfg.calibration_draws = 1
-        cfg.detectors = _resolve_detectors(cfg.detectors)
+        cfg.detectors = _resolve_detectors(cfg.detectors, cfg.preset)
         from locos_bench.tasks import load_task
 
         for task in cfg.tasks:
@@ -95,8 +95,17 @@ class RunConfig:
         return cfg
 
 
-def _resolve_detectors(requested: Sequence[str]) -> list[str]:
-    from locos_bench.detectors import detector_names
+def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:
+    """Detector names in order; `all` is every registered detector whose `presets` admit
+    `preset` (a detector that fails to import is left to the run, which records why)."""
+    from locos_bench.detectors import detector_names, get_detector_class
+
+    def in_all(name: str) -> bool:
+        try:
+            presets = getattr(get_detector_class(name), "presets", None)
+        except Exception:
+            return True
+        return presets is None or preset in presets
 
     available = detector_names()
     names: list[str] = []
@@ -106,7 +115,7 @@ def _resolve_detectors(requested: Sequence[str]) -> list[str]:
             if not name:
                 continue
             if name == "all":
-                names.extend(available)
+                names.extend(n for n in available if in_all(n))
             elif name not in available:
                 raise unknown("detector", name, [*available, "all"])
             else:

@@ -18,9 +18,9 @@ from locos_bench.detectors.conformance import conformance_model
 from locos_bench.detectors.registry import DETECTORS, register_detector
 from locos_bench.models.planted import planted_ground_truth
 
-NINE = {
-    "locos", "locos-argmax", "attention", "retrieval-head", "attention-knockout",
-    "activation-patching", "path-patching", "attribution-patching", "random",
+BUILTINS = {
+    "locos", "locos-argmax", "dla", "attention", "retrieval-head", "qrhead", "headkv", "echo",
+    "attention-knockout", "activation-patching", "path-patching", "attribution-patching", "eap-ig", "random",
 }
 
 
@@ -45,10 +45,12 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def test_detectors_json_lists_all_nine(capsys):
+def test_detectors_json_lists_every_builtin(capsys):
     code, out, _ = run(capsys, "detectors", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert code == 0 and NINE <= set(rows)
+    assert code == 0 and BUILTINS <= set(rows)
+    assert rows["eap-ig"]["presets"] == ["paper"] and rows["qrhead"]["presets"] == ["paper"]
+    assert rows["dla"]["presets"] is None
     assert rows["locos"]["source"] == "built-in"
     assert rows["locos"]["params"] == {"answer_tokens": "mean", "final_norm": True}
     assert rows["locos"]["cost"] == "1" and rows["random"]["stochastic"] is True
@@ -88,6 +90,13 @@ def test_score_table_and_params(capsys, planted):
         (["--detector", "locos", "--param", "answer_tokens"], r"--param 'answer_tokens': expected KEY=VALUE"),
         (["--detector", "locos", "--param", "alpha=2"], r"detector 'locos': bad parameters"),
         (["--detector", "locos", "--n", "0"], r"--n must be at least 1"),
+        (["--detector", "echo", "--param", "length=40", "--param", "repeats=60"],
+         r"detector 'echo': length x repeats = 2400 tokens \(plus BOS\) is longer than the model's context of 2048"),
+        (["--detector", "echo", "--param", "repeats=1"], r"detector 'echo': repeats must be an integer >= 2"),
+        (["--detector", "qrhead", "--param", "null_query= "], r"detector 'qrhead': null_query must be non-empty"),
+        (["--detector", "qrhead", "--param", "sigmas=-1"], r"detector 'qrhead': sigmas must be a number >= 0"),
+        (["--detector", "headkv", "--param", "gate=yes"], r"detector 'headkv': gate must be true or false"),
+        (["--detector", "eap-ig", "--param", "steps=0"], r"detector 'eap-ig': steps must be a positive integer"),
     ],
 )
 def test_score_bad_input_is_one_line(capsys, planted, argv, message):

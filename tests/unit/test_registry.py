@@ -129,3 +129,14 @@ def test_rerunning_a_notebook_cell_replaces_the_class(scratch_registry):
     first, second = cell(), cell()
     assert first is not second
     assert registry.get_detector_class("notebook-detector") is second
+
+
+@pytest.mark.parametrize("preset, heavy", [("quick", False), ("default", False), ("paper", True)])
+def test_all_takes_the_paper_only_detectors_under_the_paper_preset_only(preset, heavy):
+    from locos_bench.run import RunConfig
+
+    cfg = RunConfig(model="planted", preset=preset).resolved()
+    assert {"dla", "headkv", "echo", "locos", "random"} <= set(cfg.detectors)
+    assert ({"qrhead", "eap-ig"} <= set(cfg.detectors)) is heavy
+    named = RunConfig(model="planted", preset=preset, detectors=["all,eap-ig"]).resolved()
+    assert "eap-ig" in named.detectors  # named, it runs under any preset
