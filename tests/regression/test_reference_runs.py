@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-# The planted model: every detector, budgets around its two redundant retrieval heads.
+# The planted model: every detector (the paper-only ones named), budgets around its two
+# redundant retrieval heads.
 PLANTED = dict(
-    tasks=["planted-kv"], detectors=["all"], budgets=[2, 4], n_calib=4, n_ref=8, n_eval=16,
+    tasks=["planted-kv"], detectors=["all,qrhead,eap-ig"], budgets=[2, 4], n_calib=4, n_ref=8, n_eval=16,
     random_draws=3, rank_diagnostic=3, seed=0,
 )
 
