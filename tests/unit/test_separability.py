@@ -70,26 +70,27 @@ def test_planted_reference_separable_and_tied_adjacent_ranks(tmp_path: Path):
     tie = by_pair[("path-patching", "locos")]
     assert tie.figure == "gold_logprob drop-area" and tie.tested and tie.p_holm > 0.05
     assert not tie.separable
-    # Random heads vs the argmax detector (no drop at all): random's 3 draws are resampled too
-    # (two levels), and a resample of draws that all miss the retrieval heads drops nothing,
-    # so 3 draws cannot separate them: a tested tie.
-    apart = by_pair[("random", "locos-argmax")]
+    # Random heads vs `echo` (no drop at all): random's 3 draws are resampled too (two
+    # levels), and a resample of draws that all miss the retrieval heads drops nothing, so 3
+    # draws cannot separate them: a tested tie.
+    apart = by_pair[("random", "echo")]
     assert apart.figure == "exact_match drop-area" and apart.tested and apart.p_holm > 0.05
     assert not apart.separable and apart.difference.low <= 0.0 < apart.difference.value
     # Ordered by the ground truth: no bootstrap distribution, not tested, distinct ranks.
-    truth = by_pair[("locos", "retrieval-head")]
+    truth = by_pair[("dla", "retrieval-head")]
     assert truth.figure == "precision@n" and not truth.tested and truth.separable
 
     md = render_markdown([stats])
     lines = md.splitlines()
     main = next(i for i, line in enumerate(lines) if "| baseline (unablated)" in line)  # the task table
-    ranks = {_cells(r)[1]: _cells(r)[0] for r in lines[main + 1:main + 10]}
+    ranks = {_cells(r)[1]: _cells(r)[0] for r in lines[main + 1:main + 15]}
     assert ranks == {"activation-patching": "=1", "attention-knockout": "=1", "attribution-patching": "=1",
-                     "path-patching": "=1", "locos": "=1", "retrieval-head": "6", "attention": "7",
-                     "random (3 draws)": "=8", "locos-argmax": "=8"}
+                     "path-patching": "=1", "locos": "=1", "dla": "=1", "retrieval-head": "7", "eap-ig": "=8",
+                     "attention": "=8", "headkv": "=8", "qrhead": "=8", "random (3 draws)": "=12", "echo": "=12",
+                     "locos-argmax": "=12"}
     pairs = {r[0]: r[-1] for r in (_cells(x) for x in _table_after(md, "Adjacent ranks:")[2:])}
     assert pairs["path-patching / locos"] == "no: tie"
-    assert pairs["random / locos-argmax"] == "no: tie"
+    assert pairs["random / echo"] == "no: tie"
 
 
 def test_the_family_is_every_comparison_the_leaderboard_shows(tmp_path: Path):
