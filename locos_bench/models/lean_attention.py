@@ -15,13 +15,26 @@ switched to the SDPA kind: none at all for an unpadded causal batch, a boolean o
 so a long single prompt needs no `T x T` tensor anywhere.
 
 Numbers equal the explicit path to float rounding (tests/integration/test_attention.py).
+
+**Streaming heads** (`streaming`, DuoAttention's KV compression): chosen query heads attend
+only to the first `sink` real tokens of their row and the last `window` tokens; every other
+head keeps full attention. The streaming heads' attention runs through SDPA a block of query
+rows at a time with a `[batch, 1, rows, keys]` boolean mask, so no `[B, H, T, T]` tensor is
+ever built. A streaming head never sees more than its own layer's mask allows: on a
+sliding-window layer whose window is at most `window` it is unaffected, and once such a
+layer's cache has dropped the first tokens they are no longer its sinks. It composes with
+the KV cache (prefill and cached decoding mask the same keys) and with left padding (each
+row's sinks are its own first real tokens).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+STREAM_ROWS = 256
+"""Query rows of a streaming head's attention computed at once (memory: rows x keys)."""
 
 _UNSUPPORTED_CONFIG = ("use_split_qkv_input", "use_attn_in", "gated_q_proj", "qk_norm_after_rope",
                        "rotary_interleaved_cos_sin", "rotary_adjacent_pairs", "use_attn_result")
@@ -91,6 +104,54 @@ def eager(bridge: Any) -> Iterator[None]:
             f.enabled = True
 
 
+@contextmanager
+def streaming(bridge: Any, heads: Mapping[int, Any], *, sink: int, window: int) -> Iterator[list[int]]:
+    """Within the block, the query heads `heads[layer]` of each layer are streaming heads.
+
+    Yields the layers left unaffected because their sliding window is already at most
+    `window` tokens.
+
+    Raises:
+        LocosError: a negative sink or a window below 1, a head or layer out of range, or a
+            model whose attention cannot take the lean path (the streaming mask exists only
+            there; running it full instead would be silent).
+    """
+    from locos_bench.errors import LocosError
+
+    if not isinstance(sink, int) or sink < 0:
+        raise LocosError(f"streaming heads: sink must be an integer >= 0, got {sink!r}")
+    if not isinstance(window, int) or window < 1:
+        raise LocosError(f"streaming heads: window must be an integer >= 1, got {window!r}")
+    blocks = list(bridge.blocks)
+    forwards = {}
+    unaffected = []
+    for layer, chosen in heads.items():
+        if not 0 <= layer < len(blocks):
+            raise LocosError(f"streaming heads: layer {layer} out of range (0..{len(blocks) - 1})")
+        attn = blocks[layer].attn
+        forward = attn.__dict__.get("forward")
+        if not isinstance(forward, _LeanForward):
+            reason = why_not_lean(attn) or "the lean forward is not installed"
+            raise LocosError(f"streaming heads need the lean SDPA attention; layer {layer} runs eager ({reason})")
+        n_heads = attn.original_component.config.num_attention_heads
+        chosen = frozenset(int(h) for h in chosen)
+        if any(not 0 <= h < n_heads for h in chosen):
+            raise LocosError(f"streaming heads: layer {layer} has heads 0..{n_heads - 1}, got {sorted(chosen)}")
+        slide = getattr(attn.original_component, "sliding_window", None)
+        if slide is not None and slide <= window:
+            unaffected.append(layer)
+            continue
+        if chosen:
+            forwards[layer] = (forward, chosen)
+    for forward, chosen in forwards.values():
+        forward.streaming = (chosen, sink, window)
+    try:
+        yield unaffected
+    finally:
+        for forward, _ in forwards.values():
+            forward.streaming = None
+
+
 def _listened(hook_point: Any) -> bool:
     return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
 
@@ -101,24 +162,34 @@ class _LeanForward:
     def __init__(self, attn: Any) -> None:
         self.attn = attn
         self.enabled = True
+        self.streaming: tuple[frozenset[int], int, int] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         attn = self.attn
         explicit = type(attn).forward
-        if (not self.enabled or attn.training or _listened(attn.hook_attn_scores)
-                or _listened(attn.hook_pattern)):
-            return explicit(attn, *args, **kwargs)
+        reason = None
+        if not self.enabled or attn.training:
+            reason = "the explicit path was asked for"
+        elif _listened(attn.hook_attn_scores) or _listened(attn.hook_pattern):
+            reason = "a hook reads the attention pattern"
         position_embeddings = kwargs.get("position_embeddings")
         head_dim = attn.original_component.head_dim
-        if position_embeddings is None:
+        if reason is None and position_embeddings is None:
             if not attn.rope_optional and getattr(attn.config, "positional_embedding_type", None) == "rotary":
-                return explicit(attn, *args, **kwargs)  # TransformerLens warns about it
-        elif position_embeddings[0].shape[-1] != head_dim:
-            return explicit(attn, *args, **kwargs)  # partial or half-width rotary
-        return _lean(attn, *args, **kwargs)
+                reason = "no position embeddings were passed"  # TransformerLens warns about it
+        elif reason is None and position_embeddings[0].shape[-1] != head_dim:
+            reason = "partial or half-width rotary"
+        if reason is not None:
+            if self.streaming is not None:
+                from locos_bench.errors import LocosError
+
+                raise LocosError(f"streaming heads cannot be masked on the explicit attention path ({reason})")
+            return explicit(attn, *args, **kwargs)
+        return _lean(attn, *args, streaming=self.streaming, **kwargs)
 
 
-def _lean(attn: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:
+def _lean(attn: Any, *args: Any, streaming: tuple[frozenset[int], int, int] | None = None,
+          **kwargs: Any) -> tuple[Any, None]:
     import torch
     from torch.nn.functional import scaled_dot_product_attention
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -164,10 +235,12 @@ def _lean(attn: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:
     q_len, kv_len = q.shape[-2], k.shape[-2]
     mask, causal = _sdpa_mask(attention_mask, q_len, kv_len, q.dtype, q.device)
     groups = getattr(hf, "num_key_value_groups", 1)
-    out = scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=causal, scale=getattr(hf, "scaling", head_dim ** -0.5),
-        enable_gqa=groups > 1,
-    )
+    scale = getattr(hf, "scaling", head_dim ** -0.5)
+    if streaming is not None:
+        out = _streaming_sdpa(q, k, v, mask, causal, scale, groups, streaming, _first_slot(attn, kwargs, kv_len))
+    else:
+        out = scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                           enable_gqa=groups > 1)
     out = out.transpose(1, 2).contiguous().reshape(*input_shape, -1)
     o_weight = getattr(getattr(attn.o, "original_component", None), "weight", None)
     if isinstance(o_weight, torch.Tensor) and o_weight.dtype.is_floating_point and out.dtype != o_weight.dtype:
@@ -202,3 +275,66 @@ def _sdpa_mask(mask: Any, q_len: int, kv_len: int, dtype: Any, device: Any) -> t
         zero = torch.zeros((), dtype=dtype, device=device)
         return torch.where(mask, zero, torch.finfo(dtype).min), False
     return mask.to(dtype), False
+
+
+def _first_slot(attn: Any, kwargs: dict[str, Any], kv_len: int) -> int:
+    """The position of the first key in this call's key tensor: 0, unless a sliding-window
+    cache layer has dropped the oldest keys (it counts every token it has seen)."""
+    cache = kwargs.get("past_key_values", kwargs.get("layer_past"))
+    layers = getattr(cache, "layers", None)
+    if cache is None or layers is None:
+        return 0
+    layer = layers[getattr(attn, "_layer_idx", 0)]
+    if type(layer).__name__.startswith("Static"):
+        from locos_bench.errors import LocosError
+
+        raise LocosError("streaming heads: a static KV cache is not supported (use the dynamic cache)")
+    seen = getattr(layer, "cumulative_length", None)
+    return 0 if seen is None else int(seen) - kv_len
+
+
+def _streaming_sdpa(q: Any, k: Any, v: Any, mask: Any, causal: bool, scale: float, groups: int,
+                    streaming: tuple[frozenset[int], int, int], first_slot: int) -> Any:
+    """`[B, H, Q, d]` attention in which the heads of `streaming` see only each row's first
+    `sink` real keys and the last `window` keys; the others attend as `mask` says."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention
+
+    heads, sink, window = streaming
+    batch, n_heads, q_len, _ = q.shape
+    kv_len = k.shape[-2]
+    device = q.device
+    kv_of = torch.arange(n_heads, device=device) // groups
+    stream = torch.tensor(sorted(heads), dtype=torch.long, device=device)
+    full = torch.tensor([h for h in range(n_heads) if h not in heads], dtype=torch.long, device=device)
+    out = q.new_empty(batch, n_heads, q_len, v.shape[-1])
+    keys = torch.arange(kv_len, device=device)
+    rows = torch.arange(q_len, device=device) + (kv_len - q_len)  # each query's key index
+    allowed = _allowed(mask, batch, q_len, kv_len, device)  # None: causal over every key
+    if len(full):
+        out[:, full] = scaled_dot_product_attention(q[:, full], k[:, kv_of[full]], v[:, kv_of[full]],
+                                                    attn_mask=mask, is_causal=causal, scale=scale)
+    # A row's real keys are those some query of it may see: not left padding.
+    real = torch.ones(batch, kv_len, dtype=torch.bool, device=device) if allowed is None else allowed[:, 0].any(-2)
+    rank = real.long().cumsum(-1)
+    is_sink = real & (rank <= sink) & (first_slot == 0)  # a sliding cache that dropped slot 0 has none
+    qs, ks, vs = q[:, stream], k[:, kv_of[stream]], v[:, kv_of[stream]]
+    for a in range(0, q_len, STREAM_ROWS):
+        b = min(q_len, a + STREAM_ROWS)
+        r = rows[a:b]
+        near = (keys[None, :] <= r[:, None]) & (keys[None, :] > r[:, None] - window)  # [rows, K]
+        ok = (near[None] | is_sink[:, None, :]) & (keys[None, None, :] <= r[None, :, None])
+        ok = ok & (real[:, None, :] if allowed is None else allowed[:, 0, a:b])
+        ok = ok | ~ok.any(-1, keepdim=True)  # a padding query sees nothing: average, as eager does
+        out[:, stream, a:b] = scaled_dot_product_attention(qs[:, :, a:b], ks, vs, attn_mask=ok[:, None], scale=scale)
+    return out
+
+
+def _allowed(mask: Any, batch: int, q_len: int, kv_len: int, device: Any) -> Any:
+    """`[B, 1, Q, K]` boolean: which keys each query may see, or None for plain causal."""
+    import torch
+
+    if mask is None:
+        return None
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    return allowed.expand(batch, 1, q_len, kv_len)
