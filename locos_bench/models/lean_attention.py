@@ -19,10 +19,11 @@ Numbers equal the explicit path to float rounding (tests/integration/test_attent
 **Streaming heads** (`streaming`, DuoAttention's KV compression): chosen query heads attend
 only to the first `sink` real tokens of their row and the last `window` tokens; every other
 head keeps full attention. The streaming heads' attention runs through SDPA a block of query
-rows at a time with a `[batch, 1, rows, keys]` boolean mask, so no `[B, H, T, T]` tensor is
-ever built. A streaming head never sees more than its own layer's mask allows: on a
-sliding-window layer whose window is at most `window` it is unaffected, and once such a
-layer's cache has dropped the first tokens they are no longer its sinks. It composes with
+rows at a time over the keys that block may see (the sinks and the window's span), so no
+`[B, H, T, T]` tensor is built and a streaming head's cost is linear in the sequence. A
+streaming head never sees more than its own layer's mask allows: on a sliding-window layer
+whose window is at most `window` it is unaffected, and once such a layer's cache has dropped
+the first tokens they are no longer its sinks. It composes with
 the KV cache (prefill and cached decoding mask the same keys) and with left padding (each
 row's sinks are its own first real tokens).
 """
@@ -319,14 +320,21 @@ def _streaming_sdpa(q: Any, k: Any, v: Any, mask: Any, causal: bool, scale: floa
     rank = real.long().cumsum(-1)
     is_sink = real & (rank <= sink) & (first_slot == 0)  # a sliding cache that dropped slot 0 has none
     qs, ks, vs = q[:, stream], k[:, kv_of[stream]], v[:, kv_of[stream]]
+    sinks = is_sink.any(0).nonzero().flatten()  # every row's sink keys (rows differ under padding)
     for a in range(0, q_len, STREAM_ROWS):
         b = min(q_len, a + STREAM_ROWS)
         r = rows[a:b]
-        near = (keys[None, :] <= r[:, None]) & (keys[None, :] > r[:, None] - window)  # [rows, K]
-        ok = (near[None] | is_sink[:, None, :]) & (keys[None, None, :] <= r[None, :, None])
-        ok = ok & (real[:, None, :] if allowed is None else allowed[:, 0, a:b])
+        # Only the keys some row of the block may see: the sinks and the window's span, so a
+        # streaming head costs rows x (sinks + window + rows), linear in the sequence.
+        span = torch.arange(max(0, int(r[0]) - window + 1), int(r[-1]) + 1, device=device)
+        sel = torch.unique(torch.cat([sinks, span]))
+        key = keys[sel]
+        near = (key[None, :] <= r[:, None]) & (key[None, :] > r[:, None] - window)  # [rows, S']
+        ok = (near[None] | is_sink[:, None, sel]) & (key[None, None, :] <= r[None, :, None])
+        ok = ok & (real[:, None, sel] if allowed is None else allowed[:, 0, a:b][..., sel])
         ok = ok | ~ok.any(-1, keepdim=True)  # a padding query sees nothing: average, as eager does
-        out[:, stream, a:b] = scaled_dot_product_attention(qs[:, :, a:b], ks, vs, attn_mask=ok[:, None], scale=scale)
+        out[:, stream, a:b] = scaled_dot_product_attention(qs[:, :, a:b], ks[:, :, sel], vs[:, :, sel],
+                                                           attn_mask=ok[:, None], scale=scale)
     return out
 
 
