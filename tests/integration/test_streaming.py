@@ -64,6 +64,17 @@ def _forward(model, ids, hooks=()):
     return logits, zs
 
 
+def _streamed_and_reference(model, ids, heads, sink, window):
+    """(logits, z) under `streaming`, the layers it left unaffected, and the explicit path's
+    (logits, z) with the same keys masked out of the scores."""
+    with attention.streaming(model.bridge, heads, sink=sink, window=window) as unaffected:
+        lean = _forward(model, ids)
+    affected = {layer: chosen for layer, chosen in heads.items() if layer not in unaffected}
+    with attention.eager(model.bridge):
+        ref = _forward(model, ids, _masking_hooks(affected, sink, window))
+    return lean, unaffected, ref
+
+
 def _close(a, b):
     return (a - b).abs().max() <= ATOL * b.abs().max()
 
@@ -71,11 +82,8 @@ def _close(a, b):
 def test_streaming_heads_equal_the_explicitly_masked_reference(model):
     ids = _ids(model, 80)
     plain, _ = _forward(model, ids)
-    with attention.streaming(model.bridge, STREAM, sink=4, window=8) as unaffected:
-        lean, lean_z = _forward(model, ids)
+    (lean, lean_z), unaffected, (ref, ref_z) = _streamed_and_reference(model, ids, STREAM, 4, 8)
     assert unaffected == []
-    with attention.eager(model.bridge):
-        ref, ref_z = _forward(model, ids, _masking_hooks(STREAM, 4, 8))
     assert _close(lean, ref)
     for name, z in ref_z.items():
         assert _close(lean_z[name], z), name
@@ -167,18 +175,12 @@ def test_sliding_layers_past_their_window_and_unaffected_ones(gemma_tiny):
     local, glob = geo.sliding_layers[0], next(i for i in range(geo.n_layers) if i not in geo.sliding_layers)
     heads = {local: {0}, glob: {1}}
     ids = torch.randint(5, 300, (1, 3 * geo.sliding_window + 8), generator=torch.Generator().manual_seed(0))
-    with attention.streaming(gemma_tiny.bridge, heads, sink=2, window=4) as unaffected:
-        lean, _ = _forward(gemma_tiny, ids)
+    (lean, _), unaffected, (ref, _) = _streamed_and_reference(gemma_tiny, ids, heads, 2, 4)
     assert unaffected == []
-    with attention.eager(gemma_tiny.bridge):
-        ref, _ = _forward(gemma_tiny, ids, _masking_hooks(heads, 2, 4))
     assert _close(lean, ref)
     # A window as wide as the layer's own leaves the sliding layer as it is.
-    with attention.streaming(gemma_tiny.bridge, heads, sink=2, window=geo.sliding_window) as unaffected:
-        wide, _ = _forward(gemma_tiny, ids)
-    assert unaffected == [local]
-    with attention.eager(gemma_tiny.bridge):
-        ref, _ = _forward(gemma_tiny, ids, _masking_hooks({glob: {1}}, 2, geo.sliding_window))
+    (wide, _), unaffected, (ref, _) = _streamed_and_reference(gemma_tiny, ids, heads, 2, geo.sliding_window)
+    assert unaffected == [local]  # the reference masks only the global layer's head
     assert _close(wide, ref)
 
 
