@@ -16,7 +16,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(tasks=["nolima-synth", "musique-synth", "babilong-synth", "niah-literal",
                          "kv-retrieval", "parametric-recall", "arithmetic"],
                   budgets=[1, 2, 4, 8, 16, 32, 50], n_calib=32, n_ref=32, n_eval=200,
-                  random_draws=5, rank_diagnostic=10, calibration_draws=3),
+                  random_draws=5, rank_diagnostic=10, calibration_draws=3,
+                  sufficiency=True),
 }
 
 

@@ -61,6 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--explain", type=int, default=0, metavar="N",
                         help="write explain pages for the first N evaluation examples of each retrieval task")
+    parser.add_argument("--sufficiency", action="store_true", default=None,
+                        help="also evaluate each retrieval task with only each detector's top-k heads full and "
+                             "every other head streaming (KV compression; on in --preset paper)")
+    parser.add_argument("--kv-sink", type=int, default=4, metavar="S",
+                        help="first tokens a streaming head keeps (default 4)")
+    parser.add_argument("--kv-window", type=int, default=64, metavar="W",
+                        help="last tokens a streaming head keeps (default 64)")
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
@@ -100,7 +107,8 @@ def main(args: argparse.Namespace) -> int:
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
         quiet=args.quiet, data=args.data, explain=args.explain,
-        lm_eval_tasks=args.lm_eval_tasks or [],
+        lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
+        kv_sink=args.kv_sink, kv_window=args.kv_window,
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():

@@ -37,10 +37,10 @@ from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.plan import EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
-from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit
+from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit, Streaming
 from locos_bench.run.splits import TaskData
 
-_PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic"}
+_PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic", "suff": "sufficiency"}
 
 
 class Run:
@@ -89,7 +89,10 @@ class Run:
             tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
             control_heads=EACH_RETRIEVAL,
+            sufficiency=Streaming(sink=cfg.kv_sink, window=cfg.kv_window) if cfg.sufficiency else None,
         )
+        if cfg.sufficiency:
+            self._check_streaming(tasks)
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
 
@@ -105,6 +108,32 @@ class Run:
             if flat:
                 self.progress.log(f"warning: --positionwise: {flat} of {sum(prompts)} evaluation prompt tokens "
                                   f"of {name} lie past its reference prompts (flat mean there)")
+
+    def _check_streaming(self, tasks: dict[str, Any]) -> None:
+        """Refuse a sufficiency run the model cannot stream (an eager attention path, an
+        architecture the lean path does not take) or whose window exceeds its context; warn
+        when every evaluation prompt of a retrieval task fits the sinks and window (streaming
+        changes nothing there)."""
+        from locos_bench.models.heads import context_length
+        from locos_bench.models.lean_attention import only_full
+
+        cfg = self.cfg
+        longest = context_length(self.model)
+        if longest is not None and cfg.kv_window > longest:
+            raise LocosError(f"--kv-window {cfg.kv_window} is longer than {cfg.model}'s context of {longest} tokens")
+        try:
+            with only_full(self.model.bridge, [], sink=cfg.kv_sink, window=cfg.kv_window):
+                pass
+        except LocosError as exc:
+            raise LocosError(f"--sufficiency: {exc}") from None
+        for name, data in tasks.items():
+            if data.spec.kind != "retrieval":
+                continue
+            prompts = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
+            if prompts and max(prompts) <= cfg.kv_sink + cfg.kv_window:
+                self.progress.log(f"warning: --sufficiency: every evaluation prompt of {name} fits "
+                                  f"{cfg.kv_sink} sink + {cfg.kv_window} window tokens, so streaming "
+                                  "changes nothing there")
 
     def _detector_entry(self, name: str) -> DetectorEntry:
         cls = get_detector_class(name)
@@ -191,7 +220,7 @@ class Run:
         if key.detector == BASELINE:
             return Job(key, [], source)
         ranking = rank_heads(self.done[self.plan.source_key(key)].scores, tie_seed=self.manifest.tie_seed)
-        heads = ranking[: key.index] if key.kind == "eval" else [ranking[key.index - 1]]
+        heads = ranking[: key.index] if key.kind in ("eval", "suff") else [ranking[key.index - 1]]
         return Job(key, heads, source)
 
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
@@ -237,6 +266,9 @@ def _reused(job: Job, source: Any) -> Any:
     if key.kind == "rank":
         return RankUnit(task=key.task, detector=key.detector, rank=key.index, head=list(job.heads[0]),
                         values=source.values)
+    if key.kind == "suff":
+        return source.model_copy(update=dict(detector=key.detector, draw=key.draw, k=key.index,
+                                             heads=[list(h) for h in job.heads], seconds=0.0, reused=True))
     return EvalUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
                     heads=[list(h) for h in job.heads], heads_from=job.heads_from,
                     values=source.values, generations=source.generations, seconds=0.0, reused=True)

@@ -23,7 +23,7 @@ from locos_bench.evaluation.ablation import (
     reference_means,
 )
 from locos_bench.names import Head
-from locos_bench.run import EvalUnit, RankUnit, RunConfig, ScoresUnit
+from locos_bench.run import EvalUnit, RankUnit, RunConfig, ScoresUnit, SufficiencyUnit
 from locos_bench.run.plan import UnitKey, detector_rng
 from locos_bench.run.splits import TaskData, build_run_tasks
 from locos_bench.tasks.tokenize import tokenize_example
@@ -91,10 +91,13 @@ class Worker:
         if key.kind == "scores":
             with self._timed("detect"):
                 return self._score(data, key.detector, key.draw)
-        means = self._reference(data)
+        means = self._reference(data) if key.kind != "suff" else None
         if key.kind == "eval":
             with self._timed("evaluate"):
                 return self._eval_unit(data, key, job.heads, means, job.heads_from)
+        if key.kind == "suff":
+            with self._timed("sufficiency"):
+                return self._sufficiency_unit(data, key, job.heads)
         with self._timed("rank_diagnostic"):
             return self._rank_unit(data, key, job.heads[0], means)
 
@@ -137,6 +140,25 @@ class Worker:
                         heads=[list(h) for h in job.heads], heads_from=job.heads_from,
                         values={m: [float(r[m]) for r in rows] for m in data.entry.metrics},
                         generations=[r["generation"] for r in rows], seconds=seconds)
+
+    def _sufficiency_unit(self, data: TaskData, key: UnitKey, heads: list[Head]) -> SufficiencyUnit:
+        """The evaluation split with only `heads` full, every other head streaming. No clean
+        prefix: the streaming heads start at layer 0, so no clean layer can be reused."""
+        from locos_bench.evaluation import evaluate_task
+        from locos_bench.models.architecture import kv_kept_share
+        from locos_bench.models.lean_attention import only_full
+
+        sink, window = self.cfg.kv_sink, self.cfg.kv_window
+        start = time.perf_counter()
+        with only_full(self.model.bridge, heads, sink=sink, window=window) as unaffected:
+            rows = evaluate_task(self.model, data.spec, data.evaluation, batch_size=self.cfg.batch_size)
+        lengths = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
+        return SufficiencyUnit(task=data.spec.name, detector=key.detector, draw=key.draw, k=key.index,
+                               heads=[list(h) for h in heads],
+                               values={m: [float(r[m]) for r in rows] for m in data.entry.metrics},
+                               generations=[r["generation"] for r in rows],
+                               kv_kept=kv_kept_share(self.model.geometry, heads, lengths, sink=sink, window=window),
+                               unaffected_layers=list(unaffected), seconds=time.perf_counter() - start)
 
     def _reference(self, data: TaskData) -> HeadMeans | None:
         """The task's mean activations, computed once when its first ablation needs them."""

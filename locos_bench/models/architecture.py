@@ -12,6 +12,7 @@ transformers only when a config object is asked for.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -57,6 +58,28 @@ class HeadGeometry:
     def kv_head(self, head: int) -> int:
         """The key/value head that query head `head` reads (GQA grouping)."""
         return head // (self.n_heads // self.n_kv_heads)
+
+
+def kv_kept_share(geo: HeadGeometry, full: Iterable[Sequence[int]], lengths: Iterable[int], *,
+                  sink: int, window: int) -> float:
+    """Share of the KV cache kept when only the query heads in `full` keep full attention and
+    every other head streams (`sink` first plus `window` last tokens), for sequences of
+    `lengths` tokens: bytes kept over the bytes the unmodified model caches.
+
+    Counted in key/value heads, the unit a cache stores: under GQA a KV head stays whole when
+    any query head reading it is full. A sliding-window layer caches at most its window, so
+    streaming saves there only when that window exceeds `sink + window`."""
+    kept_kv = {(int(layer), geo.kv_head(int(head))) for layer, head in full}
+    sliding = set(geo.sliding_layers) if geo.sliding_window else set()
+    kept = total = 0
+    for n in lengths:
+        for layer in range(geo.n_layers):
+            whole = min(n, geo.sliding_window) if layer in sliding else n
+            short = min(whole, sink + window)
+            for kv in range(geo.n_kv_heads):
+                total += whole
+                kept += whole if (layer, kv) in kept_kv else short
+    return kept / total if total else 1.0
 
 
 def _shipped_names() -> list[str]:

@@ -30,7 +30,7 @@ row's sinks are its own first real tokens).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -151,6 +151,31 @@ def streaming(bridge: Any, heads: Mapping[int, Any], *, sink: int, window: int) 
     finally:
         for forward, _ in forwards.values():
             forward.streaming = None
+
+
+@contextmanager
+def only_full(bridge: Any, full: Iterable[Sequence[int]], *, sink: int, window: int) -> Iterator[list[int]]:
+    """Within the block every query head streams except the `(layer, head)` pairs in `full`
+    (a sufficiency evaluation: can these heads alone carry the task?). Yields the layers left
+    unaffected, as `streaming` does.
+
+    Raises:
+        LocosError: a head in `full` out of range, or what `streaming` refuses.
+    """
+    from locos_bench.errors import LocosError
+
+    blocks = list(bridge.blocks)
+    counts = [int(b.attn.original_component.config.num_attention_heads) for b in blocks]
+    keep: dict[int, set[int]] = {}
+    for item in full:
+        layer, head = (int(x) for x in item)
+        if not (0 <= layer < len(blocks) and 0 <= head < counts[layer]):
+            raise LocosError(f"full heads: L{layer}H{head} is not a head of this model "
+                             f"({len(blocks)} layers x {counts[0]} heads)")
+        keep.setdefault(layer, set()).add(head)
+    heads = {layer: [h for h in range(n) if h not in keep.get(layer, ())] for layer, n in enumerate(counts)}
+    with streaming(bridge, heads, sink=sink, window=window) as unaffected:
+        yield unaffected
 
 
 def _listened(hook_point: Any) -> bool:

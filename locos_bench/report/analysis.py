@@ -128,7 +128,8 @@ from locos_bench.report.bootstrap import (
     task_seed,
     topk_stability,
 )
-from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit
+from locos_bench.report.sufficiency import SufficiencySummaryRow, SufficiencyTask, sufficiency
+from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit, SufficiencyUnit
 from locos_bench.run.plan import EACH_RETRIEVAL
 
 GOLD = "gold_logprob"
@@ -138,7 +139,7 @@ RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "
                    "acc", "acc_norm"})
 """Metrics in [0, 1] whose relative drop is clipped to [0, 1] (see Specificity above)."""
 
-Unit = ScoresUnit | EvalUnit | RankUnit
+Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit
 Vector = Any
 """`[n_eval]` float64 per-example values (numpy), aligned with the evaluation split."""
 
@@ -501,6 +502,9 @@ class RunStats(_Result):
     alpha: float = 1 - LEVEL
     """Separability threshold of the Holm-adjusted p-values (1 - level)."""
     failures: list[Failure]
+    sufficiency: list[SufficiencyTask] = Field(default_factory=list)
+    """Per retrieval task, under `--sufficiency` (`report.sufficiency`); empty otherwise."""
+    sufficiency_summary: list[SufficiencySummaryRow] = Field(default_factory=list)
 
     @computed_field
     @property
@@ -540,6 +544,8 @@ class RunStats(_Result):
 def _unit_label(unit: Unit) -> str:
     if isinstance(unit, EvalUnit):
         return f"eval k={unit.k}"
+    if isinstance(unit, SufficiencyUnit):
+        return f"sufficiency k={unit.k}"
     if isinstance(unit, RankUnit):
         return f"rank r={unit.rank}"
     return "scores"
@@ -630,9 +636,11 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
             tasks.append(_task_result(plan, manifest, entry, source, n, done, boot, weights, base, metrics,
                                       headline, sizes, baseline, sets, draw_sets, n_resamples))
     summary = _summary(plan, tasks)
+    suff, suff_summary = sufficiency(manifest, plan, done, tasks, draw_sets)
     run = RunStats(manifest=manifest, tasks=tasks, summary=summary,
                    summary_comparisons=_summary_comparisons(tasks, summary), failures=failures,
-                   method=method, level=level, n_resamples=n_resamples, name=name)
+                   method=method, level=level, n_resamples=n_resamples, name=name,
+                   sufficiency=suff, sufficiency_summary=suff_summary)
     separability([run])
     return run
 

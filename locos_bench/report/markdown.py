@@ -521,10 +521,57 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
                               _image(f"{task.name}: top-k overlap", p.get("overlap"))) if x]
         if images:
             parts.append(" ".join(images))
+    parts += _sufficiency_section(run, hashes)
     failures = _failures_table(run)
     parts += [f"{hashes}# Failed units"]
     parts += [failures] if failures else ["None: every unit finished without an error."]
     return "\n\n".join(parts)
+
+
+SUFFICIENCY = """Sufficiency: each retrieval task evaluated again with **only** a detector's top-k heads
+keeping full attention; every other query head is a *streaming head* that attends to its row's first
+{sink} tokens and last {window} tokens (DuoAttention's KV compression). **retained @k** = mean
+headline metric over the unablated mean (1 = nothing lost; not clipped); **area** = the retained curve's
+area over log2(k), the ablation areas' weights; **floor** = every head streaming. **KV kept** = the share
+of the unmodified model's KV cache the full heads keep over the evaluation prompts, counted in
+key/value heads: under GQA a KV head stays whole when any of its query heads is full (its other query
+heads still stream, so the figure measures the chosen heads alone). **vs r** = area minus r's area,
+paired on examples (and draws); positive = the detector's heads carry more of the task. **gold loss**
+= area of the gold log-prob lost, nats. 95% intervals as above."""
+
+
+def _sufficiency_section(run: RunStats, hashes: str) -> list[str]:
+    """The Sufficiency tables (a run with `--sufficiency`): the summary, then each task."""
+    if not run.sufficiency:
+        return []
+    first = run.sufficiency[0]
+    parts = [f"{hashes}# Sufficiency (KV compression)", SUFFICIENCY.format(sink=first.sink, window=first.window)]
+    budgets = run.budgets
+    rows = []
+    for row in run.sufficiency_summary:
+        rows.append([row.detector, row.tasks, fmt_ci(row.area), fmt(row.kv_kept),
+                     fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos"))])
+    parts += ["Mean over retrieval tasks:",
+              _table(rows, ["detector", "tasks", "retention area", f"KV kept @k={budgets[-1]}",
+                            "vs random", "vs locos"])]
+    for task in run.sufficiency:
+        intro = (f"`{task.task}`: unablated {task.headline} {fmt(task.unablated)} (the ceiling, retained 1); "
+                 f"every head streaming (the floor): retained {fmt_ci(task.floor)}, KV kept {fmt(task.floor_kv)}.")
+        if task.unaffected_layers:
+            intro += (f" Sliding-window layers {', '.join(map(str, task.unaffected_layers))} already attend within "
+                      f"{task.window} tokens: their heads are unaffected by streaming.")
+        rows = []
+        for row in task.rows.values():
+            if not row.ok:
+                rows.append([row.name, *["—"] * (len(budgets) + 4), _md(row.error or "")])
+                continue
+            rows.append([row.name, *(fmt_ci(row.retained.get(k)) for k in budgets), fmt_ci(row.area),
+                         " / ".join(fmt(row.kv_kept.get(k)) for k in budgets),
+                         fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos")), fmt_ci(row.gold_loss)])
+        headers = ["detector", *(f"retained @k={k}" for k in budgets), "area",
+                   f"KV kept @k={'/'.join(map(str, budgets))}", "vs random", "vs locos", "gold loss (nats)"]
+        parts += [intro, _table(rows, headers)]
+    return parts
 
 
 def _definitions(run: RunStats) -> str:

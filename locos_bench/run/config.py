@@ -57,6 +57,12 @@ class RunConfig:
     """lm-eval tasks (names or YAML files) evaluated as controls with each retrieval task's heads."""
     data: Path | None = None
     """Local datasets (`DATA/<task>`); `--preset paper` uses a real benchmark found there."""
+    sufficiency: bool | None = None
+    """Also evaluate each retrieval task with only each detector's top-k heads full and every
+    other head streaming (`kv_sink` first and `kv_window` last tokens; DuoAttention's KV
+    compression). None: the preset's (on in `paper`, off elsewhere)."""
+    kv_sink: int = 4
+    kv_window: int = 64
 
     def resolved(self) -> RunConfig:
         """Fill unset fields from the preset and validate names and sizes."""
@@ -71,6 +77,8 @@ class RunConfig:
         cfg = replace(self, **filled)
         if cfg.calibration_draws is None:
             cfg.calibration_draws = 1
+        cfg.sufficiency = bool(cfg.sufficiency)
+        _check_streaming(cfg.kv_sink, cfg.kv_window)
         cfg.detectors = _resolve_detectors(cfg.detectors, cfg.preset)
         from locos_bench.tasks import load_task
 
@@ -93,6 +101,13 @@ class RunConfig:
         if cfg.output_dir is None:
             cfg.output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
         return cfg
+
+
+def _check_streaming(sink: int, window: int) -> None:
+    """Refuse a sink or window the streaming mask cannot take (one line, before any load)."""
+    for label, value, low in (("--kv-sink", sink, 0), ("--kv-window", window, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise LocosError(f"{label} must be an integer of at least {low} (got {value!r})")
 
 
 def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:

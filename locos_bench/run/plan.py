@@ -3,7 +3,9 @@
 A unit is one piece of work with a typed key (`UnitKey`): a detector's head scores on a
 task (`scores`), an evaluation with a detector's top-k heads ablated (`eval`; the unablated
 baseline is detector `baseline`, k = 0), or one of a detector's top heads ablated alone
-(`rank`, a diagnostic). `RunPlan` enumerates them from a manifest: the harness executes
+(`rank`, a diagnostic), and under `--sufficiency` an evaluation with only a detector's top-k
+heads full and every other head streaming (`suff`; detector `baseline`, k = 0: every head
+streaming, the floor). `RunPlan` enumerates them from a manifest: the harness executes
 `todo(done)`, the analysis walks `eval_keys`/`rank_keys`, and the resume and completeness
 checks compare against `missing(done)`. Nothing else spells a unit key.
 
@@ -40,12 +42,13 @@ class UnitKey:
     """The identity of one unit of work.
 
     Attributes:
-        kind: `scores`, `eval` or `rank`.
+        kind: `scores`, `eval`, `rank` or `suff`.
         task: The task the unit measures.
         detector: Detector name, or `baseline` for the unablated evaluation.
         draw: Draw index: a stochastic detector's random draw, a deterministic detector's
             calibration subset (0 unless `--calibration-draws` > 1).
-        index: The budget k of an `eval` unit, the 1-based rank of a `rank` unit, 0 for `scores`.
+        index: The budget k of an `eval` or `suff` unit, the 1-based rank of a `rank` unit, 0 for
+            `scores`.
         source: The retrieval task whose scores chose the heads of a control task's ablated
             `eval` unit; empty otherwise (a retrieval task ablates its own heads).
     """
@@ -68,6 +71,10 @@ class UnitKey:
     @classmethod
     def rank(cls, task: str, detector: str, draw: int, rank: int) -> UnitKey:
         return cls("rank", task, detector, draw, rank)
+
+    @classmethod
+    def sufficiency(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
+        return cls("suff", task, detector, draw, k)
 
 
 def detector_rng(seed: int, key: UnitKey) -> Any:
@@ -113,6 +120,8 @@ class RunPlan:
         rank_diagnostic: How many of each detector's top heads are ablated alone.
         n_heads: Query heads of the model (caps the rank diagnostic); None if unknown.
         control_heads: `EACH_RETRIEVAL`, or `FIRST_RETRIEVAL` for a run recorded before it.
+        sufficiency: Whether each retrieval task also gets `suff` units (its floor, and each
+            detector draw's top-k heads full at every budget).
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -123,6 +132,7 @@ class RunPlan:
     n_heads: int | None = None
     calibration_draws: int = 1
     control_heads: str = EACH_RETRIEVAL
+    sufficiency: bool = False
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -140,6 +150,7 @@ class RunPlan:
             n_heads=n_heads,
             calibration_draws=int(getattr(manifest, "calibration_draws", 1)),
             control_heads=getattr(manifest, "control_heads", FIRST_RETRIEVAL),
+            sufficiency=getattr(manifest, "sufficiency", None) is not None,
         )
 
     # -- the rules -----------------------------------------------------------------------
@@ -228,6 +239,17 @@ class RunPlan:
             return []
         return [UnitKey.rank(task, detector, 0, r) for r in range(1, self.n_ranks + 1)]
 
+    def floor_key(self, task: str) -> UnitKey:
+        """The sufficiency floor: every head streaming."""
+        return UnitKey.sufficiency(task, BASELINE, 0, 0)
+
+    def sufficiency_keys(self, task: str, detector: str, draw: int = 0) -> list[UnitKey]:
+        """A retrieval task's sufficiency evaluations of one detector draw, smallest k first
+        (none on a control task, or without `sufficiency`)."""
+        if not self.sufficiency or self.task(task).kind != "retrieval":
+            return []
+        return [UnitKey.sufficiency(task, detector, draw, k) for k in self.budgets]
+
     def task_units(self, task: str) -> Iterator[UnitKey]:
         """A task's evaluation and diagnostic units, in execution order."""
         yield self.baseline_key(task)
@@ -237,6 +259,11 @@ class RunPlan:
                     yield from self.eval_keys(task, d.name, draw, source)
         for d in self.detectors:
             yield from self.rank_keys(task, d.name)
+        if self.sufficiency_keys(task, BASELINE):
+            yield self.floor_key(task)
+            for d in self.detectors:
+                for draw in self.draws(d):
+                    yield from self.sufficiency_keys(task, d.name, draw)
 
     def units(self) -> list[UnitKey]:
         """Every unit, in execution order: all scores first (controls borrow them), then
@@ -267,7 +294,7 @@ class RunPlan:
         for k in self.units():
             if k in done or k.kind == "rank":
                 continue
-            if k.kind == "eval" and k.detector != BASELINE:
+            if k.kind in ("eval", "suff") and k.detector != BASELINE:
                 source = done.get(self.source_key(k))
                 if source is None or source.error is not None:
                     continue  # its missing scores are reported; failed scores need no evaluation
@@ -283,14 +310,14 @@ class RunPlan:
             draw = f" draw {k.draw}" if drawn else ""
             if k.source and len(self.sources(k.task)) > 1:
                 draw = f" heads from {k.source}{draw}"
-            if k.kind == "eval" and k.detector != BASELINE:
-                labels.setdefault(("eval", f"{k.task}/{k.detector}{draw}"), []).append(k.index)
+            if k.kind in ("eval", "suff") and k.detector != BASELINE:
+                labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), []).append(k.index)
             elif k.kind == "rank":
                 labels.setdefault(("rank", f"{k.task}/{k.detector}"), []).append(k.index)
             else:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), [])
         out = []
         for (kind, what), idx in labels.items():
-            at = {"eval": " k=", "rank": " r="}.get(kind, "")
+            at = {"eval": " k=", "suff": " k=", "rank": " r="}.get(kind, "")
             out.append(f"{kind} {what}" + (at + ",".join(map(str, idx)) if idx else ""))
         return out

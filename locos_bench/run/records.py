@@ -63,6 +63,16 @@ class DetectorEntry(BaseModel):
     stochastic: bool = False
 
 
+class Streaming(BaseModel):
+    """The streaming heads of a sufficiency run: each attends to its row's first `sink` real
+    tokens and the last `window` tokens (`models.lean_attention.streaming`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sink: int
+    window: int
+
+
 class Manifest(BaseModel):
     """Configuration and provenance of a run directory."""
 
@@ -107,11 +117,15 @@ class Manifest(BaseModel):
     specificity) or `first-retrieval` (runs recorded before it; not part of `config_key`, so
     resuming such a run upgrades it, see `locos_bench.run.plan`)."""
 
+    sufficiency: Streaming | None = None
+    """Set when each retrieval task is also evaluated with only each detector's top-k heads
+    full and every other head streaming (`SufficiencyUnit`); None: no sufficiency units."""
+
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
                                         "positionwise", "sink", "random_draws", "calibration_draws",
-                                        "seed", "rank_diagnostic"})
+                                        "seed", "rank_diagnostic", "sufficiency"})
 
 
 class _Unit(BaseModel):
@@ -168,6 +182,31 @@ class EvalUnit(_Unit):
         return UnitKey.eval(self.task, self.detector, self.draw, self.k, "" if own else self.heads_from)
 
 
+class SufficiencyUnit(_Unit):
+    """The evaluation split with only a detector's top-k heads full, every other head
+    streaming (`Manifest.sufficiency`); detector `baseline` with k = 0: every head streaming."""
+
+    kind: Literal["suff"] = "suff"
+    k: int
+    heads: list[list[int]] = Field(default_factory=list)
+    """The full heads as `[layer, head]`, best first."""
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    """Per-example values of every metric (+ `gold_logprob`), aligned with the evaluation split."""
+    generations: list[str] = Field(default_factory=list)
+    kv_kept: float | None = None
+    """Share of the unmodified model's KV cache these heads keep over the evaluation prompts,
+    in key/value-head units (`models.architecture.kv_kept_share`)."""
+    unaffected_layers: list[int] = Field(default_factory=list)
+    """Sliding-window layers whose window is already at most the streaming window."""
+    reused: bool = False
+    """True when another unit of this task kept the identical head set full and its values
+    were copied."""
+
+    @property
+    def key(self) -> UnitKey:
+        return UnitKey.sufficiency(self.task, self.detector, self.draw, self.k)
+
+
 class RankUnit(_Unit):
     """Diagnostic: a detector's rank-r head ablated alone."""
 
@@ -182,7 +221,7 @@ class RankUnit(_Unit):
         return UnitKey.rank(self.task, self.detector, self.draw, self.rank)
 
 
-_UNIT = TypeAdapter(Annotated[ScoresUnit | EvalUnit | RankUnit, Field(discriminator="kind")])
+_UNIT = TypeAdapter(Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit, Field(discriminator="kind")])
 
 
 def json_schema() -> dict[str, Any]:
