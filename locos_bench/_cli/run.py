@@ -19,6 +19,13 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _alpha_list(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 1.5,2,4 (got {text!r})") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from locos_bench.run.config import PRESETS
 
@@ -68,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first tokens a streaming head keeps (default 4)")
     parser.add_argument("--kv-window", type=int, default=64, metavar="W",
                         help="last tokens a streaming head keeps (default 64)")
+    parser.add_argument("--steer-alphas", type=_alpha_list, default=None, metavar="A[,A]",
+                        help="also evaluate every task with each detector's top-k heads amplified by each "
+                             "alpha (e.g. 1.5,2,4), plus each retrieval task's harder variant")
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
@@ -108,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
-        kv_sink=args.kv_sink, kv_window=args.kv_window,
+        kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas,
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():

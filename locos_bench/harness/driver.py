@@ -40,7 +40,7 @@ from locos_bench.run.provenance import provenance
 from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit, Streaming
 from locos_bench.run.splits import TaskData
 
-_PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic", "suff": "sufficiency"}
+_PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic", "suff": "sufficiency", "steer": "steering"}
 
 
 class Run:
@@ -88,7 +88,7 @@ class Run:
             random_draws=cfg.random_draws, calibration_draws=cfg.calibration_draws, seed=cfg.seed,
             tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
-            control_heads=EACH_RETRIEVAL,
+            control_heads=EACH_RETRIEVAL, steer_alphas=list(cfg.steer_alphas or []),
             sufficiency=Streaming(sink=cfg.kv_sink, window=cfg.kv_window) if cfg.sufficiency else None,
         )
         if cfg.sufficiency:
@@ -220,7 +220,7 @@ class Run:
         if key.detector == BASELINE:
             return Job(key, [], source)
         ranking = rank_heads(self.done[self.plan.source_key(key)].scores, tie_seed=self.manifest.tie_seed)
-        heads = ranking[: key.index] if key.kind in ("eval", "suff") else [ranking[key.index - 1]]
+        heads = ranking[: key.index] if key.kind in ("eval", "suff", "steer") else [ranking[key.index - 1]]
         return Job(key, heads, source)
 
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
@@ -252,8 +252,8 @@ class Run:
 
 
 def _job_key(key: UnitKey, heads: Sequence[Sequence[int]]) -> tuple:
-    """What makes two evaluations identical: kind, task and the set of ablated heads."""
-    return (key.kind, key.task, tuple(sorted(tuple(int(x) for x in h) for h in heads)))
+    """What makes two evaluations identical: kind, task, amplification and the set of heads."""
+    return (key.kind, key.task, key.alpha, tuple(sorted(tuple(int(x) for x in h) for h in heads)))
 
 
 def _unit_heads(unit: Any) -> list[list[int]]:
@@ -269,6 +269,10 @@ def _reused(job: Job, source: Any) -> Any:
     if key.kind == "suff":
         return source.model_copy(update=dict(detector=key.detector, draw=key.draw, k=key.index,
                                              heads=[list(h) for h in job.heads], seconds=0.0, reused=True))
+    if key.kind == "steer":
+        return source.model_copy(update=dict(detector=key.detector, draw=key.draw, k=key.index,
+                                             heads=[list(h) for h in job.heads], heads_from=job.heads_from,
+                                             seconds=0.0, reused=True))
     return EvalUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
                     heads=[list(h) for h in job.heads], heads_from=job.heads_from,
                     values=source.values, generations=source.generations, seconds=0.0, reused=True)

@@ -273,7 +273,7 @@ class RayExecutor:
 def _lost_unit(job: Any, attempts: int, exc: BaseException) -> Any:
     """The error unit of a job whose worker died on every attempt."""
     from locos_bench.detectors import make_detector
-    from locos_bench.run import EvalUnit, RankUnit, ScoresUnit, SufficiencyUnit
+    from locos_bench.run import EvalUnit, RankUnit, ScoresUnit, SteeringUnit, SufficiencyUnit
 
     reason = " ".join(str(exc).split())[:200]
     error = f"worker died {attempts} time(s) running this unit ({type(exc).__name__}: {reason})"
@@ -284,6 +284,9 @@ def _lost_unit(job: Any, attempts: int, exc: BaseException) -> Any:
     if key.kind == "eval":
         return EvalUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
                         heads=[list(h) for h in job.heads], heads_from=job.heads_from, error=error)
+    if key.kind == "steer":
+        return SteeringUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index, alpha=key.alpha,
+                            heads=[list(h) for h in job.heads], heads_from=job.heads_from, error=error)
     if key.kind == "suff":
         return SufficiencyUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
                                heads=[list(h) for h in job.heads], error=error)

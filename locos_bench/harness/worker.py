@@ -23,7 +23,7 @@ from locos_bench.evaluation.ablation import (
     reference_means,
 )
 from locos_bench.names import Head
-from locos_bench.run import EvalUnit, RankUnit, RunConfig, ScoresUnit, SufficiencyUnit
+from locos_bench.run import EvalUnit, RankUnit, RunConfig, ScoresUnit, SteeringUnit, SufficiencyUnit
 from locos_bench.run.plan import UnitKey, detector_rng
 from locos_bench.run.splits import TaskData, build_run_tasks
 from locos_bench.tasks.tokenize import tokenize_example
@@ -91,13 +91,23 @@ class Worker:
         if key.kind == "scores":
             with self._timed("detect"):
                 return self._score(data, key.detector, key.draw)
-        means = self._reference(data) if key.kind != "suff" else None
+        means = self._reference(data) if key.kind not in ("suff", "steer") else None
         if key.kind == "eval":
             with self._timed("evaluate"):
                 return self._eval_unit(data, key, job.heads, means, job.heads_from)
         if key.kind == "suff":
             with self._timed("sufficiency"):
                 return self._sufficiency_unit(data, key, job.heads)
+        if key.kind == "steer" and hasattr(data, "values"):  # an lm-eval control
+            start = time.perf_counter()
+            with self._timed("steering"):
+                hooks = HeadAblation([tuple(h) for h in job.heads], AblationSpec("scale", key.alpha), None).hooks()
+                values = data.values(self.model, hooks, batch_size=self.cfg.batch_size)
+            return SteeringUnit(task=data.spec.name, detector=key.detector, draw=key.draw, k=key.index,
+                                alpha=key.alpha, heads=[list(h) for h in job.heads], heads_from=job.heads_from,
+                                values=values, seconds=time.perf_counter() - start)
+        if key.kind == "steer":
+            return self._eval_units(data, [job])[0]
         with self._timed("rank_diagnostic"):
             return self._rank_unit(data, key, job.heads[0], means)
 
@@ -107,39 +117,45 @@ class Worker:
         retrieval task alike), which any executor gets by handing a worker several jobs at
         once. Each unit equals what `run` computes for its job alone."""
         out: dict[int, Any] = {}
-        evals: dict[str, list[int]] = {}
+        groups: dict[tuple, list[int]] = {}
         for n, job in enumerate(jobs):
             lm_eval_control = hasattr(self.tasks[job.key.task], "values")
-            if job.key.kind == "eval" and self.cfg.eval_head_sets > 1 and not lm_eval_control:
-                evals.setdefault(job.key.task, []).append(n)
+            if job.key.kind in ("eval", "steer") and self.cfg.eval_head_sets > 1 and not lm_eval_control:
+                groups.setdefault((job.key.task, job.key.kind, job.key.alpha), []).append(n)
             else:
                 out[n] = self.run(job)
-        for task, ns in evals.items():
+        for (task, _, _), ns in groups.items():
             for start in range(0, len(ns), self.cfg.eval_head_sets):
                 chunk = ns[start:start + self.cfg.eval_head_sets]
                 for n, unit in zip(chunk, self._eval_units(self.tasks[task], [jobs[n] for n in chunk])):
                     out[n] = unit
         return [out[n] for n in range(len(jobs))]
 
-    def _eval_units(self, data: TaskData, jobs: Sequence[Job]) -> list[EvalUnit]:
-        """Several evaluations of one task in shared batches; seconds are split evenly."""
+    def _eval_units(self, data: TaskData, jobs: Sequence[Job]) -> list[Any]:
+        """Several evaluations of one task in shared batches, all ablations or all steering at
+        one alpha (their heads scaled, `scale:ALPHA`); seconds are split evenly."""
         from locos_bench.evaluation import evaluate_head_sets
 
-        means = self._reference(data)
-        with self._timed("evaluate"):
+        steer = jobs[0].key.kind == "steer"
+        spec = AblationSpec("scale", jobs[0].key.alpha) if steer else self.ablation
+        means = None if steer else self._reference(data)
+        with self._timed("steering" if steer else "evaluate"):
             start = time.perf_counter()
-            ablation = HeadSetAblation([job.heads for job in jobs], self.ablation, means)
+            ablation = HeadSetAblation([job.heads for job in jobs], spec, means)
             results = evaluate_head_sets(self.model, data.spec, data.evaluation, ablation,
                                          batch_size=self.cfg.batch_size, prefix=self._prefix(data))
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
 
-    def _eval_record(self, data: TaskData, job: Job, rows: list[dict[str, Any]], seconds: float) -> EvalUnit:
+    def _eval_record(self, data: TaskData, job: Job, rows: list[dict[str, Any]], seconds: float) -> Any:
         key = job.key
-        return EvalUnit(task=data.spec.name, detector=key.detector, draw=key.draw, k=key.index,
-                        heads=[list(h) for h in job.heads], heads_from=job.heads_from,
-                        values={m: [float(r[m]) for r in rows] for m in data.entry.metrics},
-                        generations=[r["generation"] for r in rows], seconds=seconds)
+        common = dict(task=data.spec.name, detector=key.detector, draw=key.draw, k=key.index,
+                      heads=[list(h) for h in job.heads], heads_from=job.heads_from,
+                      values={m: [float(r[m]) for r in rows] for m in data.entry.metrics},
+                      generations=[r["generation"] for r in rows], seconds=seconds)
+        if key.kind == "steer":
+            return SteeringUnit(alpha=key.alpha, **common)
+        return EvalUnit(**common)
 
     def _sufficiency_unit(self, data: TaskData, key: UnitKey, heads: list[Head]) -> SufficiencyUnit:
         """The evaluation split with only `heads` full, every other head streaming. No clean

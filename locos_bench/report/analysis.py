@@ -128,8 +128,9 @@ from locos_bench.report.bootstrap import (
     task_seed,
     topk_stability,
 )
+from locos_bench.report.steering import SteeringSummaryRow, SteeringTask, steering
 from locos_bench.report.sufficiency import SufficiencySummaryRow, SufficiencyTask, sufficiency
-from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit, SufficiencyUnit
+from locos_bench.run import BASELINE, EvalUnit, Manifest, RankUnit, RunPlan, ScoresUnit, SteeringUnit, SufficiencyUnit
 from locos_bench.run.plan import EACH_RETRIEVAL
 
 GOLD = "gold_logprob"
@@ -139,7 +140,7 @@ RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "
                    "acc", "acc_norm"})
 """Metrics in [0, 1] whose relative drop is clipped to [0, 1] (see Specificity above)."""
 
-Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit
+Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit
 Vector = Any
 """`[n_eval]` float64 per-example values (numpy), aligned with the evaluation split."""
 
@@ -505,6 +506,9 @@ class RunStats(_Result):
     sufficiency: list[SufficiencyTask] = Field(default_factory=list)
     """Per retrieval task, under `--sufficiency` (`report.sufficiency`); empty otherwise."""
     sufficiency_summary: list[SufficiencySummaryRow] = Field(default_factory=list)
+    steering: list[SteeringTask] = Field(default_factory=list)
+    """Per task and heads' source, under `--steer-alphas` (`report.steering`); empty otherwise."""
+    steering_summary: list[SteeringSummaryRow] = Field(default_factory=list)
 
     @computed_field
     @property
@@ -546,6 +550,8 @@ def _unit_label(unit: Unit) -> str:
         return f"eval k={unit.k}"
     if isinstance(unit, SufficiencyUnit):
         return f"sufficiency k={unit.k}"
+    if isinstance(unit, SteeringUnit):
+        return f"steer x{unit.alpha:g} k={unit.k}"
     if isinstance(unit, RankUnit):
         return f"rank r={unit.rank}"
     return "scores"
@@ -611,6 +617,8 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
         return draw_cache[key]
 
     for entry in manifest.tasks:
+        if entry.kind == "variant":  # evaluated only unablated and steered (`report.steering`)
+            continue
         n = len(entry.splits.get("evaluation", []))
         base_unit = done.get(plan.baseline_key(entry.name))
         if n == 0 and base_unit is not None:
@@ -637,10 +645,13 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                                       headline, sizes, baseline, sets, draw_sets, n_resamples))
     summary = _summary(plan, tasks)
     suff, suff_summary = sufficiency(manifest, plan, done, tasks, draw_sets)
+    steer, steer_summary = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
+                                    method=method, level=level)
     run = RunStats(manifest=manifest, tasks=tasks, summary=summary,
                    summary_comparisons=_summary_comparisons(tasks, summary), failures=failures,
                    method=method, level=level, n_resamples=n_resamples, name=name,
-                   sufficiency=suff, sufficiency_summary=suff_summary)
+                   sufficiency=suff, sufficiency_summary=suff_summary,
+                   steering=steer, steering_summary=steer_summary)
     separability([run])
     return run
 

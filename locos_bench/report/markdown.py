@@ -522,6 +522,7 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         if images:
             parts.append(" ".join(images))
     parts += _sufficiency_section(run, hashes)
+    parts += _steering_section(run, hashes)
     failures = _failures_table(run)
     parts += [f"{hashes}# Failed units"]
     parts += [failures] if failures else ["None: every unit finished without an error."]
@@ -571,6 +572,47 @@ def _sufficiency_section(run: RunStats, hashes: str) -> list[str]:
         headers = ["detector", *(f"retained @k={k}" for k in budgets), "area",
                    f"KV kept @k={'/'.join(map(str, budgets))}", "vs random", "vs locos", "gold loss (nats)"]
         parts += [intro, _table(rows, headers)]
+    return parts
+
+
+STEERING = """Steering: every task evaluated again with a detector's top-k heads' outputs scaled by
+alpha (amplified for alpha > 1); retrieval tasks with their own heads, controls with each retrieval
+task's heads, and each retrieval task's **harder variant** (longer context, more distractors: where
+accuracy has room to rise) with its task's heads. **gain @k** = mean of steered minus unablated headline
+metric (metric units; positive = it helped); **area** = the gain curve's area over log2(k); **gold gain**
+= the same area for the gold log-prob, nats. The summary takes each detector's **best alpha** (largest
+mean relative gain over retrieval tasks and variants; chosen on the evaluation examples, so
+optimistic): **retrieval gain** and **harder gain** = mean over those tasks of gain area over the
+unablated mean; **control cost** = minus the same over control pairs (positive = amplification hurt
+the control); **vs random** = retrieval gain minus random's at that alpha, paired. 95% intervals."""
+
+
+def _steering_section(run: RunStats, hashes: str) -> list[str]:
+    """The Steering tables (a run with `--steer-alphas`): the summary, then each task."""
+    if not run.steering:
+        return []
+    budgets = run.budgets
+    variants = {t.task: t.source for t in run.steering if t.kind == "variant"}
+    named = "; ".join(f"`{v}` for `{b}`" for v, b in variants.items()) or "none in this run"
+    parts = [f"{hashes}# Steering (amplification)", STEERING, f"Harder variants: {named}.",
+             "Per detector, at its best alpha:"]
+    rows = [[r.detector, "—" if r.best_alpha is None else f"{r.best_alpha:g}", fmt_ci(r.retrieval_gain),
+             fmt_ci(r.harder_gain), fmt_ci(r.control_cost), fmt_ci(r.vs_random)] for r in run.steering_summary]
+    parts.append(_table(rows, ["detector", "best alpha", "retrieval gain (relative)", "harder gain (relative)",
+                               "control cost (relative)", "vs random"]))
+    for task in run.steering:
+        heads = "its own heads" if task.source == task.task else f"the heads of `{task.source}`"
+        parts.append(f"`{task.task}` ({task.kind}, {heads}): unablated {task.headline} {fmt(task.unablated)}.")
+        rows = []
+        for row in task.rows.values():
+            for alpha in sorted(row.area) or [None]:
+                if alpha is None:
+                    rows.append([row.name, "—", *["—"] * (len(budgets) + 2)])
+                    continue
+                rows.append([row.name, f"{alpha:g}", *(fmt_ci(row.gains[alpha].get(k)) for k in budgets),
+                             fmt_ci(row.area[alpha]), fmt_ci(row.gold_area.get(alpha))])
+        parts.append(_table(rows, ["detector", "alpha", *(f"gain @k={k}" for k in budgets), "area",
+                                   "gold gain (nats)"]))
     return parts
 
 

@@ -122,7 +122,7 @@ def _task(plan: RunPlan, manifest: Manifest, done: dict, result: Any, draw_sets:
                           bootstrap=boot, base=base[headline])
     floor = done.get(plan.floor_key(result.name))
     if floor is not None and floor.error is None:
-        out.floor = _ratio([(1.0, boot, _vector(floor, headline, n))], boot, base[headline])
+        out.floor = ratio_estimate([(1.0, boot, unit_vector(floor, headline, n))], boot, base[headline])
         out.floor_kv = floor.kv_kept
         out.unaffected_layers = list(floor.unaffected_layers)
     rows = [_row(plan, done, result, det, base, weights, draw_sets) for det in plan.detectors]
@@ -131,7 +131,7 @@ def _task(plan: RunPlan, manifest: Manifest, done: dict, result: Any, draw_sets:
         for ref in REFERENCES:
             other = by_name.get(ref)
             if row.ok and other is not None and other.ok and ref != row.name:
-                row.versus[ref] = _ratio([(1.0, boot, row.area_terms), (-1.0, boot, other.area_terms)],
+                row.versus[ref] = ratio_estimate([(1.0, boot, row.area_terms), (-1.0, boot, other.area_terms)],
                                          boot, base[headline])
     rows.sort(key=lambda r: (not r.ok, -_value(r.area), r.name))
     out.rows = {r.name: r for r in rows}
@@ -155,7 +155,7 @@ def _row(plan: RunPlan, done: dict, result: Any, det: Any, base: dict, weights: 
         if failed:
             errors.append(failed[0])
             continue
-        per_draw.append({m: {u.k: _vector(u, m, n) for u in units} for m in base})
+        per_draw.append({m: {u.k: unit_vector(u, m, n) for u in units} for m in base})
         for u in units:
             kv.setdefault(u.k, []).append(u.kv_kept if u.kv_kept is not None else math.nan)
         row.draws.append(draw)
@@ -169,11 +169,11 @@ def _row(plan: RunPlan, done: dict, result: Any, det: Any, base: dict, weights: 
         return PerDraw(np.stack(vecs), draws) if draws is not None else vecs[0]
 
     for k in budgets:
-        row.retained[k] = _ratio([(1.0, boot, term([d[headline][k] for d in per_draw]))], boot, base[headline])
-    row.area_terms = term([_weighted(weights, [d[headline][k] for k in budgets]) for d in per_draw])
-    row.area = _ratio([(1.0, boot, row.area_terms)], boot, base[headline])
+        row.retained[k] = ratio_estimate([(1.0, boot, term([d[headline][k] for d in per_draw]))], boot, base[headline])
+    row.area_terms = term([weighted(weights, [d[headline][k] for k in budgets]) for d in per_draw])
+    row.area = ratio_estimate([(1.0, boot, row.area_terms)], boot, base[headline])
     if GOLD in base:
-        loss = term([_weighted(weights, [base[GOLD] - d[GOLD][k] for k in budgets]) for d in per_draw])
+        loss = term([weighted(weights, [base[GOLD] - d[GOLD][k] for k in budgets]) for d in per_draw])
         row.gold_loss = boot.estimate(loss) if not isinstance(loss, PerDraw) else _combine(boot, loss)
     return row
 
@@ -191,14 +191,14 @@ def _combine(boot: Bootstrap, x: Any) -> Estimate:
     return combine([(1.0, boot, x)])
 
 
-def _weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
+def weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
     out = weights[0] * vecs[0]
     for w, v in zip(weights[1:], vecs[1:]):
         out = out + w * v
     return out
 
 
-def _vector(unit: Any, metric: str, n: int) -> np.ndarray:
+def unit_vector(unit: Any, metric: str, n: int) -> np.ndarray:
     from locos_bench.errors import LocosError
 
     vals = unit.values.get(metric)
@@ -211,7 +211,7 @@ def _per_example(x: Any) -> np.ndarray:
     return x.mean_over_draws() if isinstance(x, PerDraw) else x
 
 
-def _ratio(terms: list[tuple[float, Bootstrap, Any]], boot: Bootstrap, base: np.ndarray) -> Estimate | None:
+def ratio_estimate(terms: list[tuple[float, Bootstrap, Any]], boot: Bootstrap, base: np.ndarray) -> Estimate | None:
     """`sum c * mean(x)` over the mean of `base`, each replicate its own ratio; None when the
     ceiling is 0 (nothing to retain)."""
     den = boot.mean(base)
@@ -235,19 +235,21 @@ def _summary(plan: RunPlan, tasks: list[SufficiencyTask]) -> list[SufficiencySum
         usable = [t for t in tasks if det.name in t.rows and t.rows[det.name].ok]
         row = SufficiencySummaryRow(detector=det.name, tasks=len(usable))
         if usable:
-            row.area = _mean([(t, [(1.0, t.bootstrap, t.rows[det.name].area_terms)]) for t in usable])
+            row.area = mean_of_ratios([(t, [(1.0, t.bootstrap, t.rows[det.name].area_terms)]) for t in usable])
             row.kv_kept = float(np.mean([t.rows[det.name].kv_kept[budgets[-1]] for t in usable]))
             for ref in REFERENCES:
                 pairs = [t for t in usable if ref in t.rows and t.rows[ref].ok and ref != det.name]
                 if pairs:
-                    row.versus[ref] = _mean([(t, [(1.0, t.bootstrap, t.rows[det.name].area_terms),
+                    row.versus[ref] = mean_of_ratios([(t, [(1.0, t.bootstrap, t.rows[det.name].area_terms),
                                                   (-1.0, t.bootstrap, t.rows[ref].area_terms)]) for t in pairs])
         rows.append(row)
     return sorted(rows, key=lambda r: (-_value(r.area), r.detector))
 
 
-def _mean(parts: list[tuple[SufficiencyTask, list[tuple[float, Bootstrap, Any]]]]) -> Estimate | None:
-    """Mean over tasks of per-task ratios (each task's terms over its ceiling)."""
+def mean_of_ratios(parts: list[tuple[Any, list[tuple[float, Bootstrap, Any]]]]) -> Estimate | None:
+    """Mean over tasks of per-task ratios: each part is (a task with `bootstrap` and `base`,
+    its terms); each task's terms over the mean of its `base`. Tasks whose base mean is 0 are
+    left out."""
     parts = [(t, terms) for t, terms in parts if t.bootstrap.mean(t.base) != 0]
     if not parts:
         return None

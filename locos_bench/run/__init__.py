@@ -13,7 +13,7 @@ schema), `provenance`, `rundir` (atomic I/O, lock, resume, repair).
 from locos_bench.presets import PRESETS
 from locos_bench.run.config import RunConfig
 from locos_bench.run.plan import BASELINE, RunPlan, UnitKey
-from locos_bench.run.records import EvalUnit, Manifest, RankUnit, ScoresUnit, SufficiencyUnit
+from locos_bench.run.records import EvalUnit, Manifest, RankUnit, ScoresUnit, SteeringUnit, SufficiencyUnit
 from locos_bench.run.rundir import RunDir, load_run
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "RunDir",
     "RunPlan",
     "ScoresUnit",
+    "SteeringUnit",
     "SufficiencyUnit",
     "UnitKey",
     "load_run",

@@ -63,6 +63,12 @@ class RunConfig:
     compression). None: the preset's (on in `paper`, off elsewhere)."""
     kv_sink: int = 4
     kv_window: int = 64
+    steer_alphas: list[float] | None = None
+    """Amplifications: every task evaluated again with each detector's top-k heads' outputs
+    scaled by each alpha (> 0, not 1), plus each retrieval task's harder variant
+    (`TaskSpec.harder`) with that task's heads. None: the preset's (none)."""
+    variants: dict[str, str] = field(default_factory=dict)
+    """Filled by `resolved`: harder variant -> the retrieval task whose heads it is steered with."""
 
     def resolved(self) -> RunConfig:
         """Fill unset fields from the preset and validate names and sizes."""
@@ -79,11 +85,16 @@ class RunConfig:
             cfg.calibration_draws = 1
         cfg.sufficiency = bool(cfg.sufficiency)
         _check_streaming(cfg.kv_sink, cfg.kv_window)
+        cfg.steer_alphas = _check_alphas(cfg.steer_alphas or [])
         cfg.detectors = _resolve_detectors(cfg.detectors, cfg.preset)
         from locos_bench.tasks import load_task
 
-        for task in cfg.tasks:
-            load_task(task)  # a name or a YAML path; unknown names fail here, with did-you-mean
+        specs = [load_task(task) for task in cfg.tasks]  # unknown names fail here, with did-you-mean
+        cfg.variants = {}
+        if cfg.steer_alphas:
+            for spec in specs:
+                if spec.kind == "retrieval" and spec.harder and spec.harder not in cfg.tasks:
+                    cfg.variants.setdefault(load_task(spec.harder).name, spec.name)
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
                                   ("--calibration-draws", cfg.calibration_draws, 1),
@@ -101,6 +112,21 @@ class RunConfig:
         if cfg.output_dir is None:
             cfg.output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
         return cfg
+
+
+def _check_alphas(alphas: Sequence[float]) -> list[float]:
+    """Distinct amplifications in the given order; each a finite number > 0 and not 1."""
+    import math
+
+    out: list[float] = []
+    for alpha in alphas:
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+            raise LocosError(f"--steer-alphas must be numbers above 0 (got {alpha!r})")
+        if alpha == 1:
+            raise LocosError("--steer-alphas: 1 leaves the heads unchanged; give amplifications such as 1.5,2,4")
+        if float(alpha) not in out:
+            out.append(float(alpha))
+    return out
 
 
 def _check_streaming(sink: int, window: int) -> None:

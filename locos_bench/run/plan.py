@@ -59,6 +59,8 @@ class UnitKey:
     draw: int = 0
     index: int = 0
     source: str = ""
+    alpha: float = 0.0
+    """The amplification of a `steer` unit (0 for every other kind)."""
 
     @classmethod
     def scores(cls, task: str, detector: str, draw: int = 0) -> UnitKey:
@@ -75,6 +77,10 @@ class UnitKey:
     @classmethod
     def sufficiency(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
         return cls("suff", task, detector, draw, k)
+
+    @classmethod
+    def steer(cls, task: str, detector: str, draw: int, k: int, alpha: float, source: str = "") -> UnitKey:
+        return cls("steer", task, detector, draw, k, source, float(alpha))
 
 
 def detector_rng(seed: int, key: UnitKey) -> Any:
@@ -97,7 +103,9 @@ class _Done(Protocol):
 class PlannedTask:
     name: str
     kind: str
-    """`retrieval` or `control`."""
+    """`retrieval`, `control` or `variant` (a harder variant of a retrieval task, evaluated
+    only unablated and steered, with that task's heads)."""
+    variant_of: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,9 @@ class RunPlan:
         control_heads: `EACH_RETRIEVAL`, or `FIRST_RETRIEVAL` for a run recorded before it.
         sufficiency: Whether each retrieval task also gets `suff` units (its floor, and each
             detector draw's top-k heads full at every budget).
+        steer_alphas: Amplifications of `steer` units: every task (controls and variants with
+            their sources' heads) evaluated with each detector draw's top-k heads scaled by
+            each alpha.
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -133,6 +144,7 @@ class RunPlan:
     calibration_draws: int = 1
     control_heads: str = EACH_RETRIEVAL
     sufficiency: bool = False
+    steer_alphas: tuple[float, ...] = ()
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -142,7 +154,7 @@ class RunPlan:
         if "n_layers" in info and "n_heads" in info:
             n_heads = int(info["n_layers"]) * int(info["n_heads"])
         return cls(
-            tasks=tuple(PlannedTask(t.name, t.kind) for t in manifest.tasks),
+            tasks=tuple(PlannedTask(t.name, t.kind, getattr(t, "variant_of", None) or "") for t in manifest.tasks),
             detectors=tuple(PlannedDetector(d.name, bool(d.stochastic)) for d in manifest.detectors),
             budgets=tuple(sorted(set(manifest.budgets))),
             random_draws=int(manifest.random_draws),
@@ -151,6 +163,7 @@ class RunPlan:
             calibration_draws=int(getattr(manifest, "calibration_draws", 1)),
             control_heads=getattr(manifest, "control_heads", FIRST_RETRIEVAL),
             sufficiency=getattr(manifest, "sufficiency", None) is not None,
+            steer_alphas=tuple(getattr(manifest, "steer_alphas", None) or ()),
         )
 
     # -- the rules -----------------------------------------------------------------------
@@ -171,6 +184,8 @@ class RunPlan:
         first only)."""
         if self.task(task).kind == "retrieval":
             return [task]
+        if self.task(task).kind == "variant":
+            return [self.task(task).variant_of]
         if not self.retrieval_tasks:
             raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
         return self.retrieval_tasks[:1] if self.control_heads == FIRST_RETRIEVAL else self.retrieval_tasks
@@ -180,13 +195,14 @@ class RunPlan:
         return key.source or key.task
 
     def _source(self, task: str, source: str) -> str:
-        """The key's `source` field: empty on a retrieval task, one of `sources` on a control."""
+        """The key's `source` field: empty on a retrieval task, one of `sources` on a control
+        or a variant."""
         if self.task(task).kind == "retrieval":
             if source not in ("", task):
                 raise LocosError(f"retrieval task {task!r} ablates its own heads, not {source!r}'s")
             return ""
         if source not in self.sources(task):
-            raise LocosError(f"control task {task!r} is not evaluated with heads from {source!r} "
+            raise LocosError(f"{self.task(task).kind} task {task!r} is not evaluated with heads from {source!r} "
                              f"(sources: {', '.join(self.sources(task))})")
         return source
 
@@ -250,9 +266,18 @@ class RunPlan:
             return []
         return [UnitKey.sufficiency(task, detector, draw, k) for k in self.budgets]
 
+    def steer_keys(self, task: str, detector: str, draw: int = 0, source: str = "") -> list[UnitKey]:
+        """A task's steering evaluations of one detector draw: each alpha, each budget."""
+        source = self._source(task, source)
+        return [UnitKey.steer(task, detector, draw, k, a, source) for a in self.steer_alphas for k in self.budgets]
+
     def task_units(self, task: str) -> Iterator[UnitKey]:
-        """A task's evaluation and diagnostic units, in execution order."""
+        """A task's evaluation and diagnostic units, in execution order (a variant's: its
+        baseline and steering only)."""
         yield self.baseline_key(task)
+        if self.task(task).kind == "variant":
+            yield from self._steer_units(task)
+            return
         for source in self.sources(task):
             for d in self.detectors:
                 for draw in self.draws(d):
@@ -264,6 +289,13 @@ class RunPlan:
             for d in self.detectors:
                 for draw in self.draws(d):
                     yield from self.sufficiency_keys(task, d.name, draw)
+        yield from self._steer_units(task)
+
+    def _steer_units(self, task: str) -> Iterator[UnitKey]:
+        for source in self.sources(task):
+            for d in self.detectors:
+                for draw in self.draws(d):
+                    yield from self.steer_keys(task, d.name, draw, source)
 
     def units(self) -> list[UnitKey]:
         """Every unit, in execution order: all scores first (controls borrow them), then
@@ -294,7 +326,7 @@ class RunPlan:
         for k in self.units():
             if k in done or k.kind == "rank":
                 continue
-            if k.kind in ("eval", "suff") and k.detector != BASELINE:
+            if k.kind in ("eval", "suff", "steer") and k.detector != BASELINE:
                 source = done.get(self.source_key(k))
                 if source is None or source.error is not None:
                     continue  # its missing scores are reported; failed scores need no evaluation
@@ -310,7 +342,9 @@ class RunPlan:
             draw = f" draw {k.draw}" if drawn else ""
             if k.source and len(self.sources(k.task)) > 1:
                 draw = f" heads from {k.source}{draw}"
-            if k.kind in ("eval", "suff") and k.detector != BASELINE:
+            if k.kind == "steer":
+                labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw} x{k.alpha:g}"), []).append(k.index)
+            elif k.kind in ("eval", "suff") and k.detector != BASELINE:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), []).append(k.index)
             elif k.kind == "rank":
                 labels.setdefault(("rank", f"{k.task}/{k.detector}"), []).append(k.index)
@@ -318,6 +352,6 @@ class RunPlan:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), [])
         out = []
         for (kind, what), idx in labels.items():
-            at = {"eval": " k=", "suff": " k=", "rank": " r="}.get(kind, "")
+            at = {"eval": " k=", "suff": " k=", "steer": " k=", "rank": " r="}.get(kind, "")
             out.append(f"{kind} {what}" + (at + ",".join(map(str, idx)) if idx else ""))
         return out

@@ -38,7 +38,9 @@ class TaskEntry(BaseModel):
 
     name: str
     version: int
-    kind: Literal["retrieval", "control"]
+    kind: Literal["retrieval", "control", "variant"]
+    """`variant`: a harder variant of a retrieval task (`variant_of`), evaluated only unablated
+    and steered, with that task's heads (runs with `steer_alphas`)."""
     metrics: list[str]
     """Task metrics; the first is the headline metric."""
     splits: dict[str, list[int]]
@@ -47,6 +49,7 @@ class TaskEntry(BaseModel):
     data_hash: str
     """sha256 over every used example's prompt and answers: detects changed generators."""
     chance: float | None = None
+    variant_of: str | None = None
 
 
 class DetectorEntry(BaseModel):
@@ -121,11 +124,14 @@ class Manifest(BaseModel):
     """Set when each retrieval task is also evaluated with only each detector's top-k heads
     full and every other head streaming (`SufficiencyUnit`); None: no sufficiency units."""
 
+    steer_alphas: list[float] = Field(default_factory=list)
+    """Amplifications of the steering units (`SteeringUnit`); empty: none."""
+
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
                                         "positionwise", "sink", "random_draws", "calibration_draws",
-                                        "seed", "rank_diagnostic", "sufficiency"})
+                                        "seed", "rank_diagnostic", "sufficiency", "steer_alphas"})
 
 
 class _Unit(BaseModel):
@@ -207,6 +213,27 @@ class SufficiencyUnit(_Unit):
         return UnitKey.sufficiency(self.task, self.detector, self.draw, self.k)
 
 
+class SteeringUnit(_Unit):
+    """The evaluation split with a detector's top-k heads' outputs scaled by `alpha` (> 1
+    amplifies; `Manifest.steer_alphas`)."""
+
+    kind: Literal["steer"] = "steer"
+    k: int
+    alpha: float
+    heads: list[list[int]] = Field(default_factory=list)
+    """The scaled heads as `[layer, head]`, best first."""
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    generations: list[str] = Field(default_factory=list)
+    heads_from: str | None = None
+    """Task whose calibration split chose the heads (a control or variant borrows them)."""
+    reused: bool = False
+
+    @property
+    def key(self) -> UnitKey:
+        own = self.heads_from in (None, self.task)
+        return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from)
+
+
 class RankUnit(_Unit):
     """Diagnostic: a detector's rank-r head ablated alone."""
 
@@ -221,7 +248,7 @@ class RankUnit(_Unit):
         return UnitKey.rank(self.task, self.detector, self.draw, self.rank)
 
 
-_UNIT = TypeAdapter(Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit, Field(discriminator="kind")])
+_UNIT = TypeAdapter(Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")])
 
 
 def json_schema() -> dict[str, Any]:

@@ -4,7 +4,7 @@ A run directory holds:
 
 * `manifest.json` - the configuration and provenance (`Manifest`), written atomically;
 * `results.jsonl` - one line per finished unit (`ScoresUnit`, `EvalUnit`, `RankUnit`,
-  `SufficiencyUnit`), appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
+  `SufficiencyUnit`, `SteeringUnit`), appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
   on reading, and duplicate keys keep the first, so a rerun resumes without recomputing,
   losing or duplicating a finished unit. A mangled line elsewhere (a disk or copy error) is
   named by file and line; a resuming run sets it aside in `results.corrupt.jsonl` and
@@ -33,7 +33,7 @@ from pydantic import Field, ValidationError
 
 from locos_bench.errors import LocosError
 from locos_bench.run.plan import RunPlan
-from locos_bench.run.records import _UNIT, EvalUnit, Manifest, RankUnit, ScoresUnit, SufficiencyUnit
+from locos_bench.run.records import _UNIT, EvalUnit, Manifest, RankUnit, ScoresUnit, SteeringUnit, SufficiencyUnit
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -66,7 +66,7 @@ def _one_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit, Field(discriminator="kind")]
+Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")]
 
 
 class RunDir:
@@ -124,7 +124,7 @@ class RunDir:
     def write_manifest(self, manifest: Manifest) -> None:
         write_json_atomic(self.manifest_path, manifest.model_dump(mode="json"))
 
-    def read_units(self, *, repair: bool = False) -> list[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit]:
+    def read_units(self, *, repair: bool = False) -> list[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit]:
         """Every valid unit, first occurrence of each key; a torn last line is skipped.
 
         Args:
@@ -179,7 +179,7 @@ class RunDir:
             else:
                 child.unlink()
 
-    def append(self, unit: ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit) -> None:
+    def append(self, unit: ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit) -> None:
         """Append one unit as a single write, then fsync."""
         self.path.mkdir(parents=True, exist_ok=True)
         line = (unit.model_dump_json() + "\n").encode()
@@ -228,7 +228,7 @@ class RunDir:
             os.close(fd)  # closing releases the lock
 
 
-def load_run(path: Path | str) -> tuple[Manifest, list[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit]]:
+def load_run(path: Path | str) -> tuple[Manifest, list[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit]]:
     """Read a complete run directory; a `LocosError` names what is wrong (missing,
     unreadable, incomplete) in one line."""
     path = Path(path)

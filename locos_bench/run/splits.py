@@ -47,6 +47,9 @@ class TaskData:
     evaluation: list[Example]
     more_calibration: list[list[Example]] = field(default_factory=list)
     """Calibration subsets 1..R-1 under `--calibration-draws R` (subset 0 is `calibration`)."""
+    variant_of: str | None = None
+    """Set on a harder variant of a retrieval task (steering runs): evaluated with that task's
+    heads, unablated and steered only."""
 
     def calibration_draw(self, draw: int) -> list[Example]:
         """The calibration subset of a draw (draw mod R)."""
@@ -66,14 +69,14 @@ class TaskData:
     def entry(self) -> TaskEntry:
         """The task as the manifest records it, with the exact example indices per split."""
         return TaskEntry(
-            name=self.spec.name, version=self.spec.version, kind=self.spec.kind,
+            name=self.spec.name, version=self.spec.version, kind="variant" if self.variant_of else self.spec.kind,
             metrics=list(dict.fromkeys([*self.spec.metrics, "rouge_l", "gold_logprob"])),
             splits={**{name: [e.index for e in self.split(name)] for name in SPLITS},
                     **{_draw_split(d): [e.index for e in part]
                        for d, part in enumerate(self.more_calibration, 1)}},
             data_hash=data_hash([*self.calibration, *self.reference, *self.evaluation,
                                  *(e for part in self.more_calibration for e in part)]),
-            chance=self.spec.chance,
+            chance=self.spec.chance, variant_of=self.variant_of,
         )
 
 
@@ -214,4 +217,10 @@ def build_run_tasks(cfg: Any, model: Any) -> tuple[dict[str, TaskData], dict[str
     why. Any worker that holds the same configuration builds the same splits.
     """
     specs, fallbacks = resolve_tasks(cfg.tasks, data=cfg.data, prefer_real=cfg.preset == "paper")
-    return {spec.name: build_task_data(spec, cfg, model) for spec in specs}, fallbacks
+    tasks = {spec.name: build_task_data(spec, cfg, model) for spec in specs}
+    variants = getattr(cfg, "variants", None) or {}
+    if variants:
+        for spec in resolve_tasks(list(variants), data=None)[0]:
+            tasks[spec.name] = build_task_data(spec, cfg, model)
+            tasks[spec.name].variant_of = variants[spec.name]
+    return tasks, fallbacks

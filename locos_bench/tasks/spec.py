@@ -139,6 +139,10 @@ class TaskSpec(BaseModel):
     seed: int = 0
     chance: float | None = None
     """Accuracy of guessing (for example 1/4 with four candidate names), when defined."""
+    harder: str | None = None
+    """A harder variant of this retrieval task (longer context, more distractors), where
+    accuracy has room to rise: steering runs (`--steer-alphas`) also evaluate it with this
+    task's heads."""
 
     @field_validator("depths")
     @classmethod
