@@ -4,7 +4,11 @@ Either `--task T --index I` (example I of the task, in the model's prompt format
 `--prompt TEXT --answer TEXT --needle TEXT` (the prompt as is; `@FILE` reads a file). The page
 goes to `--output` (written atomically); `--json` also prints its numbers. `--ablate`
 mean-ablates the top heads over the task's reference split (as `locos-bench run --preset P`
-builds it) and shows the greedy answer before and after.
+builds it) and shows the greedy answer before and after. Beside it, always, sufficiency: the
+answer with only the top heads full and every other head streaming (`--kv-sink`,
+`--kv-window`), and the floor with every head streaming; a model whose attention cannot stream
+(eager) gets a note on the page and on stderr instead. `--steer-alpha A` also shows the answer
+with the top heads' outputs scaled by A.
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="default", choices=sorted(PRESETS),
                         help="run preset whose reference split --ablate uses (default default)")
     parser.add_argument("--max-new-tokens", type=int, help="greedy budget (default: the task's, else 16)")
+    parser.add_argument("--kv-sink", type=int, default=4, metavar="S",
+                        help="sufficiency: first tokens a streaming head keeps (default 4)")
+    parser.add_argument("--kv-window", type=int, default=64, metavar="W",
+                        help="sufficiency: last tokens a streaming head keeps (default 64)")
+    parser.add_argument("--steer-alpha", type=float, metavar="A",
+                        help="also answer with the top heads' outputs scaled by A (default: not)")
 
 
 def _read_prompt(text: str) -> str:
@@ -89,8 +99,12 @@ def prompt_example(prompt: str, answer: str, needles: list[str], distractors: li
 
 
 def main(args: argparse.Namespace) -> int:
+    import math
+
     from locos_bench.explain import explain, write_page
+    from locos_bench.explain.attribution import headline_metric
     from locos_bench.models import load_model
+    from locos_bench.run.config import check_streaming
     from locos_bench.tasks import load_task, make_example
 
     # Everything that can be checked without the model is checked first.
@@ -98,6 +112,9 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError(f"--top must be at least 1, got {args.top}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise LocosError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    check_streaming(args.kv_sink, args.kv_window)
+    if args.steer_alpha is not None and not math.isfinite(args.steer_alpha):
+        raise LocosError(f"--steer-alpha must be a finite number, got {args.steer_alpha!r}")
     if (args.task is None) == (args.prompt is None):
         raise LocosError("give either --task T [--index I] or --prompt TEXT --answer TEXT --needle TEXT")
     spec = example = None
@@ -128,10 +145,14 @@ def main(args: argparse.Namespace) -> int:
         if args.ablate:
             reference = reference_split(spec, model, args.preset)
     budget = args.max_new_tokens or (spec.max_new_tokens if spec is not None else 16)
-    result = explain(model, example, top=args.top, reference=reference, max_new_tokens=budget)
+    result = explain(model, example, top=args.top, reference=reference, max_new_tokens=budget,
+                     metric=headline_metric(spec) if spec is not None else "contains",
+                     kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alpha=args.steer_alpha)
     path = write_page(result, args.output)
     if args.json:
         print_json(result.to_json())
+    if result.sufficiency and "unavailable" in result.sufficiency:
+        print(f"note: no sufficiency on this page: {result.sufficiency['unavailable']}", file=sys.stderr)
     print(f"wrote {path} (top head {result.to_json()['top'][0]}; {result.verdict['mean']['text']})",
           file=sys.stderr)
     return 0

@@ -10,7 +10,17 @@ and computes, with the detectors' own functions (no second formula):
   and the attention row `A_h[q_j, s]` (`heads.attention_rows`);
 * a verdict: how much of the top heads' answer-direction write comes from the needle;
 * the model's greedy answer (`evaluation.generate_answers`) and, given reference prompts, the
-  greedy answer with the top heads mean-ablated (`evaluation.ablation.HeadAblation`).
+  greedy answer with the top heads mean-ablated (`evaluation.ablation.HeadAblation`);
+* sufficiency: the greedy answer with the top heads as the only full-attention heads and every
+  other head streaming (`models.lean_attention.only_full`: its row's first `kv_sink` and last
+  `kv_window` tokens), beside the floor where every head streams, with the KV-cache share each
+  keeps (`models.architecture.kv_kept_share`). A model whose attention cannot stream (the
+  eager path) gets a note saying why instead, never a silently full-attention answer;
+* optionally steering: the greedy answer with the top heads' outputs scaled by alpha
+  (`AblationSpec.parse("scale:ALPHA")`).
+
+Each answer is judged by one text metric (`metric`, the task's headline metric where there is
+a task): `correct` is that metric scoring 1.
 
 `Explanation.to_json()` holds every number; `explain.page.render_html` embeds it in one
 self-contained page.
@@ -29,6 +39,11 @@ from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 _WHERE = {"needle": "the needle", "distractors": "distractors", "elsewhere": "elsewhere"}
+
+KV_SINK = 4
+"""Default first tokens a streaming head keeps (as `locos-bench run --kv-sink`)."""
+KV_WINDOW = 64
+"""Default last tokens a streaming head keeps (as `locos-bench run --kv-window`)."""
 
 
 @dataclass
@@ -52,8 +67,18 @@ class Explanation:
         verdict: `mean` and per answer token: the top heads' summed write from needle,
             distractors and elsewhere, and a one-line text.
         greedy: The model's greedy answer.
-        ablation: With `reference`, the top heads mean-ablated: heads, greedy answer and gold
-            log-prob before and after.
+        metric: The text metric that judges answers (`tasks.metrics`).
+        correct: Whether `greedy` is correct (`metric` scores 1).
+        gold_logprob: Mean log-prob of the gold answer tokens, teacher-forced.
+        ablation: With `reference`, the top heads mean-ablated: heads, greedy answer, whether
+            it is correct, and gold log-prob before and after.
+        sufficiency: The top heads as the only full heads (`top`) and every head streaming
+            (`floor`): each with its greedy answer, gold log-prob, correctness and `kv_kept`;
+            `sink`, `window`, `unaffected_layers`, a `note` (or None) and a one-line `text`. On a
+            model that cannot stream: `heads`, `sink`, `window` and `unavailable` (why). None
+            when not asked for.
+        steering: With `steer_alpha`, the top heads' outputs scaled by `alpha`: greedy answer,
+            correctness and gold log-prob.
     """
 
     model: str
@@ -74,7 +99,12 @@ class Explanation:
     sources: dict[str, dict[str, list[list[float]]]]
     verdict: dict[str, Any]
     greedy: str
+    metric: str = "contains"
+    correct: bool | None = None
+    gold_logprob: float | None = None
     ablation: dict[str, Any] | None = None
+    sufficiency: dict[str, Any] | None = None
+    steering: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         ex = self.example
@@ -85,6 +115,9 @@ class Explanation:
             "prompt": ex.prompt,
             "answers": list(ex.answers),
             "greedy": self.greedy,
+            "metric": self.metric,
+            "correct": self.correct,
+            "gold_logprob": self.gold_logprob,
             "tokens": self.tokens,
             "prompt_len": self.prompt_len,
             "answer_positions": self.answer_positions,
@@ -102,6 +135,8 @@ class Explanation:
             "sources": self.sources,
             "verdict": self.verdict,
             "ablation": self.ablation,
+            "sufficiency": self.sufficiency,
+            "steering": self.steering,
         }
 
 
@@ -205,6 +240,11 @@ def explain(
     reference: Sequence[Example] | None = None,
     max_new_tokens: int = 16,
     final_norm: bool = True,
+    metric: str = "contains",
+    sufficiency: bool = True,
+    kv_sink: int = KV_SINK,
+    kv_window: int = KV_WINDOW,
+    steer_alpha: float | None = None,
 ) -> Explanation:
     """Explain `example`'s answer on `model` (see the module docstring).
 
@@ -214,22 +254,37 @@ def explain(
             (the harness's reference split); None skips the ablation.
         max_new_tokens: Generation budget of the greedy answers.
         final_norm: As `locos`'s parameter of that name.
+        metric: The text metric (`tasks.metrics`) whose score of 1 makes an answer correct.
+        sufficiency: Also answer with only the top heads full and every other head streaming,
+            and with every head streaming (the floor).
+        kv_sink: First tokens of its row a streaming head keeps.
+        kv_window: Last tokens a streaming head keeps.
+        steer_alpha: Also answer with the top heads' outputs scaled by this factor (None: not).
 
     Raises:
-        LocosError: unsupported architecture, `top` out of range, an answer that tokenises
-            to nothing, a needle that maps to no token, a prompt beyond the model's context.
+        LocosError: unsupported architecture, `top` out of range, an unknown or model-scored
+            metric, a bad sink or window (or a window past the model's context), a non-finite
+            `steer_alpha`, an answer that tokenises to nothing, a needle that maps to no token,
+            a prompt beyond the model's context.
     """
+    import math
+
     import torch
 
     from locos_bench.detectors import attention, locos
     from locos_bench.detectors.base import HeadScores, head_name, validate_scores
-    from locos_bench.evaluation import generate_answers
+    from locos_bench.evaluation import generate_answers, gold_logprobs
     from locos_bench.models import heads
 
     check_supported(model)
     total_heads = model.geometry.n_total_heads
     if not 1 <= top <= total_heads:
         raise LocosError(f"--top must be between 1 and the model's {total_heads} heads, got {top}")
+    judge = _metric(metric)
+    if sufficiency:
+        _check_window(model, kv_sink, kv_window)
+    if steer_alpha is not None and not math.isfinite(steer_alpha):
+        raise LocosError(f"--steer-alpha must be a finite number, got {steer_alpha!r}")
     t = tokenize_checked(model, example)
     positions, ids = t.answer_positions, t.answer_ids
     _, cache = heads.run_and_capture(model, t.input_ids, locos.capture_names(model), logits_at=positions[-1:])
@@ -257,9 +312,14 @@ def explain(
     }
 
     greedy = generate_answers(model, [t], max_new_tokens=max_new_tokens)[0]
-    ablation = None
+    gold = gold_logprobs(model, [t])[0]
+    ablation = suff = steering = None
     if reference is not None:
-        ablation = _ablate(model, t, top_heads, reference, max_new_tokens, greedy)
+        ablation = _ablate(model, t, top_heads, reference, max_new_tokens, greedy, gold, judge)
+    if sufficiency:
+        suff = _sufficiency(model, t, top_heads, max_new_tokens, judge, kv_sink, kv_window)
+    if steer_alpha is not None:
+        steering = _steer(model, t, top_heads, max_new_tokens, judge, steer_alpha)
     return Explanation(
         model=model.name, example=example, tokens=token_texts(model, t), prompt_len=t.prompt_len,
         answer_positions=positions, needle=t.needle_positions, distractors=t.distractors,
@@ -267,14 +327,53 @@ def explain(
         locos=_floats(write_scores), attention=_floats(read_scores),
         locos_mean=_floats(write_mean), attention_mean=_floats(read_mean),
         top=top_heads, top_attention=top_read, sources=sources, verdict=verdict, greedy=greedy,
-        ablation=ablation,
+        metric=metric, correct=judge(greedy, example.answers), gold_logprob=gold,
+        ablation=ablation, sufficiency=suff, steering=steering,
     )
 
 
-def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
-            max_new_tokens: int, greedy: str) -> dict[str, Any]:
-    """Greedy answer and gold log-prob with `top_heads` mean-ablated over `reference`."""
+def headline_metric(spec: Any) -> str:
+    """The task's first metric scored from the answer's text (`contains` if it has none)."""
+    from locos_bench.tasks.metrics import METRICS
+
+    return next((m for m in spec.metrics if METRICS.get(m) is not None), "contains")
+
+
+def _metric(name: str) -> Any:
+    """`(answer, answers) -> bool`: the text metric `name` scores 1."""
+    from locos_bench.tasks.metrics import get_metric
+
+    fn = get_metric(name)
+    if fn is None:
+        raise LocosError(f"metric {name!r} is scored by the model, not from the answer's text")
+    return lambda answer, answers: fn(answer, answers) >= 1.0
+
+
+def _check_window(model: LoadedModel, sink: int, window: int) -> None:
+    """A sink and window the streaming mask takes, within the model's context (one line)."""
+    from locos_bench.models.heads import context_length
+    from locos_bench.run.config import check_streaming
+
+    check_streaming(sink, window)
+    longest = context_length(model)
+    if longest is not None and window > longest:
+        raise LocosError(f"--kv-window {window} is longer than {model.name}'s context of {longest} tokens")
+
+
+def _answer(model: LoadedModel, t: TokenizedExample, max_new_tokens: int, judge: Any,
+            hooks: Sequence[Any] = ()) -> dict[str, Any]:
+    """Greedy answer, whether it is correct, and gold log-prob (with `hooks`, under any
+    context the caller holds)."""
     from locos_bench.evaluation import generate_answers, gold_logprobs
+
+    greedy = generate_answers(model, [t], max_new_tokens=max_new_tokens, hooks=hooks)[0]
+    return {"greedy": greedy, "correct": judge(greedy, t.example.answers),
+            "gold_logprob": gold_logprobs(model, [t], hooks=hooks)[0]}
+
+
+def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
+            max_new_tokens: int, greedy: str, gold: float, judge: Any) -> dict[str, Any]:
+    """Greedy answer and gold log-prob with `top_heads` mean-ablated over `reference`."""
     from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
 
     if not reference:
@@ -282,12 +381,72 @@ def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], refe
     ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in reference]
     means = reference_means(model, ids)
     hooks = HeadAblation(list(top_heads), AblationSpec.parse("mean"), means).hooks()
+    after = _answer(model, t, max_new_tokens, judge, hooks)
     return {
         "heads": [list(h) for h in top_heads],
         "mode": "mean",
         "reference": [f"{ex.task}[{ex.index}]" for ex in reference],
         "greedy_before": greedy,
-        "greedy_after": generate_answers(model, [t], max_new_tokens=max_new_tokens, hooks=hooks)[0],
-        "gold_logprob_before": gold_logprobs(model, [t])[0],
-        "gold_logprob_after": gold_logprobs(model, [t], hooks=hooks)[0],
+        "greedy_after": after["greedy"],
+        "correct_before": judge(greedy, t.example.answers),
+        "correct_after": after["correct"],
+        "gold_logprob_before": gold,
+        "gold_logprob_after": after["gold_logprob"],
     }
+
+
+def _sufficiency(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], max_new_tokens: int,
+                 judge: Any, sink: int, window: int) -> dict[str, Any]:
+    """The answer with only `top_heads` full and every other head streaming, and the floor
+    (every head streaming); a note instead where the model cannot stream."""
+    from locos_bench.models.architecture import kv_kept_share
+    from locos_bench.models.lean_attention import only_full
+
+    entry: dict[str, Any] = {"heads": [list(h) for h in top_heads], "sink": sink, "window": window}
+    runs = {}
+    try:
+        for key, full in (("top", top_heads), ("floor", [])):
+            with only_full(model.bridge, full, sink=sink, window=window) as unaffected:
+                runs[key] = _answer(model, t, max_new_tokens, judge)
+            runs[key]["kv_kept"] = kv_kept_share(model.geometry, full, [t.prompt_len], sink=sink, window=window)
+    except LocosError as exc:
+        # Streaming exists only on the lean attention path; answering with full attention
+        # instead would pass for sufficiency, so the entry says why there is none.
+        return {**entry, "unavailable": str(exc)}
+    note = None
+    if t.prompt_len <= sink + window:
+        note = (f"the whole prompt ({t.prompt_len} tokens) fits {sink} sink + {window} window tokens: "
+                "streaming changes nothing here")
+    entry.update(runs, unaffected_layers=list(unaffected), note=note, prompt_len=t.prompt_len)
+    entry["text"] = _sufficiency_text(entry)
+    return entry
+
+
+def _sufficiency_text(e: dict[str, Any]) -> str:
+    """One sentence: what the top heads alone answer, and what the window alone answers."""
+    names = " ".join(f"L{layer}H{head}" for layer, head in e["heads"])
+    top, floor = e["top"], e["floor"]
+
+    def said(run: dict[str, Any]) -> str:
+        return f"{run['greedy']!r} ({'correct' if run['correct'] else 'wrong'})"
+
+    if top["correct"] and not floor["correct"]:
+        meaning = "these heads alone carry the answer from beyond the window"
+    elif top["correct"]:
+        meaning = "the window alone already answers, so this does not show the heads are needed"
+    else:
+        meaning = "these heads alone do not suffice"
+    return (f"With only {names} attending to the whole prompt and every other head to its first "
+            f"{e['sink']} and last {e['window']} tokens ({100 * top['kv_kept']:.0f}% of the KV cache kept), "
+            f"the answer is {said(top)}; with every head so limited ({100 * floor['kv_kept']:.0f}% kept) "
+            f"it is {said(floor)}: {meaning}.")
+
+
+def _steer(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], max_new_tokens: int,
+           judge: Any, alpha: float) -> dict[str, Any]:
+    """The answer with the top heads' outputs (`hook_z`) scaled by `alpha`."""
+    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation
+
+    hooks = HeadAblation(list(top_heads), AblationSpec.parse(f"scale:{float(alpha)!r}")).hooks()
+    return {"heads": [list(h) for h in top_heads], "alpha": float(alpha),
+            **_answer(model, t, max_new_tokens, judge, hooks)}

@@ -208,7 +208,8 @@ class Run:
                 from locos_bench.explain.page import write_run_pages
 
                 with self._timed("explain"):
-                    write_run_pages(self.model, self.dir.path, list(tasks.values()), self.cfg.explain)
+                    write_run_pages(self.model, self.dir.path, list(tasks.values()), self.cfg.explain,
+                                    sufficiency=self.manifest.sufficiency)
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
         return self.dir

@@ -84,7 +84,7 @@ class RunConfig:
         if cfg.calibration_draws is None:
             cfg.calibration_draws = 1
         cfg.sufficiency = bool(cfg.sufficiency)
-        _check_streaming(cfg.kv_sink, cfg.kv_window)
+        check_streaming(cfg.kv_sink, cfg.kv_window)
         cfg.steer_alphas = _check_alphas(cfg.steer_alphas or [])
         cfg.detectors = _resolve_detectors(cfg.detectors, cfg.preset)
         from locos_bench.tasks import load_task
@@ -129,7 +129,7 @@ def _check_alphas(alphas: Sequence[float]) -> list[float]:
     return out
 
 
-def _check_streaming(sink: int, window: int) -> None:
+def check_streaming(sink: int, window: int) -> None:
     """Refuse a sink or window the streaming mask cannot take (one line, before any load)."""
     for label, value, low in (("--kv-sink", sink, 0), ("--kv-window", window, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -59,7 +59,7 @@ def planted_kv(n_tokens: int, model):
 def planted_page(tmp_path_factory):
     model = conformance_model()
     example = make_example(load_task("planted-kv"), 0, model=model)
-    result = explain(model, example, top=3, max_new_tokens=1)
+    result = explain(model, example, top=3, max_new_tokens=1, kv_sink=1, kv_window=16, steer_alpha=2.0)
     return result, write_page(result, tmp_path_factory.mktemp("explain") / "planted.html")
 
 
@@ -105,8 +105,29 @@ def test_maps_text_and_clicks_render(chromium_binary, planted_page, tmp_path):
         browser.click(f"#map-locos .cell[data-layer='{layer}'][data-head='{head}']")
         assert browser.evaluate("document.getElementById('text').dataset.highlighted") == "0"
         assert "larger --top" in browser.evaluate("document.getElementById('head-info').textContent")
+        # Sufficiency beside the ablation: the top heads' and the floor's answers, and the sentence.
+        s = data["sufficiency"]
+        assert browser.evaluate("document.getElementById('sufficiency-text').textContent") == s["text"]
+        answers = browser.evaluate("Array.from(document.querySelectorAll('#sufficiency b')).map(b => b.textContent)")
+        assert answers == [f'"{s["top"]["greedy"]}" \u2713', f'"{s["floor"]["greedy"]}" \u2717']
+        assert "KV kept" in browser.evaluate("document.getElementById('sufficiency').textContent")
+        assert browser.evaluate("document.querySelector('#steering b').textContent") == f'"{data["steering"]["greedy"]}" \u2713'
         shot = browser.screenshot(tmp_path / "planted.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_a_model_that_cannot_stream_shows_why(chromium_binary, planted_page, tmp_path):
+    import dataclasses
+
+    result, _ = planted_page
+    why = "streaming heads need the lean SDPA attention; layer 0 runs eager (<test>)"
+    eager = dataclasses.replace(result, sufficiency={"heads": [[1, 0]], "sink": 4, "window": 64, "unavailable": why})
+    path = write_page(eager, tmp_path / "eager.html")
+    with Chromium(chromium_binary) as browser:
+        browser.open(path, ready=READY)
+        assert browser.evaluate("document.querySelector('#sufficiency .note').textContent") == \
+            "Sufficiency not computed: " + why
+        assert browser.evaluate("document.querySelectorAll('#sufficiency table').length") == 0
 
 
 def test_36_layers_by_32_heads_stay_readable(chromium_binary, tmp_path):

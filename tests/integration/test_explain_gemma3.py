@@ -51,6 +51,22 @@ def test_top_head_and_map_are_locos_on_that_example(gemma3, page):
     assert data["greedy"] == "2137" == data["answers"][0]  # gemma3 answers this one correctly
 
 
+def test_sufficiency_streams_on_gemma3(gemma3, page):
+    """The sufficiency entry ran on the lean path (Gemma 3's 512-token sliding layers are
+    affected by a 64-token window) and its KV shares count Gemma 3's KV heads."""
+    from locos_bench.models.architecture import kv_kept_share
+
+    _, data = page
+    s = data["sufficiency"]
+    assert "unavailable" not in s and (s["sink"], s["window"]) == (4, 64) and s["unaffected_layers"] == []
+    full = [tuple(h) for h in data["top"]]
+    assert s["top"]["kv_kept"] == kv_kept_share(gemma3.geometry, full, [s["prompt_len"]], sink=4, window=64)
+    assert 0 < s["floor"]["kv_kept"] < s["top"]["kv_kept"] < 1
+    # Measured (2-core CPU): the top 5 heads full keep 33% of the KV cache and answer "2137"; every
+    # head streaming (20% kept) answers "10": the needle lies beyond the 348-token prompt's window.
+    assert s["top"]["correct"] and not s["floor"]["correct"]
+
+
 def test_gemma3_page_in_chromium(page, tmp_path):
     from locos_bench.explain._chromium import Chromium, find_chromium
 

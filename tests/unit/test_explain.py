@@ -111,11 +111,109 @@ def test_ablating_the_top_heads_breaks_the_answer(model, example):
 
     reference = reference_split(load_task("planted-kv"), model, "default")
     assert example.index not in [r.index for r in reference]
-    ab = explain(model, example, top=2, reference=reference, max_new_tokens=1).ablation
+    ab = explain(model, example, top=2, reference=reference, max_new_tokens=1, sufficiency=False).ablation
     assert ab["greedy_before"] == "v4" and ab["greedy_after"] != "v4"
+    assert ab["correct_before"] is True and ab["correct_after"] is False
     assert ab["gold_logprob_after"] < ab["gold_logprob_before"] - 1.0
     start, n_ref = PRESETS["default"]["n_calib"], PRESETS["default"]["n_ref"]  # the run's reference split
     assert ab["reference"] == [f"planted-kv[{i}]" for i in range(start, start + n_ref)]
+
+
+# -- sufficiency and steering ---------------------------------------------------------------
+
+RETRIEVAL = [[1, 0], [2, 3]]  # the planted retrieval heads
+SINK, WINDOW = 1, 16
+
+
+@pytest.fixture(scope="module")
+def far(planted):
+    """planted-kv[0] explained with its needle outside the sinks and the window."""
+    from locos_bench.tasks.tokenize import tokenize_example
+
+    ex = make_example(load_task("planted-kv"), 0, model=planted)
+    t = tokenize_example(ex, planted.tokenizer)
+    assert min(t.needle_positions) >= SINK and max(t.needle_positions) < t.prompt_len - WINDOW
+    result = explain(planted, ex, top=2, max_new_tokens=1, metric="exact_match", kv_sink=SINK, kv_window=WINDOW,
+                     steer_alpha=2.0)
+    return t, result.to_json()
+
+
+def test_the_retrieval_heads_alone_suffice_and_the_window_does_not(planted, far):
+    from locos_bench.models.architecture import kv_kept_share
+
+    t, data = far
+    s = data["sufficiency"]
+    assert data["top"] == RETRIEVAL and s["heads"] == RETRIEVAL and (s["sink"], s["window"]) == (SINK, WINDOW)
+    assert data["greedy"] == "v4" and data["correct"] is True and data["metric"] == "exact_match"
+    assert s["top"]["greedy"] == "v4" and s["top"]["correct"] is True
+    assert s["top"]["gold_logprob"] > data["gold_logprob"] - 0.05
+    assert s["floor"]["greedy"] != "v4" and s["floor"]["correct"] is False  # the needle is out of reach
+    assert s["floor"]["gold_logprob"] < s["top"]["gold_logprob"] - 1.0
+    share = kv_kept_share(planted.geometry, [tuple(h) for h in RETRIEVAL], [t.prompt_len], sink=SINK, window=WINDOW)
+    assert s["top"]["kv_kept"] == share
+    assert s["floor"]["kv_kept"] == kv_kept_share(planted.geometry, [], [t.prompt_len], sink=SINK, window=WINDOW)
+    assert 0 < s["floor"]["kv_kept"] < s["top"]["kv_kept"] < 1
+    assert s["note"] is None and s["unaffected_layers"] == []
+    assert s["text"].startswith("With only L1H0 L2H3 attending to the whole prompt")
+    assert s["text"].endswith("these heads alone carry the answer from beyond the window.")
+
+
+def test_a_window_that_covers_the_prompt_answers_alone(planted, example):
+    """Default sink and window (4 + 64) cover planted-kv[0]'s 51 tokens: the floor answers too,
+    and the page says the window alone answers."""
+    s = explain(planted, example, top=2, max_new_tokens=1).to_json()["sufficiency"]
+    assert (s["sink"], s["window"]) == (4, 64) and s["prompt_len"] <= 68
+    assert s["top"]["correct"] and s["floor"]["correct"] and s["floor"]["kv_kept"] == 1.0
+    assert "streaming changes nothing here" in s["note"] and "the window alone already answers" in s["text"]
+
+
+def test_the_defaults_are_the_runs():
+    from locos_bench.explain.attribution import KV_SINK, KV_WINDOW
+    from locos_bench.run import RunConfig
+
+    cfg = RunConfig(model="planted")
+    explain_args = cli.build_parser().parse_args(["explain", "--task", "planted-kv"])
+    run_args = cli.build_parser().parse_args(["run", "--model", "planted"])
+    assert (KV_SINK, KV_WINDOW) == (cfg.kv_sink, cfg.kv_window) == (explain_args.kv_sink, explain_args.kv_window) \
+        == (run_args.kv_sink, run_args.kv_window) == (4, 64)
+
+
+def test_steering_scales_the_top_heads(planted, example, far):
+    _, data = far
+    st = data["steering"]
+    assert st["heads"] == RETRIEVAL and st["alpha"] == 2.0 and st["greedy"] == "v4" and st["correct"] is True
+    assert st["gold_logprob"] > data["gold_logprob"]  # amplifying the retrieval heads sharpens the answer
+    silenced = explain(planted, example, top=2, max_new_tokens=1, sufficiency=False, steer_alpha=0.0).steering
+    assert silenced["greedy"] != "v4" and silenced["correct"] is False
+    assert silenced["gold_logprob"] < data["gold_logprob"] - 1.0
+    assert explain(planted, example, top=2, max_new_tokens=1, sufficiency=False).steering is None
+
+
+def test_an_eager_model_gets_a_note_not_full_attention(monkeypatch, capsys, tmp_path):
+    """The streaming mask exists only on the lean attention path: an eager model's page says
+    so (the rest of the explanation stands), and the command line prints the note."""
+    eager = models.load_model("planted", attention="eager")
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: eager)
+    out = tmp_path / "eager.html"
+    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--top", "2",
+                     "--max-new-tokens", "1", "--json"])
+    captured = capsys.readouterr()
+    s = json.loads(captured.out)["sufficiency"]
+    assert code == 0 and page_data(out.read_text())["sufficiency"] == s
+    assert set(s) == {"heads", "sink", "window", "unavailable"}
+    assert s["unavailable"].startswith("streaming heads need the lean SDPA attention; layer 0 runs eager")
+    assert "note: no sufficiency on this page: streaming heads need the lean SDPA attention" in captured.err
+
+
+def test_cli_streaming_and_steering_flags(cli_model, capsys, tmp_path):
+    out = tmp_path / "s.html"
+    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--json",
+                     "--top", "2", "--kv-sink", str(SINK), "--kv-window", str(WINDOW), "--steer-alpha", "2"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["metric"] == "exact_match"  # planted-kv's headline metric
+    s = data["sufficiency"]
+    assert (s["sink"], s["window"]) == (SINK, WINDOW) and s["top"]["correct"] and not s["floor"]["correct"]
+    assert data["steering"]["alpha"] == 2.0
 
 
 def test_page_is_self_contained(page):
@@ -185,6 +283,10 @@ def bad(capsys, tmp_path, *argv):
     (["--prompt", PROMPT, "--answer", "v5", "--needle", "k3 v5", "--ablate"], "--ablate needs --task"),
     ([], "give either --task"),
     (["--task", "no-such-task"], "unknown task"),
+    (["--task", "planted-kv", "--kv-sink", "-1"], "--kv-sink must be an integer of at least 0 (got -1)"),
+    (["--task", "planted-kv", "--kv-window", "0"], "--kv-window must be an integer of at least 1 (got 0)"),
+    (["--task", "planted-kv", "--kv-window", "100000000"], "--kv-window 100000000 is longer than planted's context of"),
+    (["--task", "planted-kv", "--steer-alpha", "nan"], "--steer-alpha must be a finite number, got nan"),
 ])
 def test_cli_bad_input_is_one_line_and_no_page(cli_model, capsys, tmp_path, argv, message):
     assert message in bad(capsys, tmp_path, *argv)
