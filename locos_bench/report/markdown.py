@@ -141,6 +141,11 @@ def _tasks_table(run: RunStats) -> str:
         rows.append([t.name, t.kind, e.version, t.headline, fmt(t.chance),
                      t.sizes.get("calibration", 0), t.sizes.get("reference", 0), t.n_eval,
                      e.data_hash[:12]])
+    for t in run.steering:  # harder variants: steered only, no ablation table of their own
+        if t.kind == "variant" and not any(r[0] == t.task for r in rows):
+            e = entries[t.task]
+            rows.append([t.task, f"variant of {e.variant_of}", e.version, t.headline, fmt(e.chance), "—", "—",
+                         len(e.splits.get("evaluation", [])), e.data_hash[:12]])
     return _table(rows, ["task", "kind", "version", "headline metric", "chance", "calibration",
                          "reference", "evaluation", "data hash"])
 
