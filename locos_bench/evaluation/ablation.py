@@ -7,7 +7,7 @@ attention-weighted values, before `W_O`) by `alpha * z + (1 - alpha) * value`, w
   task, disjoint from detection and evaluation (position-agnostic by default; per position
   with `positionwise=True`);
 * zero:  alpha = 0, value = 0;
-* scale: alpha = factor, value = 0 (`scale:2.0` amplifies, `scale:0.5` damps; steering).
+* scale: alpha = factor > 0, value = 0 (`scale:2.0` amplifies, `scale:0.5` damps; steering).
 
 The hooks work for teacher-forced passes and for KV-cached generation (each new token's
 `z` is replaced as it is computed). `HeadSetAblation` is the same intervention with one head
@@ -29,6 +29,7 @@ position 0 is an ordinary token, counted in the flat mean and replaced under eit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,9 @@ class AblationSpec:
                 alpha = float(text.split(":", 1)[1])
             except ValueError:
                 raise LocosError(f"bad ablation {text!r}: scale needs a number, e.g. scale:2.0") from None
+            if not (math.isfinite(alpha) and alpha > 0):
+                raise LocosError(f"bad ablation {text!r}: ALPHA must be a finite number above 0 "
+                                 "(scale:2.0 amplifies, scale:0.5 damps; ablation zero removes the heads)")
             return cls("scale", alpha)
         raise LocosError(f"unknown ablation {text!r}; choose mean, zero or scale:ALPHA")
 

@@ -6,6 +6,9 @@
 * `RUN_DIR:DETECTOR@TASK:K` - the top K of the head scores recorded in a run directory.
 
 Mean ablation uses the reference split of the head set's task (or of `reference=`).
+`ablation=streaming` turns the set around: its heads are the only full heads and every other
+head streams (`streaming_settings`, `models.lean_attention.only_full`); `heads=none` then
+streams every head (the floor of a sufficiency run).
 """
 
 from __future__ import annotations
@@ -64,6 +67,39 @@ def parse_heads(text: str) -> tuple[str, dict[str, Any]]:
     if match["run"]:
         return "run", {**parts, "run": match["run"]}
     return "scored", parts
+
+
+STREAMING = "streaming"
+"""The `ablation=` value that keeps the head set full and streams every other head."""
+
+
+def streaming_settings(ablation: str, kv_sink: Any = None, kv_window: Any = None) -> tuple[int, int] | None:
+    """`(sink, window)` of `ablation=streaming` (defaults those of `locos-bench run --kv-sink
+    --kv-window`), or None for any other ablation.
+
+    Raises:
+        LocosError: `kv_sink` below 0, `kv_window` below 1, either not a whole number, or
+            either given with an ablation other than `streaming`.
+    """
+    if str(ablation).strip() != STREAMING:
+        given = [name for name, value in (("kv_sink", kv_sink), ("kv_window", kv_window)) if value is not None]
+        if given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise LocosError(f"{' and '.join(given)} {verb} only to ablation=streaming (got ablation={ablation})")
+        return None
+    from locos_bench.run.config import RunConfig
+
+    values = []
+    for name, value, default, low in (("kv_sink", kv_sink, RunConfig.kv_sink, 0),
+                                      ("kv_window", kv_window, RunConfig.kv_window, 1)):
+        if value is None:
+            value = default
+        elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise LocosError(f"{name} must be an integer of at least {low} (got {value!r})")
+        values.append(value)
+    return values[0], values[1]
 
 
 def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int = 0,

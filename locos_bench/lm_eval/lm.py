@@ -6,14 +6,16 @@ also declares the `lm_eval.models` entry point for versions that read it).
 
 `LocosLM` is built on the project's own pieces: `models.load_model` for the model, the
 harness's splits and detectors for head sets (`headsets`), `evaluation.ablation.HeadAblation`
-for the hooks (active in every forward pass, prefill and KV-cached decoding alike) and
-`evaluation` for batched scoring and greedy generation. Tokenisation follows lm-eval's `hf`
+for the hooks (active in every forward pass, prefill and KV-cached decoding alike),
+`models.lean_attention.only_full` for `ablation=streaming` (entered around every forward the
+same way) and `evaluation` for batched scoring and greedy generation. Tokenisation follows lm-eval's `hf`
 backend (`TemplateLM`), so unablated results match `--model hf` on the same weights (tested).
 """
 
 from __future__ import annotations
 
 import warnings
+from contextlib import ExitStack, nullcontext
 from importlib import metadata
 from typing import Any
 
@@ -50,7 +52,13 @@ from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 
 from locos_bench.evaluation.ablation import SINK_RULES  # noqa: E402
-from locos_bench.lm_eval.headsets import HeadSet, ablation_hooks, resolve_heads  # noqa: E402
+from locos_bench.lm_eval.headsets import (  # noqa: E402
+    STREAMING,
+    HeadSet,
+    ablation_hooks,
+    resolve_heads,
+    streaming_settings,
+)
 
 
 def _flag(value: Any) -> bool:
@@ -66,7 +74,12 @@ class LocosLM(TemplateLM):
     Args:
         model: Model alias, HF id or local HF directory (`models.load_model`).
         heads: `DETECTOR@TASK:K`, `L3H1;L7H2`, `RUN_DIR:DETECTOR@TASK:K`, or none.
-        ablation: `mean` (default), `zero` or `scale:ALPHA`.
+        ablation: `mean` (default), `zero`, `scale:ALPHA` (ALPHA > 0: the heads' outputs
+            scaled, steering) or `streaming`: the head set's heads are the only full heads and
+            every other head streams (its row's first `kv_sink` real tokens and last
+            `kv_window` tokens); `heads=none` then streams every head (the floor).
+        kv_sink, kv_window: The streaming heads' sinks and window (`streaming` only; default
+            4 and 64, as `locos-bench run --kv-sink --kv-window`).
         positionwise: Mean ablation per position.
         sink: `mean` or `keep`: what mean ablation writes at a BOS sink (position 0), as
             `locos-bench run --sink`; default the run's rule for `RUN_DIR:` heads, else `mean`.
@@ -80,6 +93,7 @@ class LocosLM(TemplateLM):
 
     def __init__(self, model: str = "gemma3", heads: str = "", ablation: str = "mean",
                  positionwise: Any = False, sink: str | None = None, reference: str | None = None,
+                 kv_sink: Any = None, kv_window: Any = None,
                  preset: str = "default", seed: Any = 0, device: str | None = None, dtype: str = "float32",
                  batch_size: Any = 4, max_batch_size: Any = None, max_length: Any = None,
                  loaded: Any = None, hooks: list | None = None, **unknown_args: Any) -> None:
@@ -88,8 +102,13 @@ class LocosLM(TemplateLM):
         if unknown_args:
             raise LocosError(
                 f"unknown model_args for locos: {', '.join(sorted(unknown_args))}; known: model, heads, "
-                "ablation, positionwise, sink, reference, preset, seed, device, dtype, batch_size, max_length"
+                "ablation, positionwise, sink, reference, kv_sink, kv_window, preset, seed, device, dtype, "
+                "batch_size, max_length"
             )
+        ablation = str(ablation).strip()
+        stream = streaming_settings(ablation, kv_sink, kv_window)
+        if stream is None:
+            _check_ablation(ablation)
         if sink is not None and str(sink) not in SINK_RULES:
             raise LocosError(f"sink={sink!r} for locos: choose {' or '.join(SINK_RULES)}")
         if str(batch_size).startswith("auto"):
@@ -104,11 +123,18 @@ class LocosLM(TemplateLM):
 
             loaded = load_model(str(model), device=_device(device), dtype=str(dtype))
             head_set = resolve_heads(str(heads), loaded, preset=preset, seed=seed, reference=reference)
-            hooks = ablation_hooks(loaded, head_set, str(ablation), positionwise=_flag(positionwise),
-                                   sink=None if sink is None else str(sink), preset=preset, seed=seed)
+            if stream is None:
+                hooks = ablation_hooks(loaded, head_set, ablation, positionwise=_flag(positionwise),
+                                       sink=None if sink is None else str(sink), preset=preset, seed=seed)
             self.head_set = head_set
+        elif stream is not None:  # the given hooks stay; the head set is the full heads
+            self.head_set = resolve_heads(str(heads), loaded, preset=preset, seed=seed, reference=reference)
         else:
             self.head_set = HeadSet([], reference, str(heads) or "given hooks")
+        self.ablation = ablation
+        self.streaming = stream
+        if stream is not None:
+            _check_streaming(loaded, self.head_set.heads, *stream)
         self.loaded = loaded
         self.hooks = list(hooks or [])
         self.tokenizer = loaded.tokenizer
@@ -175,7 +201,8 @@ class LocosLM(TemplateLM):
                 raise LocosError("lm-eval asked for the log-likelihood of an empty continuation")
             tokens = (list(context) + list(continuation))[-self.max_length:]
             sequences.append((tokens, min(len(continuation), len(tokens) - 1)))
-        scored = continuation_logprobs(self.loaded, sequences, hooks=self.hooks, batch_size=self._batch_size)
+        with self._attention():
+            scored = continuation_logprobs(self.loaded, sequences, hooks=self.hooks, batch_size=self._batch_size)
         out = []
         for (key, _, _), (logprobs, greedy) in zip(requests, scored):
             answer = (float(sum(logprobs)), bool(all(greedy)))
@@ -226,16 +253,61 @@ class LocosLM(TemplateLM):
             if room < 1:
                 raise LocosError(f"max_gen_toks={max_gen} leaves no room for a prompt in max_length={self.max_length}")
             prompts = [self.tok_encode(requests[i].args[0])[-room:] for i in indices]
-            texts = generate_from_ids(self.loaded, prompts, max_new_tokens=max_gen, hooks=self.hooks,
-                                      batch_size=self._batch_size, until=until)
+            with self._attention():
+                texts = generate_from_ids(self.loaded, prompts, max_new_tokens=max_gen, hooks=self.hooks,
+                                          batch_size=self._batch_size, until=until)
             for i, text in zip(indices, texts):
                 out[i] = postprocess_generated_text(text, until, None)
                 self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
         return out
 
+    def _attention(self) -> Any:
+        """The attention every forward runs under: `only_full(head set)` for
+        `ablation=streaming`, else unchanged."""
+        if self.streaming is None:
+            return nullcontext()
+        return _only_full(self.loaded, self.head_set.heads, *self.streaming)
+
     def get_model_info(self) -> dict[str, Any]:
-        return {"locos_model": self.loaded.name, "heads": [f"L{l}H{h}" for l, h in self.head_set.heads],
-                "head_source": self.head_set.source}
+        info = {"locos_model": self.loaded.name, "heads": [f"L{l}H{h}" for l, h in self.head_set.heads],
+                "head_source": self.head_set.source, "ablation": self.ablation}
+        if self.streaming is not None:
+            info["kv_sink"], info["kv_window"] = self.streaming
+        return info
+
+
+def _check_ablation(ablation: str) -> None:
+    """Refuse an unknown ablation before the model loads (the lm-eval names include streaming)."""
+    from locos_bench.evaluation.ablation import AblationSpec
+
+    try:
+        AblationSpec.parse(ablation)
+    except LocosError as exc:
+        raise LocosError(str(exc).replace("choose mean, zero or scale:ALPHA",
+                                          f"choose mean, zero, scale:ALPHA or {STREAMING}")) from None
+
+
+def _check_streaming(loaded: Any, full: list, sink: int, window: int) -> None:
+    """Refuse a window past the model's context, and a model that cannot stream (eager
+    attention), before any request runs."""
+    from locos_bench.models.heads import context_length
+
+    longest = context_length(loaded)
+    if longest is not None and window > longest:
+        raise LocosError(f"kv_window={window} is longer than {loaded.name}'s context of {longest} tokens")
+    _only_full(loaded, full, sink, window).close()
+
+
+def _only_full(loaded: Any, full: list, sink: int, window: int) -> ExitStack:
+    """`only_full` entered (its refusal named as `ablation=streaming`'s); close it to leave."""
+    from locos_bench.models.lean_attention import only_full
+
+    stack = ExitStack()
+    try:
+        stack.enter_context(only_full(loaded.bridge, full, sink=sink, window=window))
+    except LocosError as exc:
+        raise LocosError(f"ablation={STREAMING}: {exc}") from None
+    return stack
 
 
 def _device(device: str | None) -> str:

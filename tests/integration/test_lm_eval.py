@@ -379,3 +379,133 @@ def test_run_cli_parses_lm_eval_tasks():
 
     args = build_parser().parse_args(["run", "--lm-eval-tasks", "arc_easy, gsm8k"])
     assert args.lm_eval_tasks == ["arc_easy", "gsm8k"]
+
+
+# ---------------------------------------------------------------------------------------
+# ablation=streaming (the head set alone full) and ablation=scale:ALPHA (steering)
+
+SINK, WINDOW = 1, 8
+RETRIEVAL_HEADS = "L1H0;L2H3"
+"""The planted retrieval heads (each copies the needle's value to the answer)."""
+
+
+def _rows():
+    return [json.loads(line) for line in (FIXTURES / "planted_kv.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def far_rows():
+    """Fixture documents whose needle (the queried key and its value) lies after the sink and
+    before the last WINDOW tokens: a streaming head cannot see it. The planted tokenizer has
+    one token per word after BOS, so word i is token i + 1."""
+    far = []
+    for row in _rows():
+        words = row["context"].split()
+        needle = words.index(words[-1]) + 1  # the queried key's first occurrence, as a token index
+        if needle >= SINK and needle + 1 < len(words) + 1 - WINDOW:
+            far.append(row)
+    assert len(far) >= 12, "the fixture's needles must lie outside the window"
+    return far
+
+
+def _loglikelihoods(lm, rows, answer=lambda row: row["answer"]):
+    from lm_eval.api.instance import Instance
+
+    requests = [Instance("loglikelihood", {}, (r["context"], " " + answer(r)), i) for i, r in enumerate(rows)]
+    return [ll for ll, _ in lm.loglikelihood(requests)]
+
+
+def _answers(lm, rows):
+    from lm_eval.api.instance import Instance
+
+    kwargs = {"until": ["?"], "max_gen_toks": 3, "do_sample": False}
+    requests = [Instance("generate_until", {}, (r["context"], dict(kwargs)), i) for i, r in enumerate(rows)]
+    return [text.split()[0] == r["answer"] for text, r in zip(lm.generate_until(requests), rows)]
+
+
+def test_streaming_keeps_only_the_head_set_full(le, planted, far_rows):
+    """Both retrieval heads full, every other head streaming: the answer's log-likelihood stays
+    that of the unablated model and greedy generation still answers; no head full (`heads=none`,
+    the floor): each answer loses more than a nat and generation falls to about chance. Both
+    request types run under the streaming mask (loglikelihood and KV-cached generate_until)."""
+    stream = {"ablation": "streaming", "kv_sink": SINK, "kv_window": WINDOW}
+    clean_lm = le.LocosLM.from_loaded(planted, [])
+    both_lm = le.LocosLM(loaded=planted, heads=RETRIEVAL_HEADS, **stream)
+    floor_lm = le.LocosLM(loaded=planted, heads="none", **stream)
+    assert both_lm.get_model_info() | {"locos_model": None} == {
+        "locos_model": None, "heads": ["L1H0", "L2H3"], "head_source": "L1H0;L2H3",
+        "ablation": "streaming", "kv_sink": SINK, "kv_window": WINDOW}
+    assert floor_lm.head_set.heads == []
+    clean, both, floor = (_loglikelihoods(lm, far_rows) for lm in (clean_lm, both_lm, floor_lm))
+    assert max(abs(b - c) for b, c in zip(both, clean)) < 0.01
+    assert all(c - f > 1.0 for c, f in zip(clean, floor)), [round(c - f, 3) for c, f in zip(clean, floor)]
+    assert all(_answers(clean_lm, far_rows)) and all(_answers(both_lm, far_rows))
+    floor_hits = _answers(floor_lm, far_rows)
+    assert sum(floor_hits) / len(floor_hits) <= 0.3
+    print(f"answer log-likelihood (mean over {len(far_rows)} far needles): unablated {sum(clean) / len(clean):.4f}, "
+          f"{RETRIEVAL_HEADS} full {sum(both) / len(both):.4f}, none full {sum(floor) / len(floor):.4f}")
+
+
+def test_streaming_defaults_are_the_run_defaults(le, planted):
+    lm = le.LocosLM(loaded=planted, heads="L1H0", ablation="streaming")
+    assert lm.streaming == (4, 64)  # locos-bench run --kv-sink 4 --kv-window 64
+
+
+def test_streaming_through_model_args(manager):
+    """The lm-eval path: `--model_args ...,ablation=streaming,kv_sink=1,kv_window=8` parsed by
+    lm-eval, both retrieval heads full keep planted-kv, none full loses it."""
+    args = f"model=planted,ablation=streaming,kv_sink={SINK},kv_window={WINDOW}"
+    tasks = ["planted_kv_gen", "planted_kv_mc"]
+    both = _evaluate("locos", manager, tasks, model_args=f"{args},heads={RETRIEVAL_HEADS}")["results"]
+    floor = _evaluate("locos", manager, tasks, model_args=f"{args},heads=none")["results"]
+    assert both["planted_kv_gen"]["exact_match,first-word"] == 1.0 and both["planted_kv_mc"]["acc,none"] == 1.0
+    assert floor["planted_kv_gen"]["exact_match,first-word"] <= 0.3 and floor["planted_kv_mc"]["acc,none"] <= 0.3
+
+
+def test_scale_steers_the_heads(le, planted):
+    """`ablation=scale:ALPHA` multiplies the heads' outputs: amplifying the retrieval heads makes
+    every wrong choice less likely by nats, damping them more likely, ALPHA=1 changes nothing."""
+    rows = _rows()
+    wrong = lambda row: row["choices"][(row["label"] + 1) % len(row["choices"])]  # noqa: E731
+    clean = _loglikelihoods(le.LocosLM.from_loaded(planted, []), rows, wrong)
+
+    def shift(alpha):
+        lm = le.LocosLM(model="planted", heads=RETRIEVAL_HEADS, ablation=f"scale:{alpha}")
+        return [s - c for s, c in zip(_loglikelihoods(lm, rows, wrong), clean)]
+
+    assert max(map(abs, shift(1))) < 1e-5
+    assert max(shift(2)) < -1.0
+    assert min(shift(0.5)) > 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"ablation": "streaming", "kv_sink": -1}, r"kv_sink must be an integer of at least 0 \(got -1\)"),
+    ({"ablation": "streaming", "kv_window": 0}, r"kv_window must be an integer of at least 1 \(got 0\)"),
+    ({"ablation": "streaming", "kv_window": "8x"}, r"kv_window must be an integer of at least 1 \(got '8x'\)"),
+    ({"ablation": "zero", "kv_sink": 1}, r"kv_sink applies only to ablation=streaming \(got ablation=zero\)"),
+    ({"kv_sink": 1, "kv_window": 8}, r"kv_sink and kv_window apply only to ablation=streaming"),
+    ({"ablation": "streaming", "kv_window": 4096}, r"kv_window=4096 is longer than planted's context of 2048 tokens"),
+    ({"ablation": "scale:0"}, r"bad ablation 'scale:0': ALPHA must be a finite number above 0"),
+    ({"ablation": "scale:-1.5"}, r"bad ablation 'scale:-1.5': ALPHA must be a finite number above 0"),
+    ({"ablation": "scale:nan"}, r"bad ablation 'scale:nan': ALPHA must be a finite number above 0"),
+    ({"ablation": "scale:x"}, r"bad ablation 'scale:x': scale needs a number"),
+    ({"ablation": "stream"}, r"unknown ablation 'stream'; choose mean, zero, scale:ALPHA or streaming"),
+])
+def test_bad_streaming_and_scale_args(le, args, message):
+    from locos_bench.errors import LocosError
+
+    with pytest.raises(LocosError, match=f"^{message}") as info:
+        le.LocosLM(model="planted", heads="L1H0", **args)
+    assert "\n" not in str(info.value)
+
+
+def test_streaming_refuses_an_eager_model(le):
+    """The streaming mask exists only on the lean SDPA path: an eager model is refused, never
+    run with every head full."""
+    from locos_bench.errors import LocosError
+    from locos_bench.models import load_model
+
+    eager = load_model("planted", attention="eager")
+    with pytest.raises(LocosError, match=r"^ablation=streaming: streaming heads need the lean SDPA attention; "
+                                         r"layer 0 runs eager \([^\n]*\)$"):
+        le.LocosLM(loaded=eager, heads=RETRIEVAL_HEADS, ablation="streaming")

@@ -45,7 +45,7 @@ def test_parse():
     assert str(AblationSpec.parse("mean")) == "mean"
     assert AblationSpec.parse("scale:2.0").alpha == 2.0
     assert str(AblationSpec.parse("scale:0.5")) == "scale:0.5"
-    for bad in ("median", "scale:x", "scale"):
+    for bad in ("median", "scale:x", "scale", "scale:0", "scale:-1", "scale:nan", "scale:inf"):
         with pytest.raises(LocosError):
             AblationSpec.parse(bad)
 

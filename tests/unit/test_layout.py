@@ -53,11 +53,11 @@ def test_head_set_parser_imports_without_lm_eval():
     import sys
 
     code = ("import sys; sys.modules['lm_eval'] = None;"  # what an absent package looks like to import
-            "from locos_bench.lm_eval.headsets import parse_heads;"
-            "print(parse_heads('L3H1;L7H2'))")
+            "from locos_bench.lm_eval.headsets import parse_heads, streaming_settings;"
+            "print(parse_heads('L3H1;L7H2'), streaming_settings('streaming', kv_window='8'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "(3, 1)" in out.stdout and "(7, 2)" in out.stdout
+    assert "(3, 1)" in out.stdout and "(7, 2)" in out.stdout and "(4, 8)" in out.stdout
 
 
 @pytest.mark.parametrize("kind", ["scores", "eval", "rank"])
