@@ -297,7 +297,14 @@ def _kv_mib(geo: Any, length: int, dtype_bytes: int) -> float:
 def streaming_section(model: Any, lengths: list[int], ks: list[int], repeats: int, *, seed: int = 0,
                       sink: int = 4, window: int = 64) -> str:
     """Issue #24: a plain forward against the same forward with every head streaming except k
-    full ones, per length: time (and ratio), peak memory, KV cache kept. Returns Markdown."""
+    full ones, per length: time (and ratio), peak memory, KV cache kept. Prints its Markdown a
+    line at a time (each table row once measured) and returns it."""
+    out: list[str] = []
+
+    def emit(line: str) -> None:
+        out.append(line)
+        print(line, flush=True)
+
     geo = model.geometry
     bridge = model.bridge
     torch.manual_seed(seed)
@@ -325,23 +332,6 @@ def streaming_section(model: Any, lengths: list[int], ks: list[int], repeats: in
     warm = _ordinary_ids(model, min(lengths), np.random.default_rng(seed + 1))
     for k in (None, *ks):
         forward(warm, k)()  # the first calls pay one-off set-up; no figure should
-    rows, growth = [], {}
-    for length in lengths:
-        if n_ctx and length > n_ctx:
-            rows.append(f"| {length} | n/a (context window {n_ctx} tokens) |")
-            continue
-        ids = _ordinary_ids(model, length, rng)
-        fns = {"plain": forward(ids, None), **{f"k={k}": forward(ids, k) for k in ks}}
-        got = _timed_peaks(fns, repeats)
-        plain_s, plain_mib = got["plain"]
-        growth.setdefault("plain", []).append((length, plain_mib))
-        whole = _kv_mib(geo, length, dtype_bytes)
-        for k in ks:
-            secs, mib = got[f"k={k}"]
-            growth.setdefault(f"streaming, k={k}", []).append((length, mib))
-            share = kv_kept_share(geo, full[k], [length], sink=sink, window=window)
-            rows.append(f"| {length} | {k} | {plain_s:.3f} | {secs:.3f} | {secs / plain_s:.3f} | {plain_mib:.1f} | "
-                        f"{mib:.1f} | {share:.4f} | {whole:.2f} / {share * whole:.2f} |")
     heads = ", ".join(f"L{layer}H{head}" for layer, head in full[max(ks)]) or "none"
     lines = [
         f"Streaming heads vs a plain forward (issue #24): `{model.name}` ({getattr(model, 'dtype', '?')}, "
@@ -365,7 +355,28 @@ def streaming_section(model: Any, lengths: list[int], ks: list[int], repeats: in
         "| tokens | full heads k | plain s | streaming s | ratio | plain peak MiB | streaming peak MiB | "
         "KV kept share | KV MiB full / kept |",
         "|---|---|---|---|---|---|---|---|---|",
-        *rows, "",
+    ]
+    for line in lines:
+        emit(line)
+    growth: dict[str, list[tuple[int, float]]] = {}
+    for length in lengths:
+        if n_ctx and length > n_ctx:
+            emit(f"| {length} | n/a (context window {n_ctx} tokens) |")
+            continue
+        ids = _ordinary_ids(model, length, rng)
+        fns = {"plain": forward(ids, None), **{f"k={k}": forward(ids, k) for k in ks}}
+        got = _timed_peaks(fns, repeats)
+        plain_s, plain_mib = got["plain"]
+        growth.setdefault("plain", []).append((length, plain_mib))
+        whole = _kv_mib(geo, length, dtype_bytes)
+        for k in ks:
+            secs, mib = got[f"k={k}"]
+            growth.setdefault(f"streaming, k={k}", []).append((length, mib))
+            share = kv_kept_share(geo, full[k], [length], sink=sink, window=window)
+            emit(f"| {length} | {k} | {plain_s:.4g} | {secs:.4g} | {secs / plain_s:.3f} | {plain_mib:.1f} | "
+                 f"{mib:.1f} | {share:.4f} | {whole:.2f} / {share * whole:.2f} |")
+    lines = [
+        "",
         "Peak memory growth between successive lengths: peak ratio (exponent log(peak ratio) / "
         "log(length ratio): 1 linear, 2 quadratic).", "",
     ]
@@ -376,7 +387,9 @@ def streaming_section(model: Any, lengths: list[int], ks: list[int], repeats: in
             exponent = np.log(ratio) / np.log(t1 / t0) if ratio > 0 and t1 != t0 else float("nan")
             steps.append(f"{t0}->{t1}: {ratio:.2f} ({exponent:.2f})")
         lines.append(f"- {name}: {'; '.join(steps) or 'one length only'}")
-    return "\n".join(lines) + "\n"
+    for line in lines:
+        emit(line)
+    return "\n".join(out) + "\n"
 
 
 def _fmt(value: Any) -> str:
@@ -441,7 +454,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.section == "streaming":
         text = streaming_section(model, args.lengths, args.full_heads, repeats, seed=args.seed,
                                  sink=args.kv_sink, window=args.kv_window)
-        print(text, end="", flush=True)
         if args.output is not None:
             args.output.write_text(text)
         return 0
