@@ -1,13 +1,19 @@
-"""Speed and memory figures of issue #15, each a ratio measured within this one run.
+"""Speed and memory figures of issues #15 and #24, each a ratio measured within this one run.
 
     python benchmarks/run.py                  # gemma3, full sizes, the default run included
     python benchmarks/run.py --quick          # one example per figure, the `quick` preset's run
     python benchmarks/run.py --quick --model planted
+    python benchmarks/run.py --section streaming   # issue #24: streaming heads vs a plain forward
 
 Prints one `name: value` line per figure and writes `benchmarks/RESULTS.md` (machine,
 versions, commit, figures). A figure that cannot be measured on this model (a context longer
 than its window) prints `n/a (why)`. Wall-clock ratios on a shared machine are noisy: both
 sides of a ratio run alternately, the faster of `--repeats` runs each.
+
+`--section streaming` times one forward plainly and with streaming heads
+(`lean_attention.only_full`: every head streams but `--full-heads` k of them) at each of
+`--lengths`, records each call's peak memory and the KV cache kept, and prints a Markdown table
+(written to `--output` only when that is given).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from locos_bench.evaluation import (
 )
 from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means  # noqa: E402
 from locos_bench.models import load_model  # noqa: E402
-from locos_bench.models.lean_attention import eager  # noqa: E402
+from locos_bench.models.architecture import kv_kept_share  # noqa: E402
+from locos_bench.models.lean_attention import eager, only_full  # noqa: E402
 from locos_bench.run import RunConfig  # noqa: E402
 from locos_bench.tasks import load_task, make_examples  # noqa: E402
 from locos_bench.tasks.tokenize import tokenize_example  # noqa: E402
@@ -238,13 +245,159 @@ def _commit() -> str:
         return "unknown"
 
 
+def _cpu() -> str:
+    """The CPU's model name (/proc/cpuinfo), named beside every time."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor() or "unknown CPU")
+
+
+def _ordinary_ids(model: Any, length: int, rng: np.random.Generator) -> list[int]:
+    """BOS, then `length - 1` token ids drawn uniformly from the vocabulary less its special and
+    added tokens."""
+    tok = model.tokenizer
+    bos = tok.bos_token_id
+    if bos is None:
+        raise RuntimeError(f"{model.name}: the tokenizer has no BOS token")
+    special = set(tok.all_special_ids) | set(tok.get_added_vocab().values())
+    vocab = np.setdiff1d(np.arange(len(tok)), np.fromiter(special, dtype=np.int64))
+    return [int(bos), *(int(i) for i in rng.choice(vocab, length - 1))]
+
+
+def _timed_peaks(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, float]]:
+    """Per name: (fastest wall-clock seconds, smallest peak memory in MiB) over `repeats` calls,
+    the functions run in turn (the order reversed every other repeat) so that a change in the
+    machine's load meets every side alike. Peak memory as `_rss_peak_of` measures it (VmHWM
+    reset before each call), read outside the timed span."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    peaks: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            Path("/proc/self/clear_refs").write_text("5")
+            before = _status("VmRSS")
+            start = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - start)
+            peaks[name].append((_status("VmHWM") - before) / 1024)
+    return {name: (min(times[name]), min(peaks[name])) for name in fns}
+
+
+def _kv_mib(geo: Any, length: int, dtype_bytes: int) -> float:
+    """MiB of keys and values the unmodified model caches for one sequence of `length` tokens: a
+    sliding-window layer at most its window (as `kv_kept_share` counts)."""
+    sliding = set(geo.sliding_layers) if geo.sliding_window else set()
+    tokens = sum(min(length, geo.sliding_window) if layer in sliding else length for layer in range(geo.n_layers))
+    return 2 * geo.n_kv_heads * geo.d_head * tokens * dtype_bytes / 2**20
+
+
+def streaming_section(model: Any, lengths: list[int], ks: list[int], repeats: int, *, seed: int = 0,
+                      sink: int = 4, window: int = 64) -> str:
+    """Issue #24: a plain forward against the same forward with every head streaming except k
+    full ones, per length: time (and ratio), peak memory, KV cache kept. Prints its Markdown a
+    line at a time (each table row once measured) and returns it."""
+    out: list[str] = []
+
+    def emit(line: str) -> None:
+        out.append(line)
+        print(line, flush=True)
+
+    geo = model.geometry
+    bridge = model.bridge
+    torch.manual_seed(seed)
+    every = [(layer, head) for layer in range(geo.n_layers) for head in range(geo.n_heads)]
+    order = np.random.default_rng(seed).permutation(len(every))
+    ks = sorted({min(k, len(every)) for k in ks})
+    full = {k: [every[i] for i in order[:k]] for k in ks}
+    dtype_bytes = next(bridge.parameters()).element_size()
+    n_ctx = getattr(bridge.cfg, "n_ctx", None) or getattr(model, "max_context", None)
+    rng = np.random.default_rng(seed)
+
+    def forward(ids: list[int], k: int | None) -> Callable[[], None]:
+        x = torch.tensor([ids], device=model.device)
+
+        def fn() -> None:
+            with torch.inference_mode():
+                if k is None:
+                    bridge(x, logits_to_keep=1)
+                else:
+                    with only_full(bridge, full[k], sink=sink, window=window):
+                        bridge(x, logits_to_keep=1)
+
+        return fn
+
+    warm = _ordinary_ids(model, min(lengths), np.random.default_rng(seed + 1))
+    for k in (None, *ks):
+        forward(warm, k)()  # the first calls pay one-off set-up; no figure should
+    heads = ", ".join(f"L{layer}H{head}" for layer, head in full[max(ks)]) or "none"
+    lines = [
+        f"Streaming heads vs a plain forward (issue #24): `{model.name}` ({getattr(model, 'dtype', '?')}, "
+        f"device {model.device}), on {_cpu()}, torch threads: {torch.get_num_threads()}.", "",
+        f"- commit {_commit()}; {', '.join(f'{k} {v}' for k, v in _versions().items())}, "
+        f"Python {platform.python_version()}",
+        f"- one forward, batch 1, BOS then random ordinary token ids (seed {seed}), torch.inference_mode, "
+        "logits of the last position only; plain = the lean SDPA forward, streaming = the same under "
+        f"`only_full(bridge, full_heads, sink={sink}, window={window})` (every head streams except the k full ones)",
+        f"- full heads: the first k of a permutation of the {len(every)} heads seeded {seed} "
+        f"(k={max(ks)}: {heads})",
+        f"- time: the fastest of {repeats} call{'s' * (repeats != 1)} each, plain and streaming in turn; "
+        "ratio = streaming / plain",
+        "- peak memory: resident memory above the level before the call, the smallest over the same calls "
+        "(Linux VmHWM, reset through /proc/self/clear_refs before each call"
+        + (", glibc mmap threshold fixed at "
+           f"{os.environ['MALLOC_MMAP_THRESHOLD_']} bytes" if os.environ.get("MALLOC_MMAP_THRESHOLD_") else "")
+        + ")",
+        f"- KV kept: `kv_kept_share` (KV-head units under GQA; a sliding layer caches at most its "
+        f"window{f' of {geo.sliding_window}' if geo.sliding_window else ''}); MiB at {dtype_bytes} bytes a value", "",
+        "| tokens | full heads k | plain s | streaming s | ratio | plain peak MiB | streaming peak MiB | "
+        "KV kept share | KV MiB full / kept |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for line in lines:
+        emit(line)
+    growth: dict[str, list[tuple[int, float]]] = {}
+    for length in lengths:
+        if n_ctx and length > n_ctx:
+            emit(f"| {length} | n/a (context window {n_ctx} tokens) |")
+            continue
+        ids = _ordinary_ids(model, length, rng)
+        fns = {"plain": forward(ids, None), **{f"k={k}": forward(ids, k) for k in ks}}
+        got = _timed_peaks(fns, repeats)
+        plain_s, plain_mib = got["plain"]
+        growth.setdefault("plain", []).append((length, plain_mib))
+        whole = _kv_mib(geo, length, dtype_bytes)
+        for k in ks:
+            secs, mib = got[f"k={k}"]
+            growth.setdefault(f"streaming, k={k}", []).append((length, mib))
+            share = kv_kept_share(geo, full[k], [length], sink=sink, window=window)
+            emit(f"| {length} | {k} | {plain_s:.4g} | {secs:.4g} | {secs / plain_s:.3f} | {plain_mib:.1f} | "
+                 f"{mib:.1f} | {share:.4f} | {whole:.2f} / {share * whole:.2f} |")
+    lines = [
+        "",
+        "Peak memory growth between successive lengths: peak ratio (exponent log(peak ratio) / "
+        "log(length ratio): 1 linear, 2 quadratic).", "",
+    ]
+    for name, points in growth.items():
+        steps = []
+        for (t0, m0), (t1, m1) in zip(points, points[1:]):
+            ratio = m1 / m0 if m0 > 0 else float("nan")
+            exponent = np.log(ratio) / np.log(t1 / t0) if ratio > 0 and t1 != t0 else float("nan")
+            steps.append(f"{t0}->{t1}: {ratio:.2f} ({exponent:.2f})")
+        lines.append(f"- {name}: {'; '.join(steps) or 'one length only'}")
+    for line in lines:
+        emit(line)
+    return "\n".join(out) + "\n"
+
+
 def _fmt(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def write_results(path: Path, figures: dict[str, Any], args: argparse.Namespace, model: Any) -> None:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = _cpu()
     lines = [
         "# Benchmark results", "",
         f"Written by `python benchmarks/run.py {' '.join(sys.argv[1:])}`"
@@ -283,17 +436,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="runs per timing, the fastest kept (default 3, 1 with --quick)")
     parser.add_argument("--max-tokens", type=int, help="skip the figures at longer contexts (printed n/a)")
     parser.add_argument("--skip-run", action="store_true", help="leave out the default run")
-    parser.add_argument("--output", type=Path, default=RESULTS, help="the Markdown file written")
+    parser.add_argument("--output", type=Path, help=f"the Markdown file written (default {RESULTS.name}; "
+                        "with --section streaming none unless given)")
+    parser.add_argument("--section", choices=("figures", "streaming"), default="figures",
+                        help="figures: issue #15's figures and the default run; streaming: issue #24's streaming "
+                        "heads against a plain forward")
+    parser.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096, 8192],
+                        help="streaming: tokens per forward, comma-separated (default 1024,2048,4096,8192)")
+    parser.add_argument("--full-heads", type=_ints, default=[0, 8],
+                        help="streaming: numbers of full heads k, comma-separated (default 0,8)")
+    parser.add_argument("--kv-sink", type=int, default=4, help="streaming: sink tokens (default 4)")
+    parser.add_argument("--kv-window", type=int, default=64, help="streaming: window tokens (default 64)")
+    parser.add_argument("--seed", type=int, default=0, help="streaming: token ids and full heads (default 0)")
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     model = load_model(args.model, dtype=args.dtype)
+    if args.section == "streaming":
+        text = streaming_section(model, args.lengths, args.full_heads, repeats, seed=args.seed,
+                                 sink=args.kv_sink, window=args.kv_window)
+        if args.output is not None:
+            args.output.write_text(text)
+        return 0
     figures = measure(model, args.quick, repeats, args.max_tokens)
     if not args.skip_run:
         figures.update(default_run(model, args.quick))
     for name, value in figures.items():
         print(f"{name}: {_fmt(value)}", flush=True)
-    write_results(args.output, figures, args, model)
+    write_results(args.output or RESULTS, figures, args, model)
     return 0
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0, got {text!r}")
+    return values
 
 
 if __name__ == "__main__":
