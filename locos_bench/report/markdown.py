@@ -543,7 +543,8 @@ of the unmodified model's KV cache the full heads keep over the evaluation promp
 key/value heads: under GQA a KV head stays whole when any of its query heads is full (its other query
 heads still stream, so the figure measures the chosen heads alone). **vs r** = area minus r's area,
 paired on examples (and draws); positive = the detector's heads carry more of the task. **gold loss**
-= area of the gold log-prob lost, nats. 95% intervals as above."""
+= area of the gold log-prob lost, nats. 95% intervals as above; resamples
+whose unablated mean is 0 (no ceiling) are left out of a ratio's interval."""
 
 
 def _sufficiency_section(run: RunStats, hashes: str) -> list[str]:
@@ -589,7 +590,8 @@ metric (metric units; positive = it helped); **area** = the gain curve's area ov
 mean relative gain over retrieval tasks and variants; chosen on the evaluation examples, so
 optimistic): **retrieval gain** and **harder gain** = mean over those tasks of gain area over the
 unablated mean; **control cost** = minus the same over control pairs (positive = amplification hurt
-the control); **vs random** = retrieval gain minus random's at that alpha, paired. 95% intervals."""
+the control); **vs random** = retrieval gain minus random's at that alpha, paired. 95% intervals (a resample
+with an unablated mean of 0 is left out of a relative figure)."""
 
 
 def _steering_section(run: RunStats, hashes: str) -> list[str]:

@@ -19,7 +19,8 @@ Definitions (the leaderboard's Sufficiency section says the same):
 * **Gold log-prob loss**: area over k of unablated minus kept gold log-prob, in nats.
 
 Every interval comes from the task's shared example resamples (and draw resamples), the
-ratio recomputed in each replicate from that resample's two means. The summary averages
+ratio recomputed in each replicate from that resample's two means; a resample whose unablated
+mean is 0 has no ratio and is left out (the interval is conditional on a defined ceiling). The summary averages
 the per-task figures over the retrieval tasks where they are defined.
 """
 
@@ -218,9 +219,17 @@ def ratio_estimate(terms: list[tuple[float, Bootstrap, Any]], boot: Bootstrap, b
     if den == 0:
         return None
     num = sum(c * boot.mean(_per_example(x)) for c, _, x in terms)
-    reps = linear_replicates(terms) / boot.replicates(base)
+    reps = _defined(linear_replicates(terms), boot.replicates(base))
     per = sum(c * _per_example(x) for c, _, x in terms)
     return interval(num / den, reps, boot, lambda: [boot.jackknife(per) / boot.jackknife(base)])
+
+
+def _defined(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Replicates of a ratio, keeping the resamples whose denominator is not 0 (a resample of
+    only failed examples has no ceiling to retain): the interval is conditional on a defined
+    ratio, as the point estimate is."""
+    keep = den != 0
+    return num[keep] / den[keep]
 
 
 def _value(est: Estimate | None) -> float:
@@ -256,7 +265,10 @@ def mean_of_ratios(parts: list[tuple[Any, list[tuple[float, Bootstrap, Any]]]]) 
     w = 1 / len(parts)
     point = sum(w * sum(c * t.bootstrap.mean(_per_example(x)) for c, _, x in terms) / t.bootstrap.mean(t.base)
                 for t, terms in parts)
-    reps = sum(w * linear_replicates(terms) / t.bootstrap.replicates(t.base) for t, terms in parts)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reps = sum(w * linear_replicates(terms) / t.bootstrap.replicates(t.base) for t, terms in parts)
+    reps = np.asarray(reps, dtype=np.float64)
+    reps = reps[np.isfinite(reps)]  # resamples where every task's ceiling is defined (`_defined`)
 
     def jack() -> list[np.ndarray]:
         groups = []
