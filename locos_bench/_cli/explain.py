@@ -113,8 +113,8 @@ def main(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise LocosError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     check_streaming(args.kv_sink, args.kv_window)
-    if args.steer_alpha is not None and not math.isfinite(args.steer_alpha):
-        raise LocosError(f"--steer-alpha must be a finite number, got {args.steer_alpha!r}")
+    if args.steer_alpha is not None and not (math.isfinite(args.steer_alpha) and args.steer_alpha > 0):
+        raise LocosError(f"--steer-alpha must be a finite number above 0, got {args.steer_alpha!r}")
     if (args.task is None) == (args.prompt is None):
         raise LocosError("give either --task T [--index I] or --prompt TEXT --answer TEXT --needle TEXT")
     spec = example = None

@@ -283,8 +283,8 @@ def explain(
     judge = _metric(metric)
     if sufficiency:
         _check_window(model, kv_sink, kv_window)
-    if steer_alpha is not None and not math.isfinite(steer_alpha):
-        raise LocosError(f"--steer-alpha must be a finite number, got {steer_alpha!r}")
+    if steer_alpha is not None and not (math.isfinite(steer_alpha) and steer_alpha > 0):
+        raise LocosError(f"--steer-alpha must be a finite number above 0, got {steer_alpha!r}")
     t = tokenize_checked(model, example)
     positions, ids = t.answer_positions, t.answer_ids
     _, cache = heads.run_and_capture(model, t.input_ids, locos.capture_names(model), logits_at=positions[-1:])

@@ -183,7 +183,7 @@ def test_steering_scales_the_top_heads(planted, example, far):
     st = data["steering"]
     assert st["heads"] == RETRIEVAL and st["alpha"] == 2.0 and st["greedy"] == "v4" and st["correct"] is True
     assert st["gold_logprob"] > data["gold_logprob"]  # amplifying the retrieval heads sharpens the answer
-    silenced = explain(planted, example, top=2, max_new_tokens=1, sufficiency=False, steer_alpha=0.0).steering
+    silenced = explain(planted, example, top=2, max_new_tokens=1, sufficiency=False, steer_alpha=0.01).steering
     assert silenced["greedy"] != "v4" and silenced["correct"] is False
     assert silenced["gold_logprob"] < data["gold_logprob"] - 1.0
     assert explain(planted, example, top=2, max_new_tokens=1, sufficiency=False).steering is None
@@ -286,7 +286,8 @@ def bad(capsys, tmp_path, *argv):
     (["--task", "planted-kv", "--kv-sink", "-1"], "--kv-sink must be an integer of at least 0 (got -1)"),
     (["--task", "planted-kv", "--kv-window", "0"], "--kv-window must be an integer of at least 1 (got 0)"),
     (["--task", "planted-kv", "--kv-window", "100000000"], "--kv-window 100000000 is longer than planted's context of"),
-    (["--task", "planted-kv", "--steer-alpha", "nan"], "--steer-alpha must be a finite number, got nan"),
+    (["--task", "planted-kv", "--steer-alpha", "nan"], "--steer-alpha must be a finite number above 0, got nan"),
+    (["--task", "planted-kv", "--steer-alpha", "0"], "--steer-alpha must be a finite number above 0, got 0.0"),
 ])
 def test_cli_bad_input_is_one_line_and_no_page(cli_model, capsys, tmp_path, argv, message):
     assert message in bad(capsys, tmp_path, *argv)
