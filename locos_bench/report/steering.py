@@ -28,17 +28,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from locos_bench.report.bootstrap import Bootstrap, Estimate, PerDraw, combine, curve_weights, task_seed
-from locos_bench.report.sufficiency import _DrawsOf, mean_of_ratios, unit_vector, weighted
+from locos_bench.report.sufficiency import _DrawsOf, _Result, mean_of_ratios, unit_vector, weighted
 from locos_bench.run import Manifest, RunPlan
 
 GOLD = "gold_logprob"
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
 
 class SteeringRow(_Result):

@@ -33,7 +33,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from locos_bench.report.bootstrap import Bootstrap, Estimate, PerDraw, curve_weights, interval, linear_replicates
+from locos_bench.report.bootstrap import (
+    Bootstrap,
+    Estimate,
+    PerDraw,
+    combine,
+    curve_weights,
+    interval,
+    linear_replicates,
+)
 from locos_bench.run import Manifest, RunPlan
 
 REFERENCES = ("random", "locos")
@@ -175,7 +183,7 @@ def _row(plan: RunPlan, done: dict, result: Any, det: Any, base: dict, weights: 
     row.area = ratio_estimate([(1.0, boot, row.area_terms)], boot, base[headline])
     if GOLD in base:
         loss = term([weighted(weights, [base[GOLD] - d[GOLD][k] for k in budgets]) for d in per_draw])
-        row.gold_loss = boot.estimate(loss) if not isinstance(loss, PerDraw) else _combine(boot, loss)
+        row.gold_loss = combine([(1.0, boot, loss)])
     return row
 
 
@@ -184,12 +192,6 @@ class _DrawsOf:
 
     def __init__(self, name: str, stochastic: bool, draws: list[int]) -> None:
         self.name, self.stochastic, self.draws = name, stochastic, draws
-
-
-def _combine(boot: Bootstrap, x: Any) -> Estimate:
-    from locos_bench.report.bootstrap import combine
-
-    return combine([(1.0, boot, x)])
 
 
 def weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
