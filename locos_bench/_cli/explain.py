@@ -4,11 +4,11 @@ Either `--task T --index I` (example I of the task, in the model's prompt format
 `--prompt TEXT --answer TEXT --needle TEXT` (the prompt as is; `@FILE` reads a file). The page
 goes to `--output` (written atomically); `--json` also prints its numbers. `--ablate`
 mean-ablates the top heads over the task's reference split (as `locos-bench run --preset P`
-builds it) and shows the greedy answer before and after. Beside it, always, sufficiency: the
-answer with only the top heads full and every other head streaming (`--kv-sink`,
-`--kv-window`), and the floor with every head streaming; a model whose attention cannot stream
-(eager) gets a note on the page and on stderr instead. `--steer-alpha A` also shows the answer
-with the top heads' outputs scaled by A.
+builds it) and shows the greedy answer before and after. Beside it, sufficiency: the answer
+with only the top heads full and every other head streaming (`--kv-sink`, `--kv-window`), and
+the floor with every head streaming; a model whose attention cannot stream (eager) gets a note
+on the page and on stderr instead. `--no-sufficiency` leaves it out (two greedy answers fewer).
+`--steer-alpha A` also shows the answer with the top heads' outputs scaled by A.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sufficiency: first tokens a streaming head keeps (default 4)")
     parser.add_argument("--kv-window", type=int, default=64, metavar="W",
                         help="sufficiency: last tokens a streaming head keeps (default 64)")
+    parser.add_argument("--no-sufficiency", dest="sufficiency", action="store_false",
+                        help="leave out the sufficiency answers (top heads as the only full heads, and the floor)")
     parser.add_argument("--steer-alpha", type=float, metavar="A",
                         help="also answer with the top heads' outputs scaled by A (default: not)")
 
@@ -102,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
     import math
 
     from locos_bench.explain import explain, write_page
-    from locos_bench.explain.attribution import headline_metric
+    from locos_bench.explain.attribution import KV_SINK, KV_WINDOW, headline_metric
     from locos_bench.models import load_model
     from locos_bench.run.config import check_streaming
     from locos_bench.tasks import load_task, make_example
@@ -113,6 +115,8 @@ def main(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise LocosError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     check_streaming(args.kv_sink, args.kv_window)
+    if not args.sufficiency and (args.kv_sink, args.kv_window) != (KV_SINK, KV_WINDOW):
+        raise LocosError("--kv-sink and --kv-window set the sufficiency answers, which --no-sufficiency leaves out")
     if args.steer_alpha is not None and not (math.isfinite(args.steer_alpha) and args.steer_alpha > 0):
         raise LocosError(f"--steer-alpha must be a finite number above 0, got {args.steer_alpha!r}")
     if (args.task is None) == (args.prompt is None):
@@ -147,7 +151,8 @@ def main(args: argparse.Namespace) -> int:
     budget = args.max_new_tokens or (spec.max_new_tokens if spec is not None else 16)
     result = explain(model, example, top=args.top, reference=reference, max_new_tokens=budget,
                      metric=headline_metric(spec) if spec is not None else "contains",
-                     kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alpha=args.steer_alpha)
+                     sufficiency=args.sufficiency, kv_sink=args.kv_sink, kv_window=args.kv_window,
+                     steer_alpha=args.steer_alpha)
     path = write_page(result, args.output)
     if args.json:
         print_json(result.to_json())

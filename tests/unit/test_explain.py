@@ -216,6 +216,15 @@ def test_cli_streaming_and_steering_flags(cli_model, capsys, tmp_path):
     assert data["steering"]["alpha"] == 2.0
 
 
+def test_cli_no_sufficiency_leaves_the_entry_out(cli_model, capsys, tmp_path):
+    out = tmp_path / "n.html"
+    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--json",
+                     "--top", "2", "--no-sufficiency"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["sufficiency"] is None and page_data(out.read_text())["sufficiency"] is None
+    assert data["greedy"] and data["top"]  # the rest of the page stands
+
+
 def test_page_is_self_contained(page):
     result, _ = page
     html = render_html(result)
@@ -288,6 +297,8 @@ def bad(capsys, tmp_path, *argv):
     (["--task", "planted-kv", "--kv-window", "100000000"], "--kv-window 100000000 is longer than planted's context of"),
     (["--task", "planted-kv", "--steer-alpha", "nan"], "--steer-alpha must be a finite number above 0, got nan"),
     (["--task", "planted-kv", "--steer-alpha", "0"], "--steer-alpha must be a finite number above 0, got 0.0"),
+    (["--task", "planted-kv", "--no-sufficiency", "--kv-window", "16"],
+     "--kv-sink and --kv-window set the sufficiency answers, which --no-sufficiency leaves out"),
 ])
 def test_cli_bad_input_is_one_line_and_no_page(cli_model, capsys, tmp_path, argv, message):
     assert message in bad(capsys, tmp_path, *argv)
