@@ -127,6 +127,7 @@ from locos_bench.report.bootstrap import (
     spread,
     task_seed,
     topk_stability,
+    weighted_sum,
 )
 from locos_bench.report.steering import SteeringSummaryRow, SteeringTask, steering
 from locos_bench.report.sufficiency import SufficiencySummaryRow, SufficiencyTask, sufficiency
@@ -736,13 +737,6 @@ def _draw_mean(draws: list[dict[int, np.ndarray]], k: int) -> np.ndarray:
     return total / len(draws)
 
 
-def _weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
-    out = weights[0] * vecs[0]
-    for w, v in zip(weights[1:], vecs[1:]):
-        out = out + w * v
-    return out
-
-
 def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.ndarray,
            draws: list[dict[int, np.ndarray]], draw_set: Draws | None = None) -> Curve:
     """Curve of one metric from per-draw per-k vectors: one draw (or no `draw_set`) gives
@@ -752,11 +746,11 @@ def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nd
         def per(vecs: list[np.ndarray]) -> PerDraw:
             return PerDraw(np.stack(vecs), draw_set)
 
-        drop_area = per([_weighted(weights, [base - d[k] for k in budgets]) for d in draws])
+        drop_area = per([weighted_sum(weights, [base - d[k] for k in budgets]) for d in draws])
         curve = Curve(
             values={k: boot.estimate(per([d[k] for d in draws])) for k in budgets},
             drops={k: boot.estimate(per([base - d[k] for d in draws])) for k in budgets},
-            area=boot.estimate(per([_weighted(weights, [d[k] for k in budgets]) for d in draws])),
+            area=boot.estimate(per([weighted_sum(weights, [d[k] for k in budgets]) for d in draws])),
             drop_area=boot.estimate(drop_area),
             drop_area_per_example=drop_area,
             drop_kmax_per_example=per([base - d[budgets[-1]] for d in draws]),
@@ -764,19 +758,19 @@ def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nd
     else:
         mean_k = {k: _draw_mean(draws, k) for k in budgets}
         drop_k = [base - mean_k[k] for k in budgets]
-        drop_area_vec = _weighted(weights, drop_k)
+        drop_area_vec = weighted_sum(weights, drop_k)
         curve = Curve(
             values={k: boot.estimate(mean_k[k]) for k in budgets},
             drops={k: boot.estimate(v) for k, v in zip(budgets, drop_k)},
-            area=boot.estimate(_weighted(weights, [mean_k[k] for k in budgets])),
+            area=boot.estimate(weighted_sum(weights, [mean_k[k] for k in budgets])),
             drop_area=boot.estimate(drop_area_vec),
             drop_area_per_example=drop_area_vec,
             drop_kmax_per_example=drop_k[-1],
         )
     if len(draws) > 1:
         spreads = {f"k={k}": spread([boot.mean(d[k]) for d in draws]) for k in budgets}
-        spreads["area"] = spread([boot.mean(_weighted(weights, [d[k] for k in budgets])) for d in draws])
-        spreads["drop_area"] = spread([boot.mean(_weighted(weights, [base - d[k] for k in budgets]))
+        spreads["area"] = spread([boot.mean(weighted_sum(weights, [d[k] for k in budgets])) for d in draws])
+        spreads["drop_area"] = spread([boot.mean(weighted_sum(weights, [base - d[k] for k in budgets]))
                                        for d in draws])
         curve.spread = spreads
     return curve

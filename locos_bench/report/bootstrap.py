@@ -107,6 +107,15 @@ def curve_weights(budgets: Sequence[int]) -> np.ndarray:
     return w / (x[-1] - x[0])
 
 
+def weighted_sum(weights: np.ndarray, vecs: Sequence[np.ndarray]) -> np.ndarray:
+    """`sum w_k * v_k`, term by term in budget order (an area over k from `curve_weights`);
+    one order everywhere, so every table's areas round alike."""
+    out = weights[0] * vecs[0]
+    for w, v in zip(weights[1:], vecs[1:]):
+        out = out + w * v
+    return out
+
+
 def task_seed(seed: int, task: str) -> np.random.SeedSequence:
     """The seed of a task's resamples: stable across processes (no `hash()`)."""
     return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(task.encode())])

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from locos_bench.report.bootstrap import Bootstrap, Estimate, PerDraw, combine, curve_weights, task_seed
-from locos_bench.report.sufficiency import _DrawsOf, _Result, mean_of_ratios, unit_vector, weighted
+from locos_bench.report.bootstrap import Bootstrap, Estimate, PerDraw, combine, curve_weights, task_seed, weighted_sum
+from locos_bench.report.sufficiency import _DrawsOf, _Result, mean_of_ratios, unit_vector
 from locos_bench.run import Manifest, RunPlan
 
 GOLD = "gold_logprob"
@@ -136,10 +136,10 @@ def _row(plan: RunPlan, done: dict, task: str, source: str, det: Any, base: dict
     for alpha in plan.steer_alphas:
         gain = {k: [d[(alpha, k, headline)] - base[headline] for d in per_draw] for k in budgets}
         row.gains[alpha] = {k: combine([(1.0, boot, term(v))]) for k, v in gain.items()}
-        row.area_terms[alpha] = term([weighted(weights, [gain[k][i] for k in budgets]) for i in range(len(per_draw))])
+        row.area_terms[alpha] = term([weighted_sum(weights, [gain[k][i] for k in budgets]) for i in range(len(per_draw))])
         row.area[alpha] = combine([(1.0, boot, row.area_terms[alpha])])
         if GOLD in base and GOLD != headline:
-            gold = [weighted(weights, [d[(alpha, k, GOLD)] - base[GOLD] for k in budgets]) for d in per_draw]
+            gold = [weighted_sum(weights, [d[(alpha, k, GOLD)] - base[GOLD] for k in budgets]) for d in per_draw]
             row.gold_area[alpha] = combine([(1.0, boot, term(gold))])
     return row
 

@@ -41,6 +41,7 @@ from locos_bench.report.bootstrap import (
     curve_weights,
     interval,
     linear_replicates,
+    weighted_sum,
 )
 from locos_bench.run import Manifest, RunPlan
 
@@ -179,10 +180,10 @@ def _row(plan: RunPlan, done: dict, result: Any, det: Any, base: dict, weights: 
 
     for k in budgets:
         row.retained[k] = ratio_estimate([(1.0, boot, term([d[headline][k] for d in per_draw]))], boot, base[headline])
-    row.area_terms = term([weighted(weights, [d[headline][k] for k in budgets]) for d in per_draw])
+    row.area_terms = term([weighted_sum(weights, [d[headline][k] for k in budgets]) for d in per_draw])
     row.area = ratio_estimate([(1.0, boot, row.area_terms)], boot, base[headline])
     if GOLD in base:
-        loss = term([weighted(weights, [base[GOLD] - d[GOLD][k] for k in budgets]) for d in per_draw])
+        loss = term([weighted_sum(weights, [base[GOLD] - d[GOLD][k] for k in budgets]) for d in per_draw])
         row.gold_loss = combine([(1.0, boot, loss)])
     return row
 
@@ -192,13 +193,6 @@ class _DrawsOf:
 
     def __init__(self, name: str, stochastic: bool, draws: list[int]) -> None:
         self.name, self.stochastic, self.draws = name, stochastic, draws
-
-
-def weighted(weights: np.ndarray, vecs: list[np.ndarray]) -> np.ndarray:
-    out = weights[0] * vecs[0]
-    for w, v in zip(weights[1:], vecs[1:]):
-        out = out + w * v
-    return out
 
 
 def unit_vector(unit: Any, metric: str, n: int) -> np.ndarray:
