@@ -21,6 +21,7 @@ import numpy as np
 from locos_bench.evaluation import evaluate_head_sets, evaluate_task
 from locos_bench.evaluation.ablation import AblationSpec, HeadSetAblation, reference_means
 from locos_bench.models import load_model
+from locos_bench.names import head_name
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
 
@@ -39,6 +40,8 @@ def main() -> None:
     model = load_model(args.model)
     geo = model.geometry
     heads = [(layer, head) for layer in range(geo.n_layers) for head in range(geo.n_heads)]
+    if not 1 <= args.k <= len(heads) or args.draws < 1 or args.n_ref < 1 or args.n_eval < 1:
+        parser.error(f"--k must be 1..{len(heads)} and --draws, --n-ref, --n-eval at least 1")
     rng = np.random.default_rng(args.seed)
     sets = [[heads[i] for i in sorted(rng.choice(len(heads), size=args.k, replace=False))] for _ in range(args.draws)]
     for task in args.tasks.split(","):
@@ -59,7 +62,7 @@ def main() -> None:
                 "gold_logprob": round(float(np.mean([r["gold_logprob"] for r in base])), 3),
                 f"gold_logprob_random_k{args.k}": [round(float(np.mean([r["gold_logprob"] for r in rows])), 3)
                                                    for rows in ablated],
-                "heads": [[f"L{layer}H{head}" for layer, head in s] for s in sets],
+                "heads": [[head_name(h) for h in s] for s in sets],
             }), flush=True)
 
 
