@@ -308,10 +308,12 @@ class LocosTeacherForced(Locos):
     final-norm weight g; Gemma's post-attention norm is linearised at `q_j` and folded into u;
     the off-needle set is the context alone, without the needle's +-3 tokens, distractors,
     the question, the template and BOS; the score is the needle's mean minus the off-needle
-    mean. One forward pass per example; same parameters as `locos`, other defaults.
+    mean. One forward pass per example; same parameters as `locos`, other defaults. Named
+    only: `--detector all` leaves it out (`presets = ()`).
     """
 
     cost = "1"
+    presets: ClassVar[tuple[str, ...] | None] = ()
 
     def __init__(self, decoding: str = "teacher-forced", gate: bool = False, direction: str = "folded",
                  post_norm: str = "linearised", off_needle: str = "context", contrast: str = "mean",
