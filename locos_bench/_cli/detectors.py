@@ -41,7 +41,7 @@ def collect() -> list[dict[str, Any]]:
             params=parameters(cls),
             cost=getattr(cls, "cost", "?"),
             stochastic=bool(getattr(cls, "stochastic", False)),
-            presets=list(getattr(cls, "presets", None) or []) or None,
+            presets=None if getattr(cls, "presets", None) is None else list(cls.presets),
             description=(inspect.getdoc(cls) or "").split("\n")[0],
         )
         rows.append(row)
@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
         params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items()) or "-"
         cost = r["cost"] if r["available"] else "unavailable"
         note = r["description"] if r["available"] else r["error"]
-        in_all = ", ".join(r["presets"]) if r.get("presets") else "every"
+        in_all = "every" if r.get("presets") is None else ", ".join(r["presets"]) or "none (named only)"
         table.append([r["name"], r["source"], cost, in_all, params, note])
     print(tabulate(table, headers=["detector", "source", "forward passes / example", "in `all` of presets",
                                    "parameters", ""]))

@@ -168,15 +168,13 @@ class Locos(Detector):
                  post_norm: str = "raw", off_needle: str = "attended", contrast: str = "span",
                  answer_tokens: str = "mean", max_steps: int = MAX_STEPS,
                  rouge_threshold: float = ROUGE_THRESHOLD) -> None:
-        self.decoding = decoding
-        self.gate = gate
-        self.direction = direction
-        self.post_norm = post_norm
-        self.off_needle = off_needle
-        self.contrast = contrast
-        self.answer_tokens = answer_tokens
-        self.max_steps = max_steps
-        self.rouge_threshold = rouge_threshold
+        self._store(locals())
+
+    def _store(self, params: dict[str, Any]) -> None:
+        """Keep the constructor's arguments as they are (scikit-learn's rule), nothing else."""
+        for key, value in params.items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -288,6 +286,9 @@ class Locos(Detector):
             passes += 1
             total += row
             kept.append(row)
+        if not kept and not self.gate:
+            raise LocosError(f"detector {name!r}: none of the {len(tokenized)} calibration examples has a step to "
+                             "score (each greedy answer was empty: the model stopped at once)")
         if not kept:
             raise LocosError(
                 f"detector {name!r}: none of the {len(tokenized)} calibration examples passed the correctness "
@@ -340,13 +341,7 @@ class DirectLogitAttribution(Locos):
     def __init__(self, decoding: str = "greedy", gate: bool = True, direction: str = "raw",
                  post_norm: str = "raw", answer_tokens: str = "mean", max_steps: int = MAX_STEPS,
                  rouge_threshold: float = ROUGE_THRESHOLD) -> None:
-        self.decoding = decoding
-        self.gate = gate
-        self.direction = direction
-        self.post_norm = post_norm
-        self.answer_tokens = answer_tokens
-        self.max_steps = max_steps
-        self.rouge_threshold = rouge_threshold
+        self._store(locals())
 
     def step_scores(self, model: LoadedModel, cache: dict[str, Tensor], t: TokenizedExample, layer: int,
                     rows: Rows) -> Tensor:

@@ -19,7 +19,7 @@ from locos_bench.detectors.registry import DETECTORS, register_detector
 from locos_bench.models.planted import planted_ground_truth
 
 BUILTINS = {
-    "locos", "locos-argmax", "dla", "attention", "retrieval-head", "qrhead", "headkv", "echo",
+    "locos", "locos-teacher-forced", "locos-argmax", "dla", "attention", "retrieval-head", "qrhead", "headkv", "echo",
     "attention-knockout", "activation-patching", "path-patching", "attribution-patching", "eap-ig", "random",
 }
 
@@ -52,8 +52,12 @@ def test_detectors_json_lists_every_builtin(capsys):
     assert rows["eap-ig"]["presets"] == ["paper"] and rows["qrhead"]["presets"] == ["paper"]
     assert rows["dla"]["presets"] is None
     assert rows["locos"]["source"] == "built-in"
-    assert rows["locos"]["params"] == {"answer_tokens": "mean", "final_norm": True}
-    assert rows["locos"]["cost"] == "1" and rows["random"]["stochastic"] is True
+    assert rows["locos"]["params"] == {"decoding": "greedy", "gate": True, "direction": "raw", "post_norm": "raw",
+                                       "off_needle": "attended", "contrast": "span", "answer_tokens": "mean",
+                                       "max_steps": 50, "rouge_threshold": 50.0}
+    assert rows["locos-teacher-forced"]["params"]["decoding"] == "teacher-forced"
+    assert rows["locos-teacher-forced"]["presets"] == []  # named only, never in `--detector all`
+    assert rows["locos"]["cost"] == "1 + greedy decoding" and rows["random"]["stochastic"] is True
 
 
 def test_detectors_table(capsys):
@@ -69,7 +73,7 @@ def test_score_json_puts_planted_retrieval_heads_first(capsys, planted):
     assert {"detector", "params", "scores", "top", "seconds", "forward_passes"} <= set(data)
     truth = sorted(planted_ground_truth(planted.name)["ground_truth"]["retrieval"])
     assert sorted(data["top"][:2]) == truth and len(data["top"]) == 10
-    assert data["forward_passes"] == 4 and data["examples"] == 4
+    assert data["forward_passes"] == 8 and data["examples"] == 4  # each: the decoding's prefill, the capture
     assert torch.tensor(data["scores"]).shape == (3, 4)
 
 
