@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_params(items: list[str]) -> dict[str, Any]:
-    """`["answer_tokens=first", "final_norm=false"]` -> `{"answer_tokens": "first", "final_norm": False}`."""
+    """`["answer_tokens=first", "gate=false"]` -> `{"answer_tokens": "first", "gate": False}`."""
     params: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
