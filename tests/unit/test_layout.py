@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_layout() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "architecture.md").read_text()
     block = re.search(r"## Layout\n\n```\n(.*?)```", text, re.S)
     assert block, "README.md has no ## Layout code block"
     return block.group(1)

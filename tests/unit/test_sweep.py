@@ -107,7 +107,7 @@ def test_local_sweep_runs_each_run_and_writes_one_leaderboard(tmp_path, capsys):
 def test_readme_sweep_example_is_a_valid_sweep(tmp_path):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "scaling.md").read_text()
     section = readme.split("### Sweeps", 1)[1]
     text = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     sweep = load_sweep(_write(tmp_path, text))
