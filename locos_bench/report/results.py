@@ -138,15 +138,20 @@ class Comparison(ResultModel):
         return None if value is None else finite_or_none(value)
 
 
-class DetectorResult(ResultModel):
-    """One detector (or the baseline) on one task."""
+class DetectorRow(ResultModel):
+    """A detector's row of a table: the draws that entered it, or why none did."""
 
     name: str
     stochastic: bool = False
     draws: list[int] = Field(default_factory=list)
     """Draws whose units are all error-free, and so enter the statistics."""
     error: str | None = None
-    """Why there are no curves, when there are none."""
+    """Why the row has no figures, when it has none."""
+
+
+class DetectorResult(DetectorRow):
+    """One detector (or the baseline) on one task."""
+
     curves: dict[str, Curve] = Field(default_factory=dict)
     """Metric -> curve; empty when every draw failed."""
     versus: dict[str, dict[str, dict[str, Estimate]]] = Field(default_factory=dict)
@@ -229,13 +234,9 @@ class SummaryRow(ResultModel):
     """Planted models: mean over tasks of `precision_at_n` and `auroc` (see `GroundTruth`)."""
 
 
-class SufficiencyRow(ResultModel):
+class SufficiencyRow(DetectorRow):
     """One detector's heads kept full, on one retrieval task."""
 
-    name: str
-    stochastic: bool = False
-    draws: list[int] = Field(default_factory=list)
-    error: str | None = None
     retained: dict[int, Estimate | None] = Field(default_factory=dict)
     """Budget k -> retained fraction of the unablated headline metric."""
     area: Estimate | None = None
@@ -283,13 +284,9 @@ class SufficiencySummaryRow(ResultModel):
     versus: dict[str, Estimate | None] = Field(default_factory=dict)
 
 
-class SteeringRow(ResultModel):
+class SteeringRow(DetectorRow):
     """One detector's heads amplified, on one task (with one source's heads)."""
 
-    name: str
-    stochastic: bool = False
-    draws: list[int] = Field(default_factory=list)
-    error: str | None = None
     gains: dict[float, dict[int, Estimate]] = Field(default_factory=dict)
     """Alpha -> budget k -> mean gain of the headline metric."""
     area: dict[float, Estimate] = Field(default_factory=dict)
