@@ -225,6 +225,12 @@ class PerDraw:
         return total / self.draws.d
 
 
+def per_example(x: Any) -> np.ndarray:
+    """`[n]` per-example values of a term: a `PerDraw`'s mean over draws, else `x` itself
+    (the values a term's point estimate and its jackknife read)."""
+    return x.mean_over_draws() if isinstance(x, PerDraw) else x
+
+
 def _two_level(boot: Bootstrap, mat: np.ndarray, draws: Draws) -> tuple[float, np.ndarray]:
     """Point value and `[B]` replicates of per-draw values: draws resampled, then examples.
 

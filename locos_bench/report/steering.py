@@ -1,85 +1,26 @@
 """Steering figures of a run (`--steer-alphas`): does amplifying a detector's top-k heads (their
 outputs scaled by alpha) raise retrieval where the model fails, and what does it cost the controls?
 
-Definitions (the leaderboard's Steering section says the same):
-
-* **Gain** at k: per example, the headline metric with the top-k heads scaled by alpha minus
-  unablated, then the mean (metric units; positive = amplification helped). Each retrieval
-  task with its own heads; each control with each retrieval task's heads (as in the ablation
-  tables); each harder variant (`TaskSpec.harder`: longer context, more distractors) with its
-  retrieval task's heads.
-* **Gain area**: the gain curve's normalised area over log2(k) (the ablation areas' weights).
-* **Gold gain**: the same area for the gold-answer log-prob, nats.
-* **Summary**, per detector, at its **best alpha** (the alpha with the largest mean relative
-  gain area over retrieval tasks and variants; chosen on the evaluation examples, so the
-  figure is optimistic): **retrieval gain** and **harder gain** = mean over those tasks of gain
-  area over the unablated mean (relative, unit-free); **control cost** = mean over control
-  pairs of minus the gain area over the unablated mean (positive = amplification hurt the
-  control); **vs random** = retrieval gain minus random's at the same alpha, paired.
-
-Intervals: the task's shared example resamples (and draws, two levels), each ratio
-recomputed per replicate (`report.sufficiency.ratio_estimate`).
+Per task, heads' source, detector and alpha: the gain of the headline metric over unablated at
+each budget, its area over log2(k), and the gold log-prob gain; retrieval tasks with their own
+heads, controls and harder variants with each retrieval task's. The summary takes each
+detector's best alpha and gives the relative retrieval and harder gains, the control cost and
+the difference from `random` (`ratios`). Definitions: `docs/methodology.md` (Steering).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-from pydantic import Field
-
-from locos_bench.report.bootstrap import Bootstrap, Estimate, PerDraw, combine, curve_weights, task_seed, weighted_sum
-from locos_bench.report.sufficiency import _DrawsOf, _Result, mean_of_ratios, unit_vector
+from locos_bench.report.bootstrap import Bootstrap, combine, curve_weights, task_seed, weighted_sum
+from locos_bench.report.ratios import best_first, mean_of_ratios
+from locos_bench.report.results import GOLD, SteeringRow, SteeringSummaryRow, SteeringTask
+from locos_bench.report.units import DrawSets, complete_draws, draw_term, vector
 from locos_bench.run import Manifest, RunPlan
 
-GOLD = "gold_logprob"
 
-
-class SteeringRow(_Result):
-    """One detector's heads amplified, on one task (with one source's heads)."""
-
-    name: str
-    stochastic: bool = False
-    draws: list[int] = Field(default_factory=list)
-    error: str | None = None
-    gains: dict[float, dict[int, Estimate]] = Field(default_factory=dict)
-    """Alpha -> budget k -> mean gain of the headline metric."""
-    area: dict[float, Estimate] = Field(default_factory=dict)
-    """Alpha -> gain area (headline metric units)."""
-    gold_area: dict[float, Estimate] = Field(default_factory=dict)
-    """Alpha -> gain area of the gold log-prob (nats)."""
-    area_terms: dict[float, Any] = Field(default_factory=dict, exclude=True, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and bool(self.area)
-
-
-class SteeringTask(_Result):
-    task: str
-    kind: str
-    """`retrieval`, `control` or `variant`."""
-    source: str
-    """The retrieval task whose heads are amplified."""
-    headline: str
-    unablated: float
-    rows: dict[str, SteeringRow] = Field(default_factory=dict)
-    bootstrap: Bootstrap = Field(exclude=True, repr=False)
-    base: Any = Field(default=None, exclude=True, repr=False)
-
-
-class SteeringSummaryRow(_Result):
-    detector: str
-    best_alpha: float | None = None
-    retrieval_gain: Estimate | None = None
-    harder_gain: Estimate | None = None
-    control_cost: Estimate | None = None
-    vs_random: Estimate | None = None
-
-
-def steering(manifest: Manifest, plan: RunPlan, done: dict, tasks: Sequence[Any], draw_sets: Callable,
+def steering(manifest: Manifest, plan: RunPlan, done: dict, tasks: Sequence[Any], draw_sets: DrawSets,
              *, n_resamples: int, method: str, level: float) -> tuple[list[SteeringTask], list[SteeringSummaryRow]]:
     """The Steering figures of a run with `steer_alphas`, and their summary; empty without."""
     if not plan.steer_alphas:
@@ -96,7 +37,7 @@ def steering(manifest: Manifest, plan: RunPlan, done: dict, tasks: Sequence[Any]
         n = len(base_unit.values[headline])
         boot = boots.get(entry.name) or Bootstrap(n, n_resamples=n_resamples, seed=task_seed(manifest.seed, entry.name),
                                                   method=method, level=level)
-        base = {m: unit_vector(base_unit, m, n) for m in (headline, GOLD) if m in base_unit.values}
+        base = {m: vector(base_unit, m, n) for m in (headline, GOLD) if m in base_unit.values}
         for source in plan.sources(entry.name):
             result = SteeringTask(task=entry.name, kind=entry.kind, source=source, headline=headline,
                                   unablated=boot.mean(base[headline]), bootstrap=boot, base=base[headline])
@@ -107,30 +48,24 @@ def steering(manifest: Manifest, plan: RunPlan, done: dict, tasks: Sequence[Any]
 
 
 def _row(plan: RunPlan, done: dict, task: str, source: str, det: Any, base: dict, boot: Bootstrap, n: int,
-         draw_sets: Callable) -> SteeringRow:
+         draw_sets: DrawSets) -> SteeringRow:
     budgets = list(plan.budgets)
     weights = curve_weights(budgets)
     row = SteeringRow(name=det.name, stochastic=det.stochastic)
+    complete, errors = complete_draws(
+        plan, done, det.name, lambda draw: plan.steer_keys(task, det.name, draw, "" if source == task else source),
+        "steering")
     per_draw = []
-    errors = []
-    for draw in plan.draws(det.name):
-        units = [done.get(k) for k in plan.steer_keys(task, det.name, draw, "" if source == task else source)]
-        if any(u is None for u in units):
-            errors.append(f"draw {draw}: steering units missing")
-            continue
-        failed = [u.error for u in units if u.error is not None]
-        if failed:
-            errors.append(failed[0])
-            continue
-        per_draw.append({(u.alpha, u.k, m): unit_vector(u, m, n) for u in units for m in base})
+    for draw, units in complete:
+        per_draw.append({(u.alpha, u.k, m): vector(u, m, n) for u in units for m in base})
         row.draws.append(draw)
     if not per_draw:
         row.error = errors[0] if errors else "no steering units"
         return row
-    draws = draw_sets(_DrawsOf(det.name, det.stochastic, row.draws)) if len(per_draw) > 1 else None
+    draws = draw_sets(det.name, det.stochastic, row.draws) if len(per_draw) > 1 else None
 
-    def term(vecs: list[np.ndarray]) -> Any:
-        return PerDraw(np.stack(vecs), draws) if draws is not None else vecs[0]
+    def term(vecs: list[Any]) -> Any:
+        return draw_term(vecs, draws)
 
     headline = next(iter(base))
     for alpha in plan.steer_alphas:
@@ -171,8 +106,4 @@ def _summary(plan: RunPlan, tasks: list[SteeringTask]) -> list[SteeringSummaryRo
                          and "random" in t.rows and t.rows["random"].ok]
                 row.vs_random = mean_of_ratios(pairs)
         rows.append(row)
-    return sorted(rows, key=lambda r: (-_value(r.retrieval_gain), r.detector))
-
-
-def _value(est: Estimate | None) -> float:
-    return est.value if est is not None and math.isfinite(est.value) else -math.inf
+    return sorted(rows, key=lambda r: (best_first(r.retrieval_gain), r.detector))

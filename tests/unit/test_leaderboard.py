@@ -12,8 +12,9 @@ import pytest
 from locos_bench import cli
 from locos_bench.errors import LocosError
 from locos_bench.report.bootstrap import Estimate
+from locos_bench.report.display import fmt, fmt_ci
 from locos_bench.report.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
-from locos_bench.report.markdown import fmt, fmt_ci, render_markdown
+from locos_bench.report.markdown import render_markdown
 from locos_bench.run import BASELINE, RunDir, RunPlan, load_run
 from locos_bench.run.records import (
     DetectorEntry,

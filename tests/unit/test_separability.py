@@ -39,8 +39,8 @@ def test_paired_bootstrap_p_value_floor_one_and_symmetry():
 
 
 def test_rank_labels_competition_ranking_with_ties():
-    from locos_bench.report.analysis import Comparison
-    from locos_bench.report.markdown import rank_labels
+    from locos_bench.report.results import Comparison
+    from locos_bench.report.separability import rank_labels
 
     def pairs(*separable: bool) -> list[Comparison]:
         return [Comparison(upper="u", lower="l", figure="f", separable=s) for s in separable]
@@ -94,7 +94,7 @@ def test_planted_reference_separable_and_tied_adjacent_ranks(tmp_path: Path):
 
 
 def test_the_family_is_every_comparison_the_leaderboard_shows(tmp_path: Path):
-    from locos_bench.report import analysis
+    from locos_bench.report import separability
     from locos_bench.report.leaderboard import analyze_runs
     from locos_bench.report.markdown import render_markdown
 
@@ -111,8 +111,33 @@ def test_the_family_is_every_comparison_the_leaderboard_shows(tmp_path: Path):
     both = analyze_runs([one, two], n_resamples=300)
     assert both[0].holm_family == both[1].holm_family > m_one  # one family across the runs
     assert "of every run" in render_markdown(both)
-    # The module docstrings say which family is corrected.
-    assert "The family" in analysis.__doc__ and "Holm" in analysis.__doc__
+    # The module docstring says which family is corrected, and where it is defined.
+    assert "one Holm family" in separability.__doc__ and "docs/methodology.md" in separability.__doc__
+
+
+def test_the_family_is_corrected_once_per_leaderboard(tmp_path: Path, monkeypatch):
+    """Analysing the runs of a page corrects their family once; rendering reads it."""
+    import sys
+
+    from locos_bench.report import leaderboard
+
+    calls = []
+    home = sys.modules[leaderboard.separability.__module__]  # where the Holm correction runs
+    real = home.holm
+    monkeypatch.setattr(home, "holm", lambda p: calls.append(len(p)) or real(p))
+    leaderboard.write_leaderboard([make_run(tmp_path / "a"), make_run(tmp_path / "b", seed=4)], tmp_path / "board",
+                                  n_resamples=300, plots=False)
+    assert len(calls) == 1 and calls[0] > 0
+
+
+def test_runs_analysed_apart_are_not_rendered_as_one_page(tmp_path: Path):
+    from locos_bench.report.leaderboard import analyze_runs
+    from locos_bench.report.markdown import render_markdown
+
+    one = analyze_runs(make_run(tmp_path / "a"), n_resamples=100)
+    two = analyze_runs(make_run(tmp_path / "b", seed=4), n_resamples=100)
+    with pytest.raises(LocosError, match="analysed together"):
+        render_markdown(one + two)
 
 
 def test_tie_marks_in_task_and_summary_tables(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""Specificity (report.analysis): control units per retrieval task in the plan, and relative
+"""Specificity (report.specificity): control units per retrieval task in the plan, and relative
 drops that let tasks in different units average, on small hand-made run records."""
 
 from __future__ import annotations

@@ -1,0 +1,345 @@
+"""The leaderboard's tables, one function per table: a run's header, tasks and detectors;
+each task's ranked table, ground truth, paired differences, selection stability and per-rank
+diagnostic; the summary; sufficiency and steering; failures; the summary across runs.
+
+Tables only read the analysed results (`results`): every figure, rank and verdict was
+computed once by the analysis and `separability`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from locos_bench.names import head_name
+from locos_bench.report.display import cell, detector_label, fmt, fmt_ci, overlap_k, table
+from locos_bench.report.notes import NO_STABILITY, STABILITY
+from locos_bench.report.results import GOLD, Comparison, RunStats, TaskResult
+
+RANKS_SHOWN = 10
+"""The per-rank diagnostic shows at most this many ranks."""
+
+
+def header_table(run: RunStats) -> str:
+    m = run.manifest
+    info = m.model_info
+    model = m.model
+    if info.get("resolves_to") and info.get("resolves_to") != m.model:
+        model += f" ({info['resolves_to']})"
+    if "n_layers" in info and "n_heads" in info:
+        model += (f"; {info['n_layers']} layers × {info['n_heads']} heads = "
+                  f"{int(info['n_layers']) * int(info['n_heads'])} heads")
+    ablation = m.ablation + (" (position-wise" if m.positionwise else " (position-agnostic")
+    # The sink rule is named where it is `keep`: runs before the option wrote the mean there.
+    ablation += ", BOS sink left untouched)" if m.sink == "keep" and m.ablation == "mean" else ")"
+    p = m.provenance
+    packages = ", ".join(f"{name} {ver}" for name, ver in sorted(p.packages.items()))
+    timings = ", ".join(f"{phase} {fmt(sec, 1)} s" for phase, sec in m.timings.items()) or "—"
+    stats = (f"paired bootstrap over evaluation examples, B = {run.n_resamples}, "
+             f"{fmt(100 * run.level, 0)}% {run.method} intervals")
+    rows = [
+        ["model", model],
+        ["budgets k", ", ".join(map(str, run.budgets))],
+        ["ablation", ablation],
+        ["random draws", m.random_draws],
+        *([["calibration draws", f"{m.calibration_draws} disjoint calibration subsets, each "
+            "detector chosen and evaluated on each; intervals resample draws, then examples"]]
+          if m.calibration_draws > 1 else []),
+        ["rank diagnostic", f"top {m.rank_diagnostic} heads ablated one at a time"],
+        ["seed", m.seed],
+        ["batch size", m.batch_size],
+        ["commit", p.git_commit or "—"],
+        ["device", p.device],
+        ["python / platform", f"{p.python} / {p.platform}"],
+        ["packages", packages or "—"],
+        ["started", p.started_at],
+        ["timings", timings],
+        ["statistics", stats],
+    ]
+    if m.fallbacks:  # --preset paper: a real benchmark's data was missing, its synthetic twin ran
+        rows.append(["synthetic fallbacks", "; ".join(f"`{task}`: {why}" for task, why in sorted(m.fallbacks.items()))])
+    return table(rows, ["", ""])
+
+
+def tasks_table(run: RunStats) -> str:
+    entries = {t.name: t for t in run.manifest.tasks}
+    rows = []
+    for t in run.tasks:
+        if t.section not in ("", t.name):
+            continue  # a control's later head sources: the same task
+        e = entries[t.name]
+        rows.append([t.name, t.kind, e.version, t.headline, fmt(t.chance),
+                     t.sizes.get("calibration", 0), t.sizes.get("reference", 0), t.n_eval,
+                     e.data_hash[:12]])
+    for t in run.steering:  # harder variants: steered only, no ablation table of their own
+        if t.kind == "variant" and not any(r[0] == t.task for r in rows):
+            e = entries[t.task]
+            rows.append([t.task, f"variant of {e.variant_of}", e.version, t.headline, fmt(e.chance), "—", "—",
+                         len(e.splits.get("evaluation", [])), e.data_hash[:12]])
+    return table(rows, ["task", "kind", "version", "headline metric", "chance", "calibration",
+                         "reference", "evaluation", "data hash"])
+
+
+def detectors_table(run: RunStats) -> str:
+    rows = [[d.name, d.source, d.cost, "yes" if d.stochastic else "no",
+             json.dumps(d.params, sort_keys=True, separators=(", ", ": "), default=str)]
+            for d in run.manifest.detectors]
+    return table(rows, ["detector", "source", "cost (passes / example)", "stochastic", "params"])
+
+
+def comparisons_table(comparisons: Sequence[Comparison]) -> str | None:
+    if not comparisons:
+        return None
+    rows = []
+    for c in comparisons:
+        if c.figure == "equal":
+            verdict = "no: equal figures"
+        elif not c.tested:
+            verdict = "not tested (ground truth)" if c.separable else "no: no figure to test"
+        else:
+            verdict = "yes" if c.separable else "no: tie"
+        rows.append([f"{c.upper} / {c.lower}", c.figure if c.figure != "equal" else "—",
+                     fmt_ci(c.difference), fmt(c.p), fmt(c.p_holm), verdict])
+    return table(rows, ["adjacent pair (upper / lower)", "ordered by", "difference (upper − lower)",
+                         "p", "Holm p", "separable"])
+
+
+def task_table(run: RunStats, task: TaskResult) -> str:
+    budgets = run.budgets
+    kmax = budgets[-1]
+    h = task.headline
+    headers = (["rank", "detector"] + [f"{h} k={k}" for k in budgets]
+               + [f"drop k={kmax}", "area", "drop-area", "logp drop-area", "specificity",
+                  "specificity (logp)", "seconds", "forward passes"])
+    rows = []
+    base = task.baseline
+    if base.ok:
+        bc = base.curves[h]
+        bg = base.curves.get(GOLD)
+        rows.append(["—", "baseline (unablated)"] + [fmt_ci(bc.values[k]) for k in budgets]
+                    + [fmt_ci(bc.drops[kmax]), fmt_ci(bc.area), fmt_ci(bc.drop_area),
+                       fmt_ci(bg.drop_area if bg else None), "—", "—", "—", "—"])
+    else:
+        rows.append(["—", "baseline (unablated)", f"failed: {base.error}"]
+                    + ["—"] * (len(headers) - 3))
+    labels = task.rank_labels
+    for res in task.detectors.values():
+        if not res.ok:
+            rows.append(["—", detector_label(res), "failed"] + ["—"] * (len(budgets) + 5)
+                        + [fmt(res.seconds, 1), fmt(res.forward_passes, 0)])
+            continue
+        rank = labels[res.name]
+        c = res.curves[h]
+        g = res.curves.get(GOLD)
+        sp = c.spread or {}
+        gsp = (g.spread or {}) if g else {}
+        rows.append(
+            [rank, detector_label(res)]
+            + [fmt_ci(c.values[k], sp.get(f"k={k}")) for k in budgets]
+            + [fmt_ci(c.drops[kmax]), fmt_ci(c.area, sp.get("area")),
+               fmt_ci(c.drop_area, sp.get("drop_area")),
+               fmt_ci(g.drop_area, gsp.get("drop_area")) if g else "—",
+               fmt_ci(run.specificity(res.name, "headline")),
+               fmt_ci(run.specificity(res.name, GOLD)),
+               fmt(res.seconds, 1), fmt(res.forward_passes, 0)])
+    return table(rows, headers)
+
+
+def _rank_text(rank: float) -> str:
+    return str(int(rank)) if float(rank).is_integer() else fmt(rank, 1)
+
+
+def _truth_rank(run: RunStats, truth: Any, name: str, head: str) -> str:
+    """A head's rank; `=R` for a head whose score ties others (runs with a tie seed)."""
+    tie = truth.ties.get(name, {}).get(head)
+    if tie is None or run.manifest.tie_seed is None:
+        return _rank_text(truth.ranks[name][head])
+    return "=" + _rank_text(tie[0])
+
+
+def ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
+    rows_of = [r for r in task.detectors.values() if r.truth is not None]
+    if not rows_of:
+        return None
+    sets = run.truth_sets or {}
+    others = [(name, head_name(h)) for name, heads in sets.items() if name != "retrieval" for h in heads]
+    n = rows_of[0].truth.n
+    headers = (["rank", "detector", f"precision@{n}"] + [f"prec. k={k}" for k in run.budgets]
+               + ["AUROC", "retrieval heads' ranks"]
+               + [f"{head} ({name.replace('_', ' ')})" for name, head in others])
+    labels = task.rank_labels  # the ranks of the task's own table, ties and all
+    rows = []
+    for res in rows_of:
+        g = res.truth
+        retrieval = ", ".join(f"{h} {_truth_rank(run, g, 'retrieval', h)}" for h in g.ranks["retrieval"])
+        rows.append([labels.get(res.name, "—"), detector_label(res), fmt(g.precision_at_n)]
+                    + [fmt(g.precision[k]) for k in run.budgets]
+                    + [fmt(g.auroc), retrieval]
+                    + [_truth_rank(run, g, name, head) for name, head in others])
+    return table(rows, headers)
+
+
+def versus_table(run: RunStats, task: TaskResult) -> str | None:
+    refs = [r for r in ("locos", "random") if r in task.detectors and task.detectors[r].ok]
+    if not refs:
+        return None
+    kmax = run.budgets[-1]
+    headers = ["detector"]
+    for ref in refs:
+        headers += [f"vs {ref}: drop-area", f"vs {ref}: drop k={kmax}", f"vs {ref}: logp drop-area"]
+    rows = []
+    for res in task.detectors.values():
+        if not res.ok:
+            continue
+        row = [detector_label(res)]
+        for ref in refs:
+            vs = res.versus.get(ref, {})
+            hv, gv = vs.get(task.headline, {}), vs.get(GOLD, {})
+            row += [fmt_ci(hv.get("drop_area")), fmt_ci(hv.get("drop_kmax")),
+                    fmt_ci(gv.get("drop_area"))]
+        rows.append(row)
+    return table(rows, headers)
+
+
+def stability_table(run: RunStats, task: TaskResult) -> list[str]:
+    """The task's selection-stability note and table (retrieval tasks that chose their heads)."""
+    if task.heads_from and task.heads_from != task.name:
+        return []
+    rows_of = [r for r in task.detectors.values() if r.stability is not None or r.stability_na]
+    if not any(r.stability is not None for r in rows_of):
+        return [NO_STABILITY] if rows_of else []
+    k0 = overlap_k(run.budgets)
+    headers = ["detector"] + [f"Jaccard k={k}" for k in run.budgets] + [f"top heads (k={k0})"]
+    rows = []
+    first = next(r.stability for r in rows_of if r.stability is not None)
+    for res in rows_of:
+        st = res.stability
+        if st is None:
+            rows.append([detector_label(res)] + ["—"] * len(run.budgets) + [res.stability_na])
+            continue
+        tops = ", ".join(f"{head} {fmt(share, 2)}" for head, share in st.frequency.get(k0, {}).items())
+        rows.append([detector_label(res)] + [fmt(st.jaccard.get(k)) for k in run.budgets] + [tops])
+    return [STABILITY.format(n_calib=first.n_calib, b=first.n_resamples, k=k0), table(rows, headers)]
+
+
+def rank_table(task: TaskResult) -> str | None:
+    dets = [r for r in task.detectors.values() if r.ranks]
+    if not dets:
+        return None
+    n = min(RANKS_SHOWN, max(r.ranks[-1].rank for r in dets))
+    headers = ["detector"] + [f"r={i}" for i in range(1, n + 1)]
+    rows = []
+    for res in dets:
+        by_rank = {r.rank: r for r in res.ranks}
+        row = [detector_label(res)]
+        for i in range(1, n + 1):
+            r = by_rank.get(i)
+            est = r.drops.get(GOLD) if r else None
+            row.append(f"{head_name(r.head)} {fmt(est.value)}" if r and est else "—")
+        rows.append(row)
+    return table(rows, headers)
+
+
+def summary_table(run: RunStats, metric_key: str) -> str:
+    headers = ["rank", "detector", "tasks (retrieval + control)", "retrieval drop-area",
+               "control drop-area", "specificity", "vs locos (retrieval)", "vs random (retrieval)"]
+    relative = metric_key == "headline" and any(row.paired for row in run.summary)
+    if relative:
+        headers[5:5] = ["relative retrieval drop", "relative control drop"]
+    truth = any(row.truth for row in run.summary)
+    if truth:
+        headers[2:2] = ["precision@n (truth)", "AUROC (truth)"]
+    rows = []
+    n_retr = sum(t.kind == "retrieval" for t in run.tasks)
+    n_ctrl = len({t.name for t in run.tasks if t.kind == "control"})
+    labels = run.summary_rank_labels
+    for row in run.summary:
+        f = row.figures[metric_key]
+        cells = [labels.get(row.detector, "—"), row.detector,
+                 f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",
+                 fmt_ci(f["retrieval"]), fmt_ci(f["control"]), fmt_ci(f["specificity"]),
+                 fmt_ci(f["vs_locos"]), fmt_ci(f["vs_random"])]
+        if relative:
+            cells[5:5] = [fmt_ci(f.get("retrieval_relative")), fmt_ci(f.get("control_relative"))]
+        if truth:
+            cells[2:2] = [fmt(row.truth["precision_at_n"]) if row.truth else "—",
+                          fmt(row.truth["auroc"]) if row.truth else "—"]
+        rows.append(cells)
+    return table(rows, headers)
+
+
+def failures_table(run: RunStats) -> str | None:
+    if not run.failures:
+        return None
+    rows = [[f.task, f.detector, f.draw, f.unit, f.error] for f in run.failures]
+    return table(rows, ["task", "detector", "draw", "unit", "error"])
+
+
+def cross_run_table(runs: list[RunStats]) -> str:
+    headers = ["run", "model", "detector", "retrieval drop-area", "specificity",
+               "retrieval logp drop-area", "specificity (logp)"]
+    rows = []
+    for i, run in enumerate(runs, 1):
+        for row in run.summary:
+            h, g = row.figures["headline"], row.figures[GOLD]
+            rows.append([f"{i}: {run.name}", run.manifest.model, row.detector,
+                         fmt_ci(h["retrieval"]), fmt_ci(h["specificity"]),
+                         fmt_ci(g["retrieval"]), fmt_ci(g["specificity"])])
+    return table(rows, headers)
+
+
+def sufficiency_tables(run: RunStats) -> list[str]:
+    """The Sufficiency tables (a run with `--sufficiency`): the summary, then each task with
+    its ceiling and floor."""
+    budgets = run.budgets
+    rows = []
+    for row in run.sufficiency_summary:
+        rows.append([row.detector, row.tasks, fmt_ci(row.area), fmt(row.kv_kept),
+                     fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos"))])
+    parts = ["Mean over retrieval tasks:",
+             table(rows, ["detector", "tasks", "retention area", f"KV kept @k={budgets[-1]}",
+                          "vs random", "vs locos"])]
+    for task in run.sufficiency:
+        intro = (f"`{task.task}`: unablated {task.headline} {fmt(task.unablated)} (the ceiling, retained 1); "
+                 f"every head streaming (the floor): retained {fmt_ci(task.floor)}, KV kept {fmt(task.floor_kv)}.")
+        if task.unaffected_layers:
+            intro += (f" Sliding-window layers {', '.join(map(str, task.unaffected_layers))} already attend within "
+                      f"{task.window} tokens: their heads are unaffected by streaming.")
+        rows = []
+        for row in task.rows.values():
+            if not row.ok:
+                rows.append([row.name, *["—"] * (len(budgets) + 4), cell(row.error or "")])
+                continue
+            rows.append([row.name, *(fmt_ci(row.retained.get(k)) for k in budgets), fmt_ci(row.area),
+                         " / ".join(fmt(row.kv_kept.get(k)) for k in budgets),
+                         fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos")), fmt_ci(row.gold_loss)])
+        headers = ["detector", *(f"retained @k={k}" for k in budgets), "area",
+                   f"KV kept @k={'/'.join(map(str, budgets))}", "vs random", "vs locos", "gold loss (nats)"]
+        parts += [intro, table(rows, headers)]
+    return parts
+
+
+def steering_tables(run: RunStats) -> list[str]:
+    """The Steering tables (a run with `--steer-alphas`): each detector at its best alpha, then
+    each task and heads' source at every alpha."""
+    budgets = run.budgets
+    rows = [[r.detector, "—" if r.best_alpha is None else f"{r.best_alpha:g}", fmt_ci(r.retrieval_gain),
+             fmt_ci(r.harder_gain), fmt_ci(r.control_cost), fmt_ci(r.vs_random)] for r in run.steering_summary]
+    parts = ["Per detector, at its best alpha:",
+             table(rows, ["detector", "best alpha", "retrieval gain (relative)", "harder gain (relative)",
+                          "control cost (relative)", "vs random"])]
+    for task in run.steering:
+        heads = "its own heads" if task.source == task.task else f"the heads of `{task.source}`"
+        parts.append(f"`{task.task}` ({task.kind}, {heads}): unablated {task.headline} {fmt(task.unablated)}.")
+        rows = []
+        for row in task.rows.values():
+            for alpha in sorted(row.area) or [None]:
+                if alpha is None:
+                    rows.append([row.name, "—", *["—"] * (len(budgets) + 2)])
+                    continue
+                rows.append([row.name, f"{alpha:g}", *(fmt_ci(row.gains[alpha].get(k)) for k in budgets),
+                             fmt_ci(row.area[alpha]), fmt_ci(row.gold_area.get(alpha))])
+        parts.append(table(rows, ["detector", "alpha", *(f"gain @k={k}" for k in budgets), "area",
+                                  "gold gain (nats)"]))
+    return parts
