@@ -37,7 +37,7 @@ from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.plan import EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
-from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit, Streaming
+from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit, Streaming, default_family
 from locos_bench.run.splits import TaskData
 
 _PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic", "suff": "sufficiency", "steer": "steering"}
@@ -90,6 +90,7 @@ class Run:
             batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
             control_heads=EACH_RETRIEVAL, steer_alphas=list(cfg.steer_alphas or []),
             sufficiency=Streaming(sink=cfg.kv_sink, window=cfg.kv_window) if cfg.sufficiency else None,
+            family=default_family(list(cfg.detectors), sufficiency=bool(cfg.sufficiency), steering=bool(cfg.steer_alphas)),
         )
         if cfg.sufficiency:
             self._check_streaming(tasks)

@@ -23,7 +23,7 @@ from locos_bench.names import rank_heads
 from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, curve_weights, task_seed
 from locos_bench.report.curves import add_versus, curve, detector_result
 from locos_bench.report.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
-from locos_bench.report.separability import rank_key, separability, summary_comparisons, task_comparisons, truth_key
+from locos_bench.report.separability import rank_key, separability, truth_key
 from locos_bench.report.stability import fill_stability
 from locos_bench.report.steering import steering
 from locos_bench.report.sufficiency import sufficiency
@@ -34,16 +34,13 @@ from locos_bench.run import BASELINE, Manifest, RunPlan
 
 
 def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_RESAMPLES,
-            method: str = "percentile", level: float = LEVEL, name: str = "", family: bool = True) -> RunStats:
+            method: str = "percentile", level: float = LEVEL, name: str = "") -> RunStats:
     """Compute every leaderboard statistic of one run from its manifest and units.
 
     Missing units are not an error here (their figures are absent); the leaderboard checks
-    completeness first. Units with `error` set are excluded and listed in `failures`.
-
-    Args:
-        family: Correct the run's adjacent-rank tests as a Holm family of their own (a run
-            shown alone). False leaves them uncorrected, for a caller that shows several runs
-            together and corrects them as one family (`separability.separability`).
+    completeness first. Units with `error` set are excluded and listed in `failures`. The
+    verdicts come from the run's own pre-specified families (`separability`), so they do not
+    depend on what else a page shows.
     """
     plan = RunPlan.from_manifest(manifest)
     budgets = list(plan.budgets)
@@ -87,13 +84,11 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     suff, suff_summary = sufficiency(manifest, plan, done, tasks, draw_sets)
     steer, steer_summary = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
                                     method=method, level=level)
-    run = RunStats(manifest=manifest, tasks=tasks, summary=summary,
-                   summary_comparisons=summary_comparisons(tasks, summary), failures=failures,
-                   method=method, level=level, n_resamples=n_resamples, name=name, truth_sets=sets,
-                   sufficiency=suff, sufficiency_summary=suff_summary,
+    run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
+                   failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
+                   truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
                    steering=steer, steering_summary=steer_summary)
-    if family:
-        separability([run])
+    separability(run, n_resamples=n_resamples)
     return run
 
 
@@ -122,13 +117,15 @@ def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: 
             if scores:
                 res.truth = ground_truth(scores, sets, budgets, tie_seed=manifest.tie_seed)
     key = truth_key if any(r.truth for r in results.values()) else rank_key
-    ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
+    if entry.kind == "retrieval":
+        ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
+    else:  # a control is not ranked by damage: the run's order, failed rows last
+        ordered = dict(sorted(results.items(), key=lambda kv: not kv[1].ok))
     task = TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
                       n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
                       detectors=ordered, bootstrap=boot, heads_from=source,
                       section=entry.name if source == plan.sources(entry.name)[0] else f"{entry.name}@{source}",
                       unablated=base)
-    task.comparisons = task_comparisons(task, key)
     return task
 
 

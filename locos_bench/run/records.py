@@ -5,6 +5,7 @@ Nothing is pickled and no metadata lives in file names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -76,6 +77,42 @@ class Streaming(BaseModel):
     window: int
 
 
+REFERENCES = ("locos", "random")
+"""The detectors every other one is compared with in a run's family, when the run has them."""
+
+
+class Family(BaseModel):
+    """The pre-specified comparisons behind a run's verdicts, fixed when the run is made and
+    never by the page that shows it: for each figure, each (detector, reference) pair as the
+    difference detector - reference, with simultaneous intervals over the pairs (max-T).
+    Rank sets compare every pair of the run's detectors on the ablation figures. Definitions:
+    `docs/methodology.md` (Separability)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    figures: list[str]
+    """`ablation:headline` and `ablation:gold_logprob` (mean drop-area over retrieval tasks);
+    under `sufficiency` also `sufficiency:headline`, `sufficiency:gold_logprob` (kept minus
+    unablated), under `steer_alphas` `steering:headline`, `steering:gold_logprob` (steered minus
+    unablated); each is a family of its own."""
+    pairs: list[tuple[str, str]]
+    """(detector, reference): every other detector against each reference, and the references'
+    own pair once."""
+    level: float = 0.95
+
+
+def default_family(detectors: Sequence[str], *, sufficiency: bool = False, steering: bool = False) -> Family:
+    """The family a run of `detectors` pre-specifies (`Family`): the same for a run directory
+    whose manifest predates the field, from its own configuration."""
+    refs = [r for r in REFERENCES if r in detectors]
+    pairs = [(d, r) for d in detectors if d not in refs for r in refs]
+    pairs += [(a, b) for i, a in enumerate(refs) for b in refs[i + 1:]]
+    figures = [f"{part}:{metric}" for part, on in (("ablation", True), ("sufficiency", sufficiency),
+                                                    ("steering", steering)) if on
+               for metric in ("headline", "gold_logprob")]
+    return Family(figures=figures, pairs=pairs)
+
+
 class Manifest(BaseModel):
     """Configuration and provenance of a run directory."""
 
@@ -126,6 +163,18 @@ class Manifest(BaseModel):
 
     steer_alphas: list[float] = Field(default_factory=list)
     """Amplifications of the steering units (`SteeringUnit`); empty: none."""
+
+    family: Family | None = None
+    """The comparisons behind the run's verdicts, written by the run. None in manifests
+    written before it: `verdict_family` derives the same from the run's configuration."""
+
+    def verdict_family(self) -> Family:
+        """The run's pre-specified family: as written, else derived from its detectors and
+        options (`default_family`), never from what a page shows."""
+        if self.family is not None:
+            return self.family
+        return default_family([d.name for d in self.detectors], sufficiency=self.sufficiency is not None,
+                              steering=bool(self.steer_alphas))
 
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
