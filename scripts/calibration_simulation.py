@@ -18,44 +18,7 @@ import argparse
 import numpy as np
 
 from locos_bench.report.simultaneous import batch
-from tests.unit.test_simultaneous import D, K, scenario
-
-B = 2000
-
-
-def _old(raw, truth, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Family coverage and adjacent-Holm false separations of the old procedure, per family."""
-    loc, rd, others = raw
-    s, n = loc.shape
-    counts = np.zeros((B, n))
-    np.add.at(counts, (np.arange(B)[:, None], rng.integers(0, n, (B, n))), 1.0)
-    draws = np.zeros((B, D))
-    np.add.at(draws, (np.arange(B)[:, None], rng.integers(0, D, (B, D))), 1.0)
-
-    def reps(x: np.ndarray) -> np.ndarray:  # [S, n] -> [S, B], the shared example resamples
-        return x @ counts.T / n
-
-    two_level = np.einsum("sdn,bn,bd->sb", rd, counts, draws) / (D * n)  # draws, then examples
-    rows = [reps(others[:, j]) for j in range(K)] + [reps(loc), two_level]  # [S, B] each
-    mu = np.array([truth[2 * j] for j in range(K)] + [0.0, -truth[-1]])  # relative to locos
-    cover = np.ones(s, dtype=bool)
-    pairs = [p for j in range(K) for p in ((j, K), (j, K + 1))] + [(K, K + 1)]  # the family's order
-    for (a, b), t in zip(pairs, truth):
-        lo, hi = np.percentile(rows[a] - rows[b], [2.5, 97.5], axis=1)
-        cover &= (lo <= t) & (t <= hi)
-    points = np.stack([others[:, j].mean(1) for j in range(K)] + [loc.mean(1), rd.mean((1, 2))], 1)
-    order = np.argsort(-points, axis=1, kind="stable")
-    false = np.zeros(s, dtype=bool)
-    for i in range(s):
-        ps, adjacent = [], list(zip(order[i], order[i][1:]))
-        for a, b in adjacent:
-            d = rows[a][i] - rows[b][i]
-            ps.append(min(1.0, 2 * (1 + min((d <= 0).sum(), (d >= 0).sum())) / (B + 1)))
-        m = len(ps)
-        holm = np.empty(m)
-        holm[np.argsort(ps, kind="stable")] = np.minimum(1, np.maximum.accumulate((m - np.arange(m)) * np.sort(ps)))
-        false[i] = any(p < 0.05 and mu[a] <= mu[b] for p, (a, b) in zip(holm, adjacent))
-    return cover, false
+from tests.unit.test_simultaneous import old_procedure, scenario
 
 
 def main() -> None:
@@ -76,7 +39,7 @@ def main() -> None:
                 sep = out.p < 0.05
                 false = (sep & ((truth == 0) | (np.sign(out.estimate) != np.sign(truth)))).any(1)
                 power = sep[:, truth != 0].mean() if (truth != 0).any() else float("nan")
-                old_cover, old_false = _old(raw, truth, np.random.default_rng(1))
+                old_cover, old_false = old_procedure(raw, truth, np.random.default_rng(1))
                 print(f"| {kind} | {n} | {'all 0' if null else 'mixed'} | {cover.mean():.3f} / {old_cover.mean():.3f} "
                       f"| {false.mean():.3f} / {old_false.mean():.3f} | {power:.3f} |", flush=True)
 

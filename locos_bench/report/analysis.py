@@ -81,13 +81,13 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
             tasks.append(_task_result(plan, manifest, entry, source, n, done, boot, weights, base, metrics,
                                       headline, sizes, baseline, sets, draw_sets, n_resamples))
     summary = summarise(plan, tasks)
-    suff, suff_summary = sufficiency(manifest, plan, done, tasks, draw_sets)
-    steer, steer_summary = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
-                                    method=method, level=level)
+    suff, suff_summary, suff_verdicts = sufficiency(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
+    steer, steer_summary, steer_verdicts = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
+                                                    method=method, level=level)
     run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
                    failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
                    truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
-                   steering=steer, steering_summary=steer_summary)
+                   steering=steer, steering_summary=steer_summary, verdicts={**suff_verdicts, **steer_verdicts})
     separability(run, n_resamples=n_resamples)
     return run
 

@@ -37,7 +37,8 @@ def family_note(stats: FamilyStats) -> str:
     level = fmt(100 * stats.level, 0)
     what = ("the run's pre-specified comparisons, each detector against `locos` and against `random`"
             if stats.kind == "many-to-one" else "every pair of detectors (rank sets)")
-    text = (f"*Family:* {stats.size} comparisons on the {stats.figure}: {what}; simultaneous {level}% intervals "
+    text = (f"*Family:* {stats.size} comparison{'s' * (stats.size != 1)} on the {stats.figure}: {what}; "
+            f"simultaneous {level}% intervals "
             f"(max-T). {stats.units} (task, example) units: {_replicates(stats)}. Smallest attainable p "
             f"{fmt_p(stats.p_min)}")
     if not stats.identified:
@@ -60,8 +61,8 @@ def verdict_text(v: Verdict) -> str:
 
 def verdict_table(stats: FamilyStats) -> str:
     """One row per comparison of a many-to-one family."""
-    rows = [[f"{v.detector} − {v.reference}", fmt_ci(v.difference), fmt_p(v.p), fmt(v.mde), verdict_text(v)]
-            for v in stats.verdicts]
+    rows = [[f"{v.detector} − {v.reference}", fmt_ci(v.difference), fmt_p(v.p),
+             fmt(v.mde) if math.isfinite(v.mde) else "none at this n", verdict_text(v)] for v in stats.verdicts]
     level = fmt(100 * stats.level, 0)
     return table(rows, ["comparison", f"difference [simultaneous {level}%]", "p (max-T)",
                         "detectable at 80% power", "verdict"])

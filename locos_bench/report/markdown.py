@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from locos_bench.report.conclusion import conclusion, family_note, verdict_table
 from locos_bench.report.display import fmt_ci
+from locos_bench.report.intervention_tables import steering_tables, sufficiency_tables
 from locos_bench.report.notes import (
     STEERING,
     SUFFICIENCY,
@@ -31,8 +32,6 @@ from locos_bench.report.tables import (
     header_table,
     rank_table,
     stability_table,
-    steering_tables,
-    sufficiency_tables,
     summary_table,
     task_table,
     tasks_table,

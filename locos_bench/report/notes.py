@@ -30,14 +30,15 @@ order. Cost = scoring seconds and forward passes on the calibration set (mean ov
 
 
 PAIRED_SPECIFICITY = """**specificity**: each control task is evaluated with the heads each retrieval task chose, and
-every (retrieval, control) pair compares the same heads. A task's **relative drop** =
-drop-area / unablated value of its headline metric (on a rate such as contains, number_match,
-f1: clipped to [0, 1]; 1 = all of the task's accuracy removed), so tasks in different units
-average; undefined, and its pairs left out (noted under the summary), when the unablated value
-is 0. **specificity** = mean over pairs of [relative drop of the retrieval task − relative drop
-of the control with the same heads]; **specificity (logp)** = the same pairs' gold-log-prob
-drop-areas, retrieval − control, in nats (not normalised). **control drop-area** = mean over
-the pairs."""
+every (retrieval, control) pair compares the same heads. **specificity (logp)**, the primary figure,
+= mean over pairs of [gold log-prob drop-area of the retrieval task − that of the control with the
+same heads], in nats: it does not saturate. A task's **relative drop** = mean drop-area / mean
+unablated value of its headline metric (a ratio of means, not clipped: it saturates at 1 when a head
+set removes every correct answer), so tasks in different units average; **specificity (relative)** =
+mean over pairs of [relative drop of the retrieval task − relative drop of the control], with a
+delta-method interval. A relative figure over a task whose unablated mean is 0 is undefined (its
+pairs are left out, noted under the summary); one whose unablated mean is not distinguishable from 0
+at its n is shown `[unbounded]`. **control drop-area** = mean over the pairs."""
 
 
 SEPARABILITY = """\
@@ -97,15 +98,17 @@ NO_STABILITY = ("*Selection stability:* not available: these records hold no per
 
 SUFFICIENCY = """Sufficiency: each retrieval task evaluated again with **only** a detector's top-k heads
 keeping full attention; every other query head is a *streaming head* that attends to its row's first
-{sink} tokens and last {window} tokens (DuoAttention's KV compression). **retained @k** = mean
-headline metric over the unablated mean (1 = nothing lost; not clipped); **area** = the retained curve's
-area over log2(k), the ablation areas' weights; **floor** = every head streaming. **KV kept** = the share
-of the unmodified model's KV cache the full heads keep over the evaluation prompts, counted in
-key/value heads: under GQA a KV head stays whole when any of its query heads is full (its other query
-heads still stream, so the figure measures the chosen heads alone). **vs r** = area minus r's area,
-paired on examples (and draws); positive = the detector's heads carry more of the task. **gold loss**
-= area of the gold log-prob lost, nats. 95% intervals as above; resamples
-whose unablated mean is 0 (no ceiling) are left out of a ratio's interval."""
+{sink} tokens and last {window} tokens (DuoAttention's KV compression). **kept − unablated @k** = mean
+over examples of the headline metric with those heads full minus unablated (0 = nothing lost; metric
+units); **area** = its area over log2(k), the ablation areas' weights; **area (logp, nats)** = the same
+for the gold log-prob. These differences are the primary figures. **retained share** = the kept area's
+mean over the unablated mean, with Fieller's interval, `[unbounded]` when the unablated mean is not
+distinguishable from 0 at this n. **floor** = every head streaming. **KV kept** = the share of the
+unmodified model's KV cache the full heads keep over the evaluation prompts, counted in key/value
+heads: under GQA a KV head stays whole when any of its query heads is full (its other query heads
+still stream, so the figure measures the chosen heads alone). **vs r** = area minus r's area, paired
+on examples (and draws): marginal in the task tables, simultaneous over the run's family in the
+summary (*Verdicts and ranks*)."""
 
 
 STEERING = """Steering: every task evaluated again with a detector's top-k heads' outputs scaled by
@@ -113,12 +116,12 @@ alpha (amplified for alpha > 1); retrieval tasks with their own heads, controls 
 task's heads, and each retrieval task's **harder variant** (longer context, more distractors: where
 accuracy has room to rise) with its task's heads. **gain @k** = mean of steered minus unablated headline
 metric (metric units; positive = it helped); **area** = the gain curve's area over log2(k); **gold gain**
-= the same area for the gold log-prob, nats. The summary takes each detector's **best alpha** (largest
-mean relative gain over retrieval tasks and variants; chosen on the evaluation examples, so
-optimistic): **retrieval gain** and **harder gain** = mean over those tasks of gain area over the
-unablated mean; **control cost** = minus the same over control pairs (positive = amplification hurt
-the control); **vs random** = retrieval gain minus random's at that alpha, paired. 95% intervals (a resample
-with an unablated mean of 0 is left out of a relative figure)."""
+= the same area for the gold log-prob, nats. The summary gives each detector's **retrieval gain**
+(mean gain area over retrieval tasks, headline units and nats), **harder gain** (over the variants)
+and **control cost** (minus the mean gain area over control pairs; positive = amplification hurt the
+control), at the alpha the detector chose on its calibration examples, or at every alpha when the run
+did not steer them (choosing on the evaluation examples would be optimistic); **vs r** = retrieval
+gain minus r's, simultaneous over the run's family."""
 
 
 def definitions(run: RunStats) -> str:

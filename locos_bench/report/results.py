@@ -269,20 +269,24 @@ class SummaryRow(ResultModel):
 
 
 class SufficiencyRow(DetectorRow):
-    """One detector's heads kept full, on one retrieval task."""
+    """One detector's heads kept full (every other head streaming), on one retrieval task."""
 
-    retained: dict[int, Estimate | None] = Field(default_factory=dict)
-    """Budget k -> retained fraction of the unablated headline metric."""
+    kept: dict[int, Estimate] = Field(default_factory=dict)
+    """Budget k -> kept minus unablated headline metric (metric units; 0 = nothing lost)."""
     area: Estimate | None = None
-    """Retention area over the budgets."""
-    gold_loss: Estimate | None = None
-    """Area over k of the gold log-prob lost, in nats."""
+    """Area over k of kept minus unablated, headline metric units: the primary figure."""
+    gold_area: Estimate | None = None
+    """The same for the gold log-prob, in nats."""
+    retained: Estimate | None = None
+    """Retained share: mean kept area over the unablated mean (Fieller; `ratios`)."""
     kv_kept: dict[int, float] = Field(default_factory=dict)
     """Budget k -> share of the full KV cache kept (mean over draws)."""
     versus: dict[str, Estimate | None] = Field(default_factory=dict)
-    """Reference -> paired difference of retention areas (this - reference)."""
+    """Reference -> this area minus the reference's (marginal interval; the summary's are
+    simultaneous)."""
     area_terms: Any = Field(default=None, exclude=True, repr=False)
-    """Per-example retained-metric area (`[n]` or a `PerDraw`), before dividing by the ceiling."""
+    """Per-example kept minus unablated area (`[n]` or a `PerDraw`)."""
+    gold_terms: Any = Field(default=None, exclude=True, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -299,23 +303,31 @@ class SufficiencyTask(ResultModel):
     unablated: float
     """Mean unablated headline metric (the ceiling)."""
     floor: Estimate | None = None
-    """Retained fraction with every head streaming."""
+    """Every head streaming: minus unablated, headline metric units."""
+    floor_retained: Estimate | None = None
+    """Every head streaming: retained share (Fieller)."""
     floor_kv: float | None = None
     unaffected_layers: list[int] = Field(default_factory=list)
     """Sliding-window layers whose window is at most the streaming window."""
     rows: dict[str, SufficiencyRow] = Field(default_factory=dict)
-    """Ranked by retention area, best first (failed rows last)."""
+    """The run's detector order (failed rows last)."""
     bootstrap: Bootstrap = Field(exclude=True, repr=False)
-    base: Any = Field(default=None, exclude=True, repr=False)
 
 
 class SufficiencySummaryRow(ResultModel):
+    """One detector's sufficiency over the retrieval tasks where it has figures."""
+
     detector: str
     tasks: int
     area: Estimate | None = None
+    """Mean over tasks of kept minus unablated area, headline metric units."""
+    gold_area: Estimate | None = None
+    """The same for the gold log-prob, nats."""
     kv_kept: float | None = None
     """Mean over tasks of the KV share kept at the largest budget."""
-    versus: dict[str, Estimate | None] = Field(default_factory=dict)
+    versus: dict[str, dict[str, Estimate | None]] = Field(default_factory=dict)
+    """`headline` / `gold_logprob` -> reference -> simultaneous difference (the run's
+    `sufficiency:` families)."""
 
 
 class SteeringRow(DetectorRow):
@@ -328,6 +340,8 @@ class SteeringRow(DetectorRow):
     gold_area: dict[float, Estimate] = Field(default_factory=dict)
     """Alpha -> gain area of the gold log-prob (nats)."""
     area_terms: dict[float, Any] = Field(default_factory=dict, exclude=True, repr=False)
+    """Alpha -> per-example gain area (`[n]` or a `PerDraw`)."""
+    gold_terms: dict[float, Any] = Field(default_factory=dict, exclude=True, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -344,16 +358,27 @@ class SteeringTask(ResultModel):
     unablated: float
     rows: dict[str, SteeringRow] = Field(default_factory=dict)
     bootstrap: Bootstrap = Field(exclude=True, repr=False)
-    base: Any = Field(default=None, exclude=True, repr=False)
 
 
 class SteeringSummaryRow(ResultModel):
+    """One detector at one alpha: its alpha chosen on the calibration examples when the run
+    has calibration steering units, else one row per alpha (none chosen)."""
+
     detector: str
-    best_alpha: float | None = None
+    alpha: float
+    chosen: bool = False
+    """True: the alpha with the largest mean gain on the calibration examples."""
     retrieval_gain: Estimate | None = None
+    """Mean over retrieval tasks of the gain area (steered minus unablated), headline units."""
+    gold_gain: Estimate | None = None
+    """The same for the gold log-prob, nats."""
     harder_gain: Estimate | None = None
+    """Mean over the harder variants of the gain area, headline units."""
     control_cost: Estimate | None = None
-    vs_random: Estimate | None = None
+    """Mean over control pairs of minus the gain area (positive: amplification hurt)."""
+    versus: dict[str, dict[str, Estimate | None]] = Field(default_factory=dict)
+    """`headline` / `gold_logprob` -> reference -> simultaneous difference of retrieval gains
+    (the run's `steering:` families)."""
 
 
 class RunStats(ResultModel):

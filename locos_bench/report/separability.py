@@ -189,39 +189,58 @@ def ablation_sides(tasks: Sequence[TaskResult], names: Sequence[str], metric_key
     return sides, rates
 
 
+def verdict_families(prefix: str, figures: dict[str, tuple[str, dict[str, dict[str, Side]], bool]], run_family: Any,
+                     *, seed: int, n_resamples: int) -> dict[str, FamilyStats]:
+    """The many-to-one families `prefix:METRIC` the run's family names: `figures` maps each
+    metric key to (the figure in words, the detectors' sides, whether a rate)."""
+    out = {}
+    for metric_key, (figure, sides, rate) in figures.items():
+        label = f"{prefix}:{metric_key}"
+        if label in run_family.figures:
+            stats = many_to_one(label, figure, sides, run_family.pairs, rate, level=run_family.level,
+                                n_resamples=n_resamples, seed=seed)
+            if stats is not None:
+                out[label] = stats
+    return out
+
+
+def versus(stats: FamilyStats | None, detector: str) -> dict[str, Estimate]:
+    """Reference -> `detector` minus that reference, from a many-to-one family (the
+    references' own pair read both ways)."""
+    out: dict[str, Estimate] = {}
+    for v in stats.verdicts if stats is not None else []:
+        if v.detector == detector:
+            out[v.reference] = v.difference
+        elif v.reference == detector:
+            out[v.detector] = Estimate(-v.difference.value, -v.difference.high, -v.difference.low)
+    return out
+
+
 def separability(run: RunStats, *, n_resamples: int) -> None:
-    """Fill the run's verdicts (many-to-one, per ablation figure of its family), the summary's
-    rank sets and each retrieval task's rank sets."""
+    """Fill the run's ablation verdicts (many-to-one, per figure of its family), the
+    summary's rank sets and each retrieval task's rank sets."""
     family = run.family
     level, seed = family.level, run.manifest.seed
     run.alpha = 1 - level
     names = [d.name for d in run.manifest.detectors]
     n_retrieval = sum(t.kind == "retrieval" for t in run.tasks)
+    figures = {}
     for metric_key in ("headline", GOLD):
         sides, rates = ablation_sides(run.tasks, names, metric_key)
         what = "headline" if metric_key == "headline" else "gold log-prob (nats)"
         figure = f"mean {what} drop-area over {n_retrieval} retrieval task{'s' * (n_retrieval != 1)}"
-        if f"ablation:{metric_key}" in family.figures:
-            stats = many_to_one(f"ablation:{metric_key}", figure, sides, family.pairs, rates and metric_key == "headline",
-                                level=level, n_resamples=n_resamples, seed=seed)
-            if stats is not None:
-                run.verdicts[f"ablation:{metric_key}"] = stats
+        figures[metric_key] = (figure, sides, rates and metric_key == "headline")
         order = [r.detector for r in sorted(run.summary, key=lambda r: summary_key(r, metric_key)) if r.detector in sides]
-        ranks = rank_sets(f"ranks:{metric_key}", figure, {n: sides[n] for n in order},
-                          rates and metric_key == "headline", level=level, n_resamples=n_resamples, seed=seed)
+        ranks = rank_sets(f"ranks:{metric_key}", figure, {n: sides[n] for n in order}, figures[metric_key][2],
+                          level=level, n_resamples=n_resamples, seed=seed)
         if ranks is not None:
             run.ranks[metric_key] = ranks
-    rows = {row.detector: row for row in run.summary}
-    for metric_key in ("headline", GOLD):  # the summary's `vs locos` / `vs random`: the family's
-        stats = run.verdicts.get(f"ablation:{metric_key}")
-        for v in stats.verdicts if stats else []:
-            figures = rows[v.detector].figures[metric_key]
-            if f"vs_{v.reference}" in figures:
-                figures[f"vs_{v.reference}"] = v.difference
-            other = rows[v.reference].figures[metric_key]
-            if f"vs_{v.detector}" in other:  # the references' own pair, the other way round
-                d = v.difference
-                other[f"vs_{v.detector}"] = Estimate(-d.value, -d.high, -d.low)
+    run.verdicts.update(verdict_families("ablation", figures, family, seed=seed, n_resamples=n_resamples))
+    for row in run.summary:  # the summary's `vs locos` / `vs random`: the family's intervals
+        for metric_key in ("headline", GOLD):
+            for ref, est in versus(run.verdicts.get(f"ablation:{metric_key}"), row.detector).items():
+                if f"vs_{ref}" in row.figures[metric_key]:
+                    row.figures[metric_key][f"vs_{ref}"] = est
     for task in run.tasks:
         if task.kind != "retrieval" or task.heads_from not in ("", task.name):
             continue
@@ -233,4 +252,3 @@ def separability(run: RunStats, *, n_resamples: int) -> None:
                               metric in RATES, level=level, n_resamples=n_resamples, seed=seed)
             if ranks is not None:
                 task.ranks[metric] = ranks
-

@@ -11,16 +11,19 @@ that group, signed. Then:
 * estimate `sum_t w_t mean(x_t)`; standard error `SE^2 = sum_t w_t^2 s_t^2 / n_t + sum_g
   s_g^2 / D_g` (ddof=1 variances: of the task's per-example differences, of the group's
   per-draw figures). A comparison on a rate (`bound` 1: one example's difference lies in
-  [-1, 1]) adds to each task's variance two half-weight pseudo-examples at -1 and +1 and one
-  at 0 (Agresti & Min 2005, for matched proportions): a sample that happens to sit at a
-  bound no longer claims a variance near 0;
+  [-1, 1]) takes for each task the larger of that variance and the one with two half-weight
+  pseudo-examples at -1 and +1 and one at 0 added (Agresti & Min 2005, for matched
+  proportions): a sample that happens to show no discordant example, or sits at a bound, no
+  longer claims a variance near 0;
 * reference distribution of `max_c |T*_c|`: per replicate, one sign pattern over every
   (task, example) unit, shared by the family, applied to the centred differences (all 2^N
   patterns when 2^N <= `ENUMERATE`, else max(`n_resamples`, `ENUMERATE`) Monte Carlo
   patterns, so that verdicts do not hang on the bootstrap's B); per draw group D
   Gaussian vectors with the covariance of the group's per-draw figures across the family (the
   t_{D-1} tails that a handful of resampled draws cannot give); each replicate studentised with
-  its own standard error, by the same formula;
+  its own standard error (the plain formula: the pseudo-examples only widen the observed one,
+  so they make a comparison's interval wider and its p larger, never the reference
+  distribution narrower);
 * adjusted p = max(p_min, (1 + #{max|T*| >= |T_c|}) / (R + 1)), p_min = max(2 / 2^N,
   1 / (R + 1)) the smallest attainable; critical value q the smallest threshold with p < alpha
   beyond it, so that a comparison is separable (p < alpha) exactly when its simultaneous
@@ -208,8 +211,8 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
         squares = (cen * cen).sum(1) / unit**2  # [S, C]
         xbar = q.sum(1) / (n * scale)
         estimate += w * xbar
-        se2 += w**2 * _variance(squares, 0.0, n, xbar, bound) / n
-        blocks.append((n, cen, unit, squares, w, xbar))
+        se2 += w**2 * _bounded_variance(squares, n, xbar, bound) / n
+        blocks.append((n, cen, unit, squares, w))
     draws = []
     for f in groups:
         d = f.shape[1]
@@ -227,7 +230,7 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
     total = (2**n_units * (math.ceil(wanted / 2**n_units) if draws else 1)) if exact else wanted
     width = max(1, BLOCK // (s_fam * n_comp * max([1, *(g.shape[1] for g in draws)])))
     maxima = [_maxima(sign_patterns(n_units, start, min(start + width, total), None if exact else rng),
-                      blocks, draws, bound, rng)
+                      blocks, draws, rng)
               for start in range(0, total, width)]
     m_star = np.sort(np.concatenate(maxima, axis=1), axis=1)  # [S, R]
     r = m_star.shape[1]
@@ -243,30 +246,42 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
                  replicates=r, exact=exact)
 
 
-def _variance(squares: np.ndarray, mean: np.ndarray | float, n: int, xbar: np.ndarray,
-              bound: np.ndarray) -> np.ndarray:
-    """ddof=1 variance of a task's n per-example differences, whose squared deviations from
-    the observed mean `xbar` sum to `squares`, after sign flips that move the mean by `mean`;
-    a bounded comparison's with Agresti & Min's pseudo-examples (+-bound, half weight; 0)."""
-    dev = np.maximum(squares - n * mean * mean, 0.0)
-    ybar = xbar + mean  # the sample's mean (a replicate's: moved by its sign flips)
-    pseudo = (dev + bound**2 + 2 * ybar * ybar) / (n + 1)
-    return np.where(bound > 0, pseudo, dev / max(n - 1, 1))
+def _variance(squares: np.ndarray, mean: np.ndarray | float, n: int) -> np.ndarray:
+    """ddof=1 variance of a task's n per-example differences whose squared deviations from
+    their mean sum to `squares`, after sign flips that move the mean by `mean`."""
+    return np.maximum(squares - n * mean * mean, 0.0) / max(n - 1, 1)
 
 
-def _maxima(eps: np.ndarray, blocks: list, draws: list[np.ndarray], bound: np.ndarray,
-            rng: np.random.Generator) -> np.ndarray:
+def _bounded_variance(squares: np.ndarray, n: int, xbar: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """The observed variance of a comparison on a rate, never below the sample's with Agresti &
+    Min's pseudo-examples (+-bound with half weight, 0 with weight 1) added: a sample that
+    shows no discordance, or sits at a bound, keeps a variance (unbounded comparisons: the
+    plain one)."""
+    plain = _variance(squares, 0.0, n)
+    if VARIANT == "B":
+        pseudo = (squares + bound**2) / (n + 1)
+    elif VARIANT == "C":
+        pseudo = np.where(squares > 0, 0.0, bound**2 / (n + 1))
+    else:
+        pseudo = (squares + bound**2 + 2 * xbar * xbar) / (n + 1)
+    return np.where(bound > 0, np.maximum(plain, pseudo), plain)
+
+
+VARIANT = "A"
+
+
+def _maxima(eps: np.ndarray, blocks: list, draws: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
     """`[S, R]` max over each family of |T*| for the sign patterns `eps` (`[R, N]`, units in
     task order) and fresh draw-level Gaussian replicates (shared by the S families)."""
     s_fam, n_comp = blocks[0][1].shape[0], blocks[0][1].shape[2]
     est = np.zeros((s_fam, eps.shape[0], n_comp))
     se2 = np.zeros_like(est)
     at = 0
-    for n, cen, unit, squares, w, xbar in blocks:
+    for n, cen, unit, squares, w in blocks:
         mean = np.matmul(eps[None, :, at:at + n], cen) / (n * unit)  # exact integer sums, then scaled
         at += n
         est += w * mean
-        se2 += w**2 * _variance(squares[:, None, :], mean, n, xbar[:, None, :], bound) / n
+        se2 += w**2 * _variance(squares[:, None, :], mean, n) / n
     for cen in draws:
         d = cen.shape[1]
         gauss = rng.standard_normal((eps.shape[0], d, d))

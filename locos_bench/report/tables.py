@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from locos_bench.names import head_name
-from locos_bench.report.display import cell, detector_label, fmt, fmt_ci, overlap_k, rank_text, table
+from locos_bench.report.display import detector_label, fmt, fmt_ci, overlap_k, rank_text, table
 from locos_bench.report.notes import NO_STABILITY, STABILITY
 from locos_bench.report.results import GOLD, RunStats, TaskResult
 from locos_bench.report.separability import summary_key
@@ -246,6 +246,8 @@ def summary_table(run: RunStats, metric_key: str) -> str:
                "control drop-area", "specificity", f"vs locos (simultaneous {level}%)",
                f"vs random (simultaneous {level}%)"]
     relative = metric_key == "headline" and any(row.paired for row in run.summary)
+    if any(row.paired for row in run.summary):
+        headers[5] = "specificity (relative)" if metric_key == "headline" else "specificity (logp, nats)"
     if relative:
         headers[5:5] = ["relative retrieval drop", "relative control drop"]
     truth = any(row.truth for row in run.summary)
@@ -287,59 +289,3 @@ def cross_run_table(runs: list[RunStats]) -> str:
                          fmt_ci(h["retrieval"]), fmt_ci(h["specificity"]),
                          fmt_ci(g["retrieval"]), fmt_ci(g["specificity"])])
     return table(rows, headers)
-
-
-def sufficiency_tables(run: RunStats) -> list[str]:
-    """The Sufficiency tables (a run with `--sufficiency`): the summary, then each task with
-    its ceiling and floor."""
-    budgets = run.budgets
-    rows = []
-    for row in run.sufficiency_summary:
-        rows.append([row.detector, row.tasks, fmt_ci(row.area), fmt(row.kv_kept),
-                     fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos"))])
-    parts = ["Mean over retrieval tasks:",
-             table(rows, ["detector", "tasks", "retention area", f"KV kept @k={budgets[-1]}",
-                          "vs random", "vs locos"])]
-    for task in run.sufficiency:
-        intro = (f"`{task.task}`: unablated {task.headline} {fmt(task.unablated)} (the ceiling, retained 1); "
-                 f"every head streaming (the floor): retained {fmt_ci(task.floor)}, KV kept {fmt(task.floor_kv)}.")
-        if task.unaffected_layers:
-            intro += (f" Sliding-window layers {', '.join(map(str, task.unaffected_layers))} already attend within "
-                      f"{task.window} tokens: their heads are unaffected by streaming.")
-        rows = []
-        for row in task.rows.values():
-            if not row.ok:
-                rows.append([row.name, *["—"] * (len(budgets) + 4), cell(row.error or "")])
-                continue
-            rows.append([row.name, *(fmt_ci(row.retained.get(k)) for k in budgets), fmt_ci(row.area),
-                         " / ".join(fmt(row.kv_kept.get(k)) for k in budgets),
-                         fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos")), fmt_ci(row.gold_loss)])
-        headers = ["detector", *(f"retained @k={k}" for k in budgets), "area",
-                   f"KV kept @k={'/'.join(map(str, budgets))}", "vs random", "vs locos", "gold loss (nats)"]
-        parts += [intro, table(rows, headers)]
-    return parts
-
-
-def steering_tables(run: RunStats) -> list[str]:
-    """The Steering tables (a run with `--steer-alphas`): each detector at its best alpha, then
-    each task and heads' source at every alpha."""
-    budgets = run.budgets
-    rows = [[r.detector, "—" if r.best_alpha is None else f"{r.best_alpha:g}", fmt_ci(r.retrieval_gain),
-             fmt_ci(r.harder_gain), fmt_ci(r.control_cost), fmt_ci(r.vs_random)] for r in run.steering_summary]
-    parts = ["Per detector, at its best alpha:",
-             table(rows, ["detector", "best alpha", "retrieval gain (relative)", "harder gain (relative)",
-                          "control cost (relative)", "vs random"])]
-    for task in run.steering:
-        heads = "its own heads" if task.source == task.task else f"the heads of `{task.source}`"
-        parts.append(f"`{task.task}` ({task.kind}, {heads}): unablated {task.headline} {fmt(task.unablated)}.")
-        rows = []
-        for row in task.rows.values():
-            for alpha in sorted(row.area) or [None]:
-                if alpha is None:
-                    rows.append([row.name, "—", *["—"] * (len(budgets) + 2)])
-                    continue
-                rows.append([row.name, f"{alpha:g}", *(fmt_ci(row.gains[alpha].get(k)) for k in budgets),
-                             fmt_ci(row.area[alpha]), fmt_ci(row.gold_area.get(alpha))])
-        parts.append(table(rows, ["detector", "alpha", *(f"gain @k={k}" for k in budgets), "area",
-                                  "gold gain (nats)"]))
-    return parts

@@ -12,7 +12,8 @@ import pytest
 
 REPORT = Path(__file__).resolve().parents[2] / "locos_bench" / "report"
 MODULES = sorted(p for p in REPORT.glob("*.py") if p.name != "__init__.py")
-RENDERING = {"display", "notes", "tables", "markdown", "plots", "links", "leaderboard"}
+RENDERING = {"display", "notes", "tables", "markdown", "plots", "links", "leaderboard", "conclusion",
+             "intervention_tables"}
 """Modules that lay out or write the leaderboard; every other module computes statistics."""
 
 
