@@ -11,19 +11,19 @@ that group, signed. Then:
 * estimate `sum_t w_t mean(x_t)`; standard error `SE^2 = sum_t w_t^2 s_t^2 / n_t + sum_g
   s_g^2 / D_g` (ddof=1 variances: of the task's per-example differences, of the group's
   per-draw figures). A comparison on a rate (`bound` 1: one example's difference lies in
-  [-1, 1]) takes for each task the larger of that variance and the one with two half-weight
-  pseudo-examples at -1 and +1 and one at 0 added (Agresti & Min 2005, for matched
-  proportions): a sample that happens to show no discordant example, or sits at a bound, no
-  longer claims a variance near 0;
+  [-1, 1]) takes for each task the larger of that variance and a moderated one (Smyth 2004)
+  with a fixed prior, `(sum of squared deviations + 1) / (n + 1)` (2 prior degrees of freedom
+  at 1/2): a sample that happens to show no discordant example, as 8 binary examples often
+  do, no longer claims a variance of 0;
 * reference distribution of `max_c |T*_c|`: per replicate, one sign pattern over every
   (task, example) unit, shared by the family, applied to the centred differences (all 2^N
   patterns when 2^N <= `ENUMERATE`, else max(`n_resamples`, `ENUMERATE`) Monte Carlo
   patterns, so that verdicts do not hang on the bootstrap's B); per draw group D
   Gaussian vectors with the covariance of the group's per-draw figures across the family (the
   t_{D-1} tails that a handful of resampled draws cannot give); each replicate studentised with
-  its own standard error (the plain formula: the pseudo-examples only widen the observed one,
-  so they make a comparison's interval wider and its p larger, never the reference
-  distribution narrower);
+  its own standard error (the plain formula: the moderation only widens the observed one, so
+  it makes a comparison's interval wider and its p larger, never the reference distribution
+  narrower);
 * adjusted p = max(p_min, (1 + #{max|T*| >= |T_c|}) / (R + 1)), p_min = max(2 / 2^N,
   1 / (R + 1)) the smallest attainable; critical value q the smallest threshold with p < alpha
   beyond it, so that a comparison is separable (p < alpha) exactly when its simultaneous
@@ -209,9 +209,8 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
         cen = n * q - q.sum(1, keepdims=True)  # n * (x - mean), integers: sign-flip sums are exact
         unit = n * scale  # cen / unit = x - mean
         squares = (cen * cen).sum(1) / unit**2  # [S, C]
-        xbar = q.sum(1) / (n * scale)
-        estimate += w * xbar
-        se2 += w**2 * _bounded_variance(squares, n, xbar, bound) / n
+        estimate += w * q.sum(1) / (n * scale)
+        se2 += w**2 * _bounded_variance(squares, n, bound) / n
         blocks.append((n, cen, unit, squares, w))
     draws = []
     for f in groups:
@@ -252,22 +251,13 @@ def _variance(squares: np.ndarray, mean: np.ndarray | float, n: int) -> np.ndarr
     return np.maximum(squares - n * mean * mean, 0.0) / max(n - 1, 1)
 
 
-def _bounded_variance(squares: np.ndarray, n: int, xbar: np.ndarray, bound: np.ndarray) -> np.ndarray:
-    """The observed variance of a comparison on a rate, never below the sample's with Agresti &
-    Min's pseudo-examples (+-bound with half weight, 0 with weight 1) added: a sample that
-    shows no discordance, or sits at a bound, keeps a variance (unbounded comparisons: the
-    plain one)."""
+def _bounded_variance(squares: np.ndarray, n: int, bound: np.ndarray) -> np.ndarray:
+    """The observed variance of a comparison on a rate: never below Smyth's moderated variance
+    with a fixed prior of bound^2 / 2 on 2 degrees of freedom, `(squares + bound^2) / (n + 1)`,
+    so a sample that shows no discordant example keeps a variance (unbounded comparisons:
+    the plain one)."""
     plain = _variance(squares, 0.0, n)
-    if VARIANT == "B":
-        pseudo = (squares + bound**2) / (n + 1)
-    elif VARIANT == "C":
-        pseudo = np.where(squares > 0, 0.0, bound**2 / (n + 1))
-    else:
-        pseudo = (squares + bound**2 + 2 * xbar * xbar) / (n + 1)
-    return np.where(bound > 0, np.maximum(plain, pseudo), plain)
-
-
-VARIANT = "A"
+    return np.where(bound > 0, np.maximum(plain, (squares + bound**2) / (n + 1)), plain)
 
 
 def _maxima(eps: np.ndarray, blocks: list, draws: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:

@@ -156,12 +156,13 @@ def test_the_gaussian_second_level_gives_students_t_tails():
 
 
 def test_a_rate_comparison_with_no_discordant_example_keeps_a_variance():
-    """Every example differs by the same amount: on a rate its variance is that with Agresti
-    & Min's pseudo-examples, not 0; on an unbounded figure the interval collapses."""
+    """Every example differs by the same amount: on a rate its variance is the moderated one
+    (a prior of 1/2 on 2 degrees of freedom), not 0; on an unbounded figure the interval
+    collapses."""
     x = np.full(16, -0.25)
     rate = simultaneous([Paired({"t": (1.0, x)}, bound=1.0)])
     nats = simultaneous([Paired({"t": (1.0, x)})])
-    assert rate.se[0] == pytest.approx(np.sqrt((1 + 2 * 0.25**2) / 17 / 16))
+    assert rate.se[0] == pytest.approx(np.sqrt(1 / 17 / 16))
     assert nats.se[0] == 0 and nats.interval(0) == (-0.25, -0.25)
 
 
