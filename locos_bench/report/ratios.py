@@ -72,7 +72,7 @@ def fieller(num: Any, den: np.ndarray, level: float = LEVEL) -> Estimate | None:
 
 
 def relative_sum(terms: Sequence[tuple[float, str, Any, np.ndarray]], level: float = LEVEL) -> Estimate | None:
-    """`sum_k c_k mean(num_k) / mean(den_k)` with the delta-method interval: each term is
+    """`sum_k c_k mean(num_k) / |mean(den_k)|` with the delta-method interval: each term is
     (coefficient, task, per-example numerator (`[n]` or a `PerDraw`), per-example denominator);
     terms of one task share its examples, tasks are independent. None when a denominator's
     mean is 0; unbounded when one is not identified."""
@@ -80,6 +80,8 @@ def relative_sum(terms: Sequence[tuple[float, str, Any, np.ndarray]], level: flo
         return None
     if any(np.mean(den) == 0 for _, _, _, den in terms):
         return None
+    # over |mean(den)|: a negative unablated mean keeps the sign of the numerator
+    terms = [(c, t, num, np.asarray(den, dtype=np.float64) * np.sign(np.mean(den))) for c, t, num, den in terms]
     ratios = [float(per_example(num).mean() / np.mean(den)) for _, _, num, den in terms]
     value = sum(c * r for (c, *_), r in zip(terms, ratios))
     if not all(identified(den, level) for _, _, _, den in terms):

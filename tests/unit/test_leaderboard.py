@@ -168,6 +168,19 @@ def test_writes_markdown_and_linked_pngs(run_dir: Path):
         assert fact in md
 
 
+def test_every_detector_has_its_own_colour_and_marker(tmp_path: Path):
+    """The published gemma3 run's 12 detectors, and up to 40: no two share a (colour, marker)."""
+    from locos_bench.report.plots import detector_styles
+    from locos_bench.run import load_run
+
+    manifest, _ = load_run(Path(__file__).resolve().parents[2] / "leaderboard" / "gemma3-default-seed0")
+    names = [d.name for d in manifest.detectors]
+    assert len(names) == 12
+    for group in (names, [f"d{i}" for i in range(40)]):
+        styles = detector_styles(group)
+        assert len(set(styles.values())) == len(group)
+
+
 def test_markdown_is_deterministic(tmp_path: Path):
     a = make_run(tmp_path / "a" / "run")
     b = make_run(tmp_path / "b" / "run")
