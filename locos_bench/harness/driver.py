@@ -66,10 +66,10 @@ class Run:
         if config.budgets_capped_at is not None:
             self.progress.log(f"warning: budgets above the model's {config.budgets_capped_at} heads are capped")
         with self._timed("prepare"):
-            tasks, fallbacks = run_tasks(config, self.model)
+            tasks = run_tasks(config, self.model)
         if config.positionwise:
             self._check_reference(tasks)
-        self.manifest = build_manifest(config, self.model, tasks, fallbacks)
+        self.manifest = build_manifest(config, self.model, tasks)
         if config.sufficiency:
             self._check_streaming(tasks)
         self.plan = RunPlan.from_manifest(self.manifest)
@@ -176,7 +176,7 @@ class Run:
                     self._run_group(executor, [self._job(k) for k in keys], advance)
             self.timings = _add(self.timings, executor.timings())
             if self.config.explain:
-                from locos_bench.explain.page import write_run_pages
+                from locos_bench.explain import write_run_pages
 
                 with self._timed("explain"):
                     write_run_pages(self.model, self.dir.path, list(tasks.values()), self.config.explain,
@@ -254,7 +254,6 @@ def run_benchmark(cfg: RunConfig | ResolvedConfig, *, model: Any = None, executo
     """
     from locos_bench.models import load_model
     from locos_bench.report import write_leaderboard
-    from locos_bench.tasks import context_tokens
 
     config = cfg.resolved()
     progress = Progress(config.quiet)
@@ -262,7 +261,7 @@ def run_benchmark(cfg: RunConfig | ResolvedConfig, *, model: Any = None, executo
     if model is None:
         progress.log(f"loading {config.model} ...")
         model = load_model(config.model, device=config.device, dtype=config.dtype,
-                           context_tokens=context_tokens(list(config.tasks)))
+                           context_tokens=config.context_tokens)
     run = Run(config, model, progress, executor=executor)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()

@@ -132,7 +132,7 @@ class _RayWorker:
         from locos_bench.harness.worker import Worker, run_tasks
 
         config = ResolvedConfig.from_json(config_json)
-        tasks, _ = run_tasks(config, self.model)
+        tasks = run_tasks(config, self.model)
         self.worker = Worker(config, self.model, tasks, lambda message: print(message, file=sys.stderr, flush=True))
 
     def run(self, job_json: str) -> tuple[str, dict[str, float]]:

@@ -234,17 +234,16 @@ class Worker:
                                   seconds=time.perf_counter() - start)
 
 
-def run_tasks(config: ResolvedConfig, model: Any) -> tuple[dict[str, RunTask], dict[str, str]]:
+def run_tasks(config: ResolvedConfig, model: Any) -> dict[str, RunTask]:
     """Every task a run executes, by name: its splits (`build_run_tasks`) and any lm-eval tasks
     as controls (mean activations from the first retrieval task's reference split; like every
     control, evaluated with each retrieval task's heads). The driver and every worker call it,
     so all hold the same tasks."""
-    tasks: dict[str, RunTask]
-    tasks, fallbacks = build_run_tasks(config, model)
+    tasks: dict[str, RunTask] = dict(build_run_tasks(config, model))
     if config.lm_eval_tasks:
         from locos_bench.lm_eval.controls import lm_eval_controls
 
         source = next(t for t in tasks.values() if t.spec.kind == "retrieval")  # resolution made sure of one
         for control in lm_eval_controls(list(config.lm_eval_tasks), source, limit=config.n_eval):
             tasks[control.spec.name] = control
-    return tasks, fallbacks
+    return tasks

@@ -18,6 +18,7 @@ from locos_bench.presets import PRESETS
 
 if TYPE_CHECKING:
     from locos_bench.evaluation.ablation import AblationSpec
+    from locos_bench.tasks import TaskSpec
 
 
 @dataclass
@@ -96,15 +97,19 @@ class RunConfig:
         alphas = _check_alphas(cfg.steer_alphas or [])
         detectors = _resolve_detectors(cfg.detectors, cfg.preset)
         from locos_bench.run.plan import need_retrieval
-        from locos_bench.tasks import load_task
+        from locos_bench.tasks import context_tokens, load_task, resolve_tasks
 
-        specs = [load_task(task) for task in cfg.tasks]  # unknown names fail here, with did-you-mean
+        # Unknown names fail here, with did-you-mean; `--preset paper` takes a real benchmark
+        # whose data is found in place of its synthetic twin.
+        specs, fallbacks = resolve_tasks(list(cfg.tasks), data=cfg.data, prefer_real=cfg.preset == "paper")
         need_retrieval(spec.kind for spec in specs)
         variants: dict[str, str] = {}
         if alphas:
             for spec in specs:
                 if spec.kind == "retrieval" and spec.harder and spec.harder not in cfg.tasks:
-                    variants.setdefault(load_task(spec.harder).name, spec.name)
+                    variants.setdefault(spec.harder, spec.name)
+        variant_specs = [load_task(name) for name in variants]
+        variants = {harder.name: variants[name] for name, harder in zip(variants, variant_specs)}
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
                                   ("--calibration-draws", calibration_draws, 1),
@@ -122,7 +127,8 @@ class RunConfig:
             output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
         return ResolvedConfig(
             model=cfg.model, preset=cfg.preset, detectors=tuple(detectors), tasks=tuple(cfg.tasks),
-            variants=tuple(variants.items()), budgets=tuple(sorted(set(cfg.budgets))), ablation=ablation,
+            specs=(*specs, *variant_specs), fallbacks=tuple(fallbacks.items()),
+            context_tokens=context_tokens(list(cfg.tasks)), variants=tuple(variants.items()), budgets=tuple(sorted(set(cfg.budgets))), ablation=ablation,
             n_calib=cfg.n_calib, n_ref=cfg.n_ref, n_eval=cfg.n_eval, random_draws=cfg.random_draws,
             calibration_draws=calibration_draws, rank_diagnostic=cfg.rank_diagnostic, seed=cfg.seed,
             output_dir=Path(output_dir), device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
@@ -147,6 +153,14 @@ class ResolvedConfig:
     preset: str
     detectors: tuple[str, ...]
     tasks: tuple[str, ...]
+    """The task names (or YAML paths) as given."""
+    specs: tuple[TaskSpec, ...]
+    """Every task the run evaluates, resolved: `tasks` (under `--preset paper` a synthetic
+    twin's real benchmark where its data is found), then the harder `variants`."""
+    fallbacks: tuple[tuple[str, str], ...]
+    """(synthetic task run in place of its real benchmark, why), `--preset paper` only."""
+    context_tokens: int
+    """The longest prompt plus answer of `tasks`, in tokens: what model memory is planned for."""
     variants: tuple[tuple[str, str], ...]
     """(harder variant, the retrieval task whose heads it is steered with), in task order."""
     budgets: tuple[int, ...]
@@ -198,9 +212,7 @@ class ResolvedConfig:
         heads capped to it. Binding a bound configuration again returns it unchanged."""
         changes: dict[str, Any] = {}
         if self.batch_size is None:
-            from locos_bench.tasks import context_tokens
-
-            size, why = model.batch_size_for(context_tokens(list(self.tasks)))
+            size, why = model.batch_size_for(self.context_tokens)
             changes.update(batch_size=size, batch_size_chosen=f"{size} ({why})")
         heads = model.geometry.n_total_heads
         if max(self.budgets) > heads:
@@ -211,20 +223,24 @@ class ResolvedConfig:
         """The configuration as JSON (how a Ray actor receives it; `from_json` reads it back)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["ablation"] = asdict(self.ablation)
+        data["specs"] = [spec.model_dump(mode="json") for spec in self.specs]
         return json.dumps(data, default=str)
 
     @classmethod
     def from_json(cls, text: str) -> ResolvedConfig:
         from locos_bench.evaluation.ablation import AblationSpec
+        from locos_bench.tasks import TaskSpec
 
         data = json.loads(text)
         data["ablation"] = AblationSpec(**data["ablation"])
+        data["specs"] = tuple(TaskSpec.model_validate(spec) for spec in data["specs"])
         for name in ("output_dir", "data"):
             if data[name] is not None:
                 data[name] = Path(data[name])
         for name in ("detectors", "tasks", "budgets", "lm_eval_tasks", "steer_alphas"):
             data[name] = tuple(data[name])
-        data["variants"] = tuple(tuple(pair) for pair in data["variants"])
+        for name in ("variants", "fallbacks"):
+            data[name] = tuple(tuple(pair) for pair in data[name])
         return cls(**data)
 
 

@@ -16,15 +16,13 @@ from locos_bench.run.provenance import provenance
 from locos_bench.run.records import DetectorEntry, Manifest, Streaming
 
 
-def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any],
-                   fallbacks: Mapping[str, str]) -> Manifest:
+def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any]) -> Manifest:
     """The manifest of a run starting now.
 
     Args:
         config: The run's configuration, bound to `model` (`ResolvedConfig.for_model`).
         model: The loaded model (its facts, and a planted model's answer key, go to `model_info`).
         tasks: The run's tasks by name (`run.splits.RunTask`: each gives its `entry`).
-        fallbacks: Synthetic tasks run in place of their real benchmark, with why.
     """
     model_info = describe_with_answer_key(model)
     if config.batch_size_chosen is not None:
@@ -35,7 +33,7 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any],
         ablation=str(config.ablation), positionwise=config.ablation.positionwise, sink=config.ablation.sink,
         random_draws=config.random_draws, calibration_draws=config.calibration_draws, seed=config.seed,
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
-        provenance=provenance(config.device), fallbacks=dict(fallbacks), control_heads=EACH_RETRIEVAL,
+        provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
         steer_alphas=list(config.steer_alphas),
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
     )

@@ -32,7 +32,6 @@ from locos_bench.errors import LocosError, unknown
 from locos_bench.run.provenance import data_hash
 from locos_bench.run.records import TaskEntry
 from locos_bench.tasks import Example, TaskSpec, example_item, make_examples
-from locos_bench.tasks.registry import resolve_tasks
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 if TYPE_CHECKING:
@@ -264,18 +263,12 @@ def _shortfall(spec: TaskSpec, sizes: dict[str, int], examples: list[Example],
             f"ask for fewer examples or give the task more items")
 
 
-def build_run_tasks(cfg: ResolvedConfig, model: Any) -> tuple[dict[str, TaskData], dict[str, str]]:
-    """Every task of a run, by task name, and the synthetic fallbacks taken.
-
-    `--preset paper` prefers the real benchmark of a synthetic task when its data is under
-    `cfg.data` (or on a reachable hub); `fallbacks` maps each synthetic task that ran anyway to
-    why. Any worker that holds the same configuration builds the same splits.
-    """
-    specs, fallbacks = resolve_tasks(list(cfg.tasks), data=cfg.data, prefer_real=cfg.preset == "paper")
-    tasks = {spec.name: build_task_data(spec, cfg, model) for spec in specs}
+def build_run_tasks(cfg: ResolvedConfig, model: Any) -> dict[str, TaskData]:
+    """Every task of a run (`ResolvedConfig.specs`: its tasks, then their harder variants),
+    split, by task name. Any worker that holds the same configuration builds the same splits."""
     variants = dict(cfg.variants)
-    if variants:
-        for spec in resolve_tasks(list(variants), data=None)[0]:
-            tasks[spec.name] = build_task_data(spec, cfg, model)
-            tasks[spec.name].variant_of = variants[spec.name]
-    return tasks, fallbacks
+    tasks = {}
+    for spec in cfg.specs:
+        tasks[spec.name] = build_task_data(spec, cfg, model)
+        tasks[spec.name].variant_of = variants.get(spec.name)
+    return tasks
