@@ -128,12 +128,14 @@ class RunConfig:
         return ResolvedConfig(
             model=cfg.model, preset=cfg.preset, detectors=tuple(detectors), tasks=tuple(cfg.tasks),
             specs=(*specs, *variant_specs), fallbacks=tuple(fallbacks.items()),
-            context_tokens=context_tokens(list(cfg.tasks)), variants=tuple(variants.items()), budgets=tuple(sorted(set(cfg.budgets))), ablation=ablation,
+            context_tokens=context_tokens(list(cfg.tasks)), variants=tuple(variants.items()),
+            budgets=tuple(sorted(set(cfg.budgets))), ablation=ablation,
             n_calib=cfg.n_calib, n_ref=cfg.n_ref, n_eval=cfg.n_eval, random_draws=cfg.random_draws,
             calibration_draws=calibration_draws, rank_diagnostic=cfg.rank_diagnostic, seed=cfg.seed,
             output_dir=Path(output_dir), device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
             eval_head_sets=cfg.eval_head_sets, force=cfg.force, quiet=cfg.quiet, explain=cfg.explain,
-            lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=cfg.data, sufficiency=bool(cfg.sufficiency),
+            lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=None if cfg.data is None else Path(cfg.data),
+            sufficiency=bool(cfg.sufficiency),
             kv_sink=cfg.kv_sink, kv_window=cfg.kv_window, steer_alphas=tuple(alphas),
         )
 
