@@ -213,10 +213,15 @@ class RayExecutor:
             raise LocosError(f"this Ray executor's workers hold {self._load['model']} on {self._load['device']}, "
                              f"not this run's {config.model} on {config.device}: make one executor per run")
         self._config_json = config.to_json()
-        try:
-            self.ray.get([actor.prepare.remote(self._config_json) for actor in self._actors])
-        except self.ray.exceptions.RayTaskError as exc:  # a bad task or split: as locally, it propagates
-            raise exc.as_instanceof_cause() from None
+        died = self._died()
+        for actor, prepared in [(a, a.prepare.remote(self._config_json)) for a in self._actors]:
+            try:
+                self.ray.get(prepared)
+            except died:  # lost while loading: replaced, and its jobs meet the retry rule as any worker's
+                self.deaths += 1
+                self._replace(actor)
+            except self.ray.exceptions.RayTaskError as exc:  # a bad task or split: as locally, it propagates
+                raise exc.as_instanceof_cause() from None
 
     def _died(self) -> tuple[type, ...]:
         exc = self.ray.exceptions
