@@ -135,7 +135,7 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
 
     if parts["detector"] not in detector_names():
         raise unknown("detector", parts["detector"], detector_names())
-    data, cfg = _task_data(model, parts["task"], preset=preset, seed=seed)
+    data = _task_data(model, parts["task"], preset=preset)
     if data.spec.kind != "retrieval":
         raise LocosError(f"task {parts['task']!r} is a {data.spec.kind} task: detectors score heads on a retrieval task")
     from locos_bench.detectors import make_detector, run_detector
@@ -144,7 +144,7 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
     # The harness's own scoring call and seeding rule (`run.plan.detector_rng`); nothing is written.
     key = UnitKey.scores(data.spec.name, parts["detector"], 0)
     try:
-        return run_detector(make_detector(key.detector), model, data.calibration, rng=detector_rng(cfg.seed, key))
+        return run_detector(make_detector(key.detector), model, data.calibration, rng=detector_rng(seed, key))
     except LocosError as exc:
         raise LocosError(f"detector {parts['detector']!r} failed on {parts['task']}: {exc}") from None
 
@@ -177,15 +177,13 @@ def _head_scores(unit: Any) -> Any:
     return HeadScores(scores=torch.tensor(unit.scores, dtype=torch.float64), detector=unit.detector)
 
 
-def _task_data(model: Any, task: str, *, preset: str, seed: int) -> tuple[Any, Any]:
-    """The harness's splits of `task` for `preset` and `seed`."""
-    from locos_bench.run import RunConfig
-    from locos_bench.run.splits import build_task_data
+def _task_data(model: Any, task: str, *, preset: str) -> Any:
+    """The harness's splits of `task` in a run of `preset`."""
+    from locos_bench.run.splits import SplitSizes, build_task_data
     from locos_bench.tasks import load_task
 
-    spec = load_task(task)
-    cfg = RunConfig(model=model.name, preset=preset, seed=seed, tasks=[task], quiet=True).resolved()
-    return build_task_data(spec, cfg, model), cfg
+    sizes = SplitSizes.of_preset(preset)
+    return build_task_data(load_task(task), sizes, model)
 
 
 def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, positionwise: bool = False,
@@ -205,7 +203,7 @@ def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, pos
                 f"heads={head_set.source} with mean ablation needs reference=TASK (the task whose "
                 "reference split gives the mean activations), or ablation=zero"
             )
-        data, _ = _task_data(model, head_set.task, preset=preset, seed=seed)
+        data = _task_data(model, head_set.task, preset=preset)
         ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in data.reference]
         means = reference_means(model, ids, positionwise=spec.positionwise)
     return HeadAblation(list(head_set.heads), spec, means).hooks()
