@@ -40,7 +40,7 @@ from locos_bench.evaluation import (
     evaluate_task,
     generate_answers,
 )
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means  # noqa: E402
+from locos_bench.interventions.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means  # noqa: E402
 from locos_bench.models import load_model  # noqa: E402
 from locos_bench.models.architecture import kv_kept_share  # noqa: E402
 from locos_bench.models.lean_attention import eager, only_full  # noqa: E402

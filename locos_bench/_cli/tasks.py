@@ -97,7 +97,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _spec_with_data(name: str, data: str | None) -> Any:
     from locos_bench.tasks import load_task
-    from locos_bench.tasks.registry import with_data
+    from locos_bench.tasks.files import with_data
 
     spec = load_task(name)
     return with_data(spec, data) if data else spec

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import InterventionDetector
 from locos_bench.models import LoadedModel

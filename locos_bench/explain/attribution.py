@@ -374,7 +374,7 @@ def _answer(model: LoadedModel, t: TokenizedExample, max_new_tokens: int, judge:
 def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
             max_new_tokens: int, greedy: str, gold: float, judge: Any) -> dict[str, Any]:
     """Greedy answer and gold log-prob with `top_heads` mean-ablated over `reference`."""
-    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+    from locos_bench.interventions.ablation import AblationSpec, HeadAblation, reference_means
 
     if not reference:
         raise LocosError("--ablate needs at least one reference prompt for the mean activations")
@@ -445,7 +445,7 @@ def _sufficiency_text(e: dict[str, Any]) -> str:
 def _steer(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], max_new_tokens: int,
            judge: Any, alpha: float) -> dict[str, Any]:
     """The answer with the top heads' outputs (`hook_z`) scaled by `alpha`."""
-    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation
+    from locos_bench.interventions.ablation import AblationSpec, HeadAblation
 
     hooks = HeadAblation(list(top_heads), AblationSpec.parse(f"scale:{float(alpha)!r}")).hooks()
     return {"heads": [list(h) for h in top_heads], "alpha": float(alpha),

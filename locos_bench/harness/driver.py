@@ -24,7 +24,7 @@ from typing import Any
 
 from locos_bench.detectors import detector_source, get_detector_class, make_detector
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.ablation import (
+from locos_bench.interventions.ablation import (
     DEFAULT_SINK,
     AblationSpec,
     check_positionwise_reference,

@@ -14,7 +14,7 @@ from typing import Any
 
 from locos_bench.detectors import make_detector, run_detector
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.ablation import (
+from locos_bench.interventions.ablation import (
     DEFAULT_SINK,
     AblationSpec,
     HeadAblation,

@@ -51,7 +51,7 @@ import lm_eval.models  # noqa: E402, F401  (fills the lazy registry first: `get_
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 
-from locos_bench.evaluation.ablation import SINK_RULES  # noqa: E402
+from locos_bench.interventions.ablation import SINK_RULES  # noqa: E402
 from locos_bench.lm_eval.headsets import (  # noqa: E402
     STREAMING,
     HeadSet,
@@ -278,7 +278,7 @@ class LocosLM(TemplateLM):
 
 def _check_ablation(ablation: str) -> None:
     """Refuse an unknown ablation before the model loads (the lm-eval names include streaming)."""
-    from locos_bench.evaluation.ablation import AblationSpec
+    from locos_bench.interventions.ablation import AblationSpec
 
     try:
         AblationSpec.parse(ablation)

@@ -25,7 +25,7 @@ from locos_bench.models.loading import (
     load_model,
     wrap_model,
 )
-from locos_bench.models.planning import plan_model
+from locos_bench.models.memory import plan_model
 from locos_bench.models.spec import DTYPES, ModelSpec
 
 __all__ = [

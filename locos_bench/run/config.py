@@ -105,7 +105,7 @@ class RunConfig:
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
         cfg.budgets = sorted(set(cfg.budgets))
-        from locos_bench.evaluation.ablation import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
+        from locos_bench.interventions.ablation import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
 
         cfg.sink = cfg.sink or DEFAULT_SINK
         AblationSpec.parse(cfg.ablation, sink=cfg.sink)

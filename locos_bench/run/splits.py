@@ -31,7 +31,7 @@ from locos_bench.errors import LocosError
 from locos_bench.run.provenance import data_hash
 from locos_bench.run.records import TaskEntry
 from locos_bench.tasks import Example, TaskSpec, example_item, make_examples
-from locos_bench.tasks.registry import resolve_tasks
+from locos_bench.tasks.files import resolve_tasks
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 SPLITS = ("calibration", "reference", "evaluation")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors import get_detector_class
 from locos_bench.detectors.knockout import knockout_drops
 from locos_bench.tasks import load_task, make_examples

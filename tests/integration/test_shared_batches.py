@@ -10,7 +10,7 @@ import torch
 
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import evaluate_head_sets, evaluate_task
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
+from locos_bench.interventions.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
 from locos_bench.harness.worker import Job, Worker
 from locos_bench.run import RunConfig, UnitKey
 from locos_bench.run.splits import build_task_data

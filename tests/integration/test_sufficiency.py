@@ -18,7 +18,7 @@ import pytest
 from locos_bench.cli import main
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import evaluate_task
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+from locos_bench.interventions.ablation import AblationSpec, HeadAblation, reference_means
 from locos_bench.harness import run_benchmark
 from locos_bench.models.lean_attention import only_full
 from locos_bench.report.analysis import analyze

@@ -7,7 +7,7 @@ import torch
 
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import token_positions
-from locos_bench.evaluation.ablation import (
+from locos_bench.interventions.ablation import (
     AblationSpec,
     HeadAblation,
     check_positionwise_reference,

@@ -30,7 +30,7 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors import get_detector_class, patching, run_detector
 from locos_bench.detectors.conformance import hook_snapshot, state_snapshot
 from locos_bench.detectors.knockout import knockout_drops

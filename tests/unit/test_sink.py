@@ -15,7 +15,7 @@ from locos_bench import cli
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import generate_answers, token_positions
 from locos_bench.evaluation._batching import _bound_positions
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
+from locos_bench.interventions.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
 from locos_bench.run.records import Manifest
 
 KEEP = AblationSpec.parse("mean", sink="keep")

@@ -1,0 +1,1 @@
+"""Head interventions: what a run does to chosen heads."""
