@@ -31,7 +31,7 @@ import torch
 
 from locos_bench.detectors import make_detector
 from locos_bench.evaluation import generate_answers
-from locos_bench.interventions.ablation import AblationSpec, HeadAblation, reference_means
+from locos_bench.interventions import AblationSpec, HeadAblation, reference_means
 from locos_bench.models import memory, shipped_config, wrap_model
 from locos_bench.models.miniature import byte_tokenizer, random_model, scale_down
 from locos_bench.tasks import load_task, make_examples

@@ -11,7 +11,7 @@ than its window) prints `n/a (why)`. Wall-clock ratios on a shared machine are n
 sides of a ratio run alternately, the faster of `--repeats` runs each.
 
 `--section streaming` times one forward plainly and with streaming heads
-(`lean_attention.only_full`: every head streams but `--full-heads` k of them) at each of
+(`interventions.only_full`: every head streams but `--full-heads` k of them) at each of
 `--lengths`, records each call's peak memory and the KV cache kept, and prints a Markdown table
 (written to `--output` only when that is given).
 """
@@ -40,10 +40,10 @@ from locos_bench.evaluation import (
     evaluate_task,
     generate_answers,
 )
-from locos_bench.interventions.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means  # noqa: E402
+from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblation, only_full, reference_means  # noqa: E402
 from locos_bench.models import load_model  # noqa: E402
 from locos_bench.models.architecture import kv_kept_share  # noqa: E402
-from locos_bench.models.lean_attention import eager, only_full  # noqa: E402
+from locos_bench.models.lean_attention import eager  # noqa: E402
 from locos_bench.run import RunConfig  # noqa: E402
 from locos_bench.tasks import load_task, make_examples  # noqa: E402
 from locos_bench.tasks.tokenize import tokenize_example  # noqa: E402

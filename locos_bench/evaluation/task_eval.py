@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch, token_positions
+from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch
 from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
 from locos_bench.evaluation.generation import _greedy
 from locos_bench.evaluation.logprobs import token_logprobs
+from locos_bench.interventions import token_positions
 from locos_bench.names import Hook
 from locos_bench.tasks import Example, TaskSpec
 from locos_bench.tasks.metrics import METRICS

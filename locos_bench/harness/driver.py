@@ -24,14 +24,14 @@ from typing import Any
 
 from locos_bench.detectors import detector_source, get_detector_class, make_detector
 from locos_bench.errors import LocosError
-from locos_bench.interventions.ablation import (
+from locos_bench.harness.executors import LocalExecutor
+from locos_bench.harness.progress import Progress
+from locos_bench.harness.worker import Job, Worker, resolve_batch_size, run_tasks, timed
+from locos_bench.interventions import (
     DEFAULT_SINK,
     AblationSpec,
     check_positionwise_reference,
 )
-from locos_bench.harness.executors import LocalExecutor
-from locos_bench.harness.progress import Progress
-from locos_bench.harness.worker import Job, Worker, resolve_batch_size, run_tasks, timed
 from locos_bench.models import describe_with_answer_key
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
@@ -114,8 +114,8 @@ class Run:
         architecture the lean path does not take) or whose window exceeds its context; warn
         when every evaluation prompt of a retrieval task fits the sinks and window (streaming
         changes nothing there)."""
+        from locos_bench.interventions import only_full
         from locos_bench.models.heads import context_length
-        from locos_bench.models.lean_attention import only_full
 
         cfg = self.cfg
         longest = context_length(self.model)

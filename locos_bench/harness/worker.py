@@ -14,7 +14,7 @@ from typing import Any
 
 from locos_bench.detectors import make_detector, run_detector
 from locos_bench.errors import LocosError
-from locos_bench.interventions.ablation import (
+from locos_bench.interventions import (
     DEFAULT_SINK,
     AblationSpec,
     HeadAblation,
@@ -161,8 +161,8 @@ class Worker:
         """The evaluation split with only `heads` full, every other head streaming. No clean
         prefix: the streaming heads start at layer 0, so no clean layer can be reused."""
         from locos_bench.evaluation import evaluate_task
+        from locos_bench.interventions import only_full
         from locos_bench.models.architecture import kv_kept_share
-        from locos_bench.models.lean_attention import only_full
 
         sink, window = self.cfg.kv_sink, self.cfg.kv_window
         start = time.perf_counter()

@@ -7,7 +7,7 @@
 
 Mean ablation uses the reference split of the head set's task (or of `reference=`).
 `ablation=streaming` turns the set around: its heads are the only full heads and every other
-head streams (`streaming_settings`, `models.lean_attention.only_full`); `heads=none` then
+head streams (`streaming_settings`, `interventions.only_full`); `heads=none` then
 streams every head (the floor of a sufficiency run).
 """
 
@@ -192,7 +192,7 @@ def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, pos
                    sink: str | None = None, preset: str = "default", seed: int = 0) -> list:
     """Forward hooks intervening on `head_set` (mean ablation over its task's reference split;
     `sink` None: the head set's run's rule, else the default)."""
-    from locos_bench.interventions.ablation import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
+    from locos_bench.interventions import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
     from locos_bench.tasks.tokenize import tokenize_example
 
     spec = AblationSpec.parse(ablation, positionwise=positionwise, sink=sink or head_set.sink or DEFAULT_SINK)

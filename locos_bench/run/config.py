@@ -25,8 +25,8 @@ class RunConfig:
     ablation: str = "mean"
     positionwise: bool = False
     sink: str | None = None
-    """What mean ablation writes at a BOS sink: `keep` or `mean` (`evaluation.ablation`);
-    None: `evaluation.ablation.DEFAULT_SINK`."""
+    """What mean ablation writes at a BOS sink: `keep` or `mean` (`interventions.ablation`);
+    None: `interventions.DEFAULT_SINK`."""
     n_calib: int | None = None
     n_ref: int | None = None
     n_eval: int | None = None
@@ -105,7 +105,7 @@ class RunConfig:
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
         cfg.budgets = sorted(set(cfg.budgets))
-        from locos_bench.interventions.ablation import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
+        from locos_bench.interventions import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
 
         cfg.sink = cfg.sink or DEFAULT_SINK
         AblationSpec.parse(cfg.ablation, sink=cfg.sink)
