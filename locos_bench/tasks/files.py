@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from locos_bench.errors import LocosError, read_yaml_mapping, unknown
+from locos_bench.errors import LocosError, unknown
 from locos_bench.tasks.spec import TaskSpec
+from locos_bench.yaml_files import read_yaml_mapping
 
 TASKS_ENV = "LOCOS_BENCH_TASKS_DIR"
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
