@@ -39,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     spec = models.resolve_spec(args.name)
     if spec.config and not args.load:
-        info = models.plan_model(args.name, preset_contexts(), dtype=args.dtype)
+        info = models.estimate_memory(args.name, preset_contexts(), dtype=args.dtype)
     else:
         # A planted model's answer key is looked up by alias: the loaded model carries none.
         info = models.describe_with_answer_key(models.load_model(args.name, device=args.device, dtype=args.dtype))

@@ -1,4 +1,4 @@
-"""Find, read and validate task YAMLs.
+"""Task files: find, read and validate the task YAMLs.
 
 Tasks live as one flat YAML per task in the repository's `tasks/` directory (found relative to
 this package, so an editable install is assumed; a wheel carries no `tasks/`, and then only

@@ -1,4 +1,4 @@
-"""Planning before downloading: shipped architecture numbers, geometry and memory, offline."""
+"""Memory before downloading: shipped architecture numbers, geometry and memory, offline."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def test_models_json_prints_qwen3_geometry_offline():
         36 * 8 * 128 * 2 * 2 * tokens / memory.GIB, abs=1e-4)
 
 
-def test_multimodal_gemma_plans_its_language_model():
-    info = models.plan_model("gemma3-4b", preset_contexts())
+def test_multimodal_gemma_estimates_its_language_model():
+    info = models.estimate_memory("gemma3-4b", preset_contexts())
     assert info["architecture"] == "Gemma3ForConditionalGeneration"
     assert "language model" in info["note"]
     assert info["n_layers"] == 34 and len(info["sliding_layers"]) == 34 - 34 // 6
@@ -71,7 +71,7 @@ def test_batch_size_follows_free_memory():
 
 def test_bad_dtype_and_alias_without_config():
     with pytest.raises(LocosError, match="unknown dtype"):
-        models.plan_model("qwen3-8b", preset_contexts(), dtype="int3")
+        models.estimate_memory("qwen3-8b", preset_contexts(), dtype="int3")
     with pytest.raises(LocosError, match="no shipped configuration"):
         models.shipped_config("smollm2")
 
