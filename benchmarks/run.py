@@ -44,6 +44,7 @@ from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblatio
 from locos_bench.models import load_model  # noqa: E402
 from locos_bench.models.architecture import kv_kept_share  # noqa: E402
 from locos_bench.models.lean_attention import eager  # noqa: E402
+from locos_bench.names import head_name  # noqa: E402
 from locos_bench.run import RunConfig  # noqa: E402
 from locos_bench.tasks import load_task, make_examples  # noqa: E402
 from locos_bench.tasks.tokenize import tokenize_example  # noqa: E402
@@ -332,7 +333,7 @@ def streaming_section(model: Any, lengths: list[int], ks: list[int], repeats: in
     warm = _ordinary_ids(model, min(lengths), np.random.default_rng(seed + 1))
     for k in (None, *ks):
         forward(warm, k)()  # the first calls pay one-off set-up; no figure should
-    heads = ", ".join(f"L{layer}H{head}" for layer, head in full[max(ks)]) or "none"
+    heads = ", ".join(head_name(h) for h in full[max(ks)]) or "none"
     lines = [
         f"Streaming heads vs a plain forward (issue #24): `{model.name}` ({getattr(model, 'dtype', '?')}, "
         f"device {model.device}), on {_cpu()}, torch threads: {torch.get_num_threads()}.", "",

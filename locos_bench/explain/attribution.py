@@ -34,7 +34,7 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
-from locos_bench.names import Head
+from locos_bench.names import Head, head_name
 from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
@@ -424,7 +424,7 @@ def _sufficiency(model: LoadedModel, t: TokenizedExample, top_heads: list[Head],
 
 def _sufficiency_text(e: dict[str, Any]) -> str:
     """One sentence: what the top heads alone answer, and what the window alone answers."""
-    names = " ".join(f"L{layer}H{head}" for layer, head in e["heads"])
+    names = " ".join(head_name(h) for h in e["heads"])
     top, floor = e["top"], e["floor"]
 
     def said(run: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.names import Head
+from locos_bench.names import Head, head_name
 
 _HEAD = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -113,10 +113,10 @@ def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int =
         for layer, head in parts["heads"]:
             if layer >= geo.n_layers or head >= geo.n_heads:
                 raise LocosError(
-                    f"head L{layer}H{head} is outside the model: {model.name} has "
-                    f"{geo.n_layers} layers x {geo.n_heads} heads (L0H0 .. L{geo.n_layers - 1}H{geo.n_heads - 1})"
+                    f"head {head_name((layer, head))} is outside the model: {model.name} has "
+                    f"{geo.n_layers} layers x {geo.n_heads} heads (L0H0 .. {head_name((geo.n_layers - 1, geo.n_heads - 1))})"
                 )
-        return HeadSet(parts["heads"], reference, ";".join(f"L{l}H{h}" for l, h in parts["heads"]))
+        return HeadSet(parts["heads"], reference, ";".join(head_name(h) for h in parts["heads"]))
     k = parts["k"]
     if k > geo.n_total_heads:
         raise LocosError(f"head spec {text!r}: K={k} is more than the model's {geo.n_total_heads} heads")

@@ -20,6 +20,7 @@ from importlib import metadata
 from typing import Any
 
 from locos_bench.errors import LocosError
+from locos_bench.names import head_name
 
 SUPPORTED_LM_EVAL = ">=0.4.13,<0.5"
 """lm-eval versions this module is tested against (the CI installs 0.4.13)."""
@@ -269,7 +270,7 @@ class LocosLM(TemplateLM):
         return _only_full(self.loaded, self.head_set.heads, *self.streaming)
 
     def get_model_info(self) -> dict[str, Any]:
-        info = {"locos_model": self.loaded.name, "heads": [f"L{l}H{h}" for l, h in self.head_set.heads],
+        info = {"locos_model": self.loaded.name, "heads": [head_name(h) for h in self.head_set.heads],
                 "head_source": self.head_set.source, "ablation": self.ablation}
         if self.streaming is not None:
             info["kv_sink"], info["kv_window"] = self.streaming

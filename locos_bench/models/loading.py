@@ -162,7 +162,7 @@ def load_model(
     info: dict[str, Any] = {}
     cached = False
     if spec.source == "builtin":
-        from locos_bench.models.planted import build_planted
+        from locos_bench.models.planted_build import build_planted
 
         # The alias's published build, whose answer key `describe_with_answer_key` looks up
         # by alias; the truth `build_planted` returns is dropped, since detectors score what

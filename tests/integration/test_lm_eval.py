@@ -61,7 +61,7 @@ def manager(le):
 
 @pytest.fixture(scope="module")
 def planted_dir(tmp_path_factory):
-    from locos_bench.models.planted import build_planted
+    from locos_bench.models.planted_build import build_planted
 
     model, tokenizer, _ = build_planted()
     path = tmp_path_factory.mktemp("planted-hf")
