@@ -12,7 +12,7 @@ the tokenizer's BOS, position 0 is an ordinary token, counted in the flat mean.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,12 +111,20 @@ def starts_with_bos(tokenizer: Any, ids: Sequence[int]) -> bool:
 
 
 def reference_means(
-    model: LoadedModel, token_ids: Sequence[Sequence[int]], *, positionwise: bool = False
+    model: LoadedModel, token_ids: Sequence[Sequence[int]], *, positionwise: bool = False,
+    site: Callable[[int], str] = hook_z,
 ) -> HeadMeans:
-    """Mean `hook_z` of every head over the reference prompts (one forward each).
+    """Mean per-head output at `site` (default `hook_z`) of every head over the reference
+    prompts (one forward each).
 
     The flat mean leaves out position 0 of a prompt that starts with BOS (the sink) and counts
-    it where the prompt starts with a real token."""
+    it where the prompt starts with a real token.
+
+    Args:
+        site: The hook point name of a layer, whose output is `[batch, pos, n_heads, d_head]` or
+            head-major `[batch, pos, n_heads * d_head]` (a query projection's): what the
+            intervention replaces.
+    """
     if not token_ids:
         raise LocosError("mean ablation needs at least one reference prompt")
     bos = [starts_with_bos(model.tokenizer, ids) for ids in token_ids]
@@ -126,13 +134,13 @@ def reference_means(
     t_max = max(len(ids) for ids in token_ids)
     by_pos = torch.zeros(geo.n_layers, t_max, geo.n_heads, geo.d_head, dtype=torch.float64) if positionwise else None
     counts = torch.zeros(t_max, dtype=torch.float64)
-    names = [hook_z(L) for L in range(geo.n_layers)]
+    names = [site(L) for L in range(geo.n_layers)]
     for ids, skip in zip(token_ids, bos):
         store: dict[int, Tensor] = {}
 
         def keep(layer: int) -> Any:
             def fn(z: Tensor, hook: Any) -> None:
-                store[layer] = z[0].detach().double()
+                store[layer] = z[0].detach().double().reshape(z.shape[1], geo.n_heads, geo.d_head)
 
             return fn
 
