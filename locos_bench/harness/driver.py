@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.ablation import check_positionwise_reference
+from locos_bench.interventions import check_positionwise_reference
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import Job, Worker, run_tasks, timed
@@ -93,8 +93,8 @@ class Run:
         architecture the lean path does not take) or whose window exceeds its context; warn
         when every evaluation prompt of a retrieval task fits the sinks and window (streaming
         changes nothing there)."""
+        from locos_bench.interventions import only_full
         from locos_bench.models.heads import context_length
-        from locos_bench.models.lean_attention import only_full
 
         sink, window = self.config.kv_sink, self.config.kv_window
         longest = context_length(self.model)

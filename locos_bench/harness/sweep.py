@@ -24,9 +24,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from locos_bench.errors import LocosError, did_you_mean, read_yaml_mapping
+from locos_bench.errors import LocosError, did_you_mean
 from locos_bench.run import RunConfig
 from locos_bench.run.config import ResolvedConfig
+from locos_bench.yaml_files import read_yaml_mapping
 
 Names = list[str]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from locos_bench.detectors import make_detector, run_detector
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.ablation import (
+from locos_bench.interventions import (
     AblationSpec,
     HeadAblation,
     HeadMeans,
@@ -153,8 +153,8 @@ class Worker:
         """The evaluation split with only the job's heads full, every other head streaming. No
         clean prefix: the streaming heads start at layer 0, so no clean layer can be reused."""
         from locos_bench.evaluation import evaluate_task
+        from locos_bench.interventions import only_full
         from locos_bench.models.architecture import kv_kept_share
-        from locos_bench.models.lean_attention import only_full
 
         sink, window = self.config.kv_sink, self.config.kv_window
         start = time.perf_counter()

@@ -7,7 +7,7 @@
 
 Mean ablation uses the reference split of the head set's task (or of `reference=`).
 `ablation=streaming` turns the set around: its heads are the only full heads and every other
-head streams (`streaming_settings`, `models.lean_attention.only_full`); `heads=none` then
+head streams (`streaming_settings`, `interventions.only_full`); `heads=none` then
 streams every head (the floor of a sufficiency run).
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.names import Head
+from locos_bench.names import Head, head_name
 
 _HEAD = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -113,10 +113,10 @@ def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int =
         for layer, head in parts["heads"]:
             if layer >= geo.n_layers or head >= geo.n_heads:
                 raise LocosError(
-                    f"head L{layer}H{head} is outside the model: {model.name} has "
-                    f"{geo.n_layers} layers x {geo.n_heads} heads (L0H0 .. L{geo.n_layers - 1}H{geo.n_heads - 1})"
+                    f"head {head_name((layer, head))} is outside the model: {model.name} has "
+                    f"{geo.n_layers} layers x {geo.n_heads} heads (L0H0 .. {head_name((geo.n_layers - 1, geo.n_heads - 1))})"
                 )
-        return HeadSet(parts["heads"], reference, ";".join(f"L{l}H{h}" for l, h in parts["heads"]))
+        return HeadSet(parts["heads"], reference, ";".join(head_name(h) for h in parts["heads"]))
     k = parts["k"]
     if k > geo.n_total_heads:
         raise LocosError(f"head spec {text!r}: K={k} is more than the model's {geo.n_total_heads} heads")
@@ -190,7 +190,7 @@ def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, pos
                    sink: str | None = None, preset: str = "default", seed: int = 0) -> list:
     """Forward hooks intervening on `head_set` (mean ablation over its task's reference split;
     `sink` None: the head set's run's rule, else the default)."""
-    from locos_bench.evaluation.ablation import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
+    from locos_bench.interventions import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
     from locos_bench.tasks.tokenize import tokenize_example
 
     spec = AblationSpec.parse(ablation, positionwise=positionwise, sink=sink or head_set.sink or DEFAULT_SINK)

@@ -17,7 +17,7 @@ from locos_bench.errors import LocosError, unknown
 from locos_bench.presets import PRESETS
 
 if TYPE_CHECKING:
-    from locos_bench.evaluation.ablation import AblationSpec
+    from locos_bench.interventions import AblationSpec
     from locos_bench.tasks import TaskSpec
 
 
@@ -34,8 +34,8 @@ class RunConfig:
     ablation: str = "mean"
     positionwise: bool = False
     sink: str | None = None
-    """What mean ablation writes at a BOS sink: `keep` or `mean` (`evaluation.ablation`);
-    None: `evaluation.ablation.DEFAULT_SINK`."""
+    """What mean ablation writes at a BOS sink: `keep` or `mean` (`interventions.ablation`);
+    None: `interventions.DEFAULT_SINK`."""
     n_calib: int | None = None
     n_ref: int | None = None
     n_eval: int | None = None
@@ -119,7 +119,7 @@ class RunConfig:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
-        from locos_bench.evaluation.ablation import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
+        from locos_bench.interventions import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
 
         ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise, sink=cfg.sink or DEFAULT_SINK)
         output_dir = cfg.output_dir
@@ -148,7 +148,7 @@ class ResolvedConfig:
     budgets capped at its heads) comes in a new one from `for_model`, once per run.
 
     Fields are `RunConfig`'s, filled and checked (lists become tuples), except `ablation`,
-    which is the parsed `evaluation.ablation.AblationSpec` (its `positionwise` and `sink`
+    which is the parsed `interventions.AblationSpec` (its `positionwise` and `sink`
     folded in), and the model's facts below."""
 
     model: str
@@ -230,7 +230,7 @@ class ResolvedConfig:
 
     @classmethod
     def from_json(cls, text: str) -> ResolvedConfig:
-        from locos_bench.evaluation.ablation import AblationSpec
+        from locos_bench.interventions import AblationSpec
         from locos_bench.tasks import TaskSpec
 
         data = json.loads(text)

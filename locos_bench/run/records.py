@@ -69,7 +69,7 @@ class DetectorEntry(BaseModel):
 
 class Streaming(BaseModel):
     """The streaming heads of a sufficiency run: each attends to its row's first `sink` real
-    tokens and the last `window` tokens (`models.lean_attention.streaming`)."""
+    tokens and the last `window` tokens (`interventions.streaming`)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -16,7 +16,7 @@ from locos_bench.tasks.examples import (
     raw_example,
     resolve_format,
 )
-from locos_bench.tasks.registry import (
+from locos_bench.tasks.files import (
     BUILTIN_TASKS_DIR,
     TASKS_ENV,
     context_tokens,

@@ -61,7 +61,7 @@ def manager(le):
 
 @pytest.fixture(scope="module")
 def planted_dir(tmp_path_factory):
-    from locos_bench.models.planted import build_planted
+    from locos_bench.models.planted_build import build_planted
 
     model, tokenizer, _ = build_planted()
     path = tmp_path_factory.mktemp("planted-hf")
@@ -257,7 +257,7 @@ def test_bad_model_args(le):
 def test_sink_rule_reaches_the_hooks(le, planted, planted_run):
     import torch
 
-    from locos_bench.evaluation import token_positions
+    from locos_bench.interventions import token_positions
     from locos_bench.names import hook_z
 
     head_set = le.resolve_heads("L1H0", planted, reference="planted-kv")

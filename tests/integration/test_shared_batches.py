@@ -10,8 +10,8 @@ import torch
 
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import evaluate_head_sets, evaluate_task
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
 from locos_bench.harness.worker import Job, Worker
+from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblation, reference_means
 from locos_bench.run import RunConfig, UnitKey
 from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import load_task
