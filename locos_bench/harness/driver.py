@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.interventions import check_positionwise_reference
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import Job, Worker, run_tasks, timed
+from locos_bench.interventions import check_positionwise_reference
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.config import ResolvedConfig
