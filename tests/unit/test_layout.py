@@ -127,17 +127,10 @@ def test_imports_run_one_way_down_the_layers():
 
 
 MAX_LINES = 500
-BEING_SPLIT = ("locos_bench/report/analysis.py", "locos_bench/report/markdown.py")
-"""Modules over the limit that another change (issue #34's report split) divides; remove each as
-it lands (the test says when)."""
-
-
 def test_no_module_over_500_lines():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in LIBRARY.rglob("*.py")}
-    over = {path: n for path, n in sizes.items() if n > MAX_LINES and path not in BEING_SPLIT}
+    over = {path: n for path, n in sizes.items() if n > MAX_LINES}
     assert not over, f"modules over {MAX_LINES} lines (split them by job): {over}"
-    done = [path for path in BEING_SPLIT if sizes.get(path, 0) <= MAX_LINES]
-    assert not done, f"{done} no longer exceed {MAX_LINES} lines: remove them from BEING_SPLIT"
 
 
 def test_head_set_parser_imports_without_lm_eval():
