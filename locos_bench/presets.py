@@ -1,4 +1,4 @@
-"""Run sizes by name (`--preset`): a leaf module, so model planning and the CLI read them
+"""Run sizes by name (`--preset`): a leaf module, so model memory estimates and the CLI read them
 without importing the rest of the configuration (or torch)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def preset_contexts() -> dict[str, int]:
     """The longest prompt plus answer, in tokens, of each preset's tasks (what model memory is
-    planned for: `models.plan_model`)."""
+    estimated for: `models.estimate_memory`)."""
     from locos_bench.tasks import context_tokens
 
     return {name: context_tokens(preset["tasks"]) for name, preset in PRESETS.items()}

@@ -21,7 +21,7 @@ from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
 from locos_bench.names import Head, head_name, rank_heads
 from locos_bench.tasks import Example
-from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+from locos_bench.tasks.tokenize import TokenizedExample, tokenize_examples
 
 
 @dataclass
@@ -117,13 +117,7 @@ def check_params_serialisable(detector: Detector) -> dict[str, Any]:
 
 def tokenize_for(model: LoadedModel, examples: Sequence[Example], detector: str) -> list[TokenizedExample]:
     """Tokenise calibration examples, naming the detector in any error."""
-    out = []
-    for example in examples:
-        try:
-            out.append(tokenize_example(example, model.tokenizer))
-        except LocosError as exc:
-            raise LocosError(f"detector {detector!r}: {exc}") from None
-    return out
+    return tokenize_examples(examples, model.tokenizer, reword=lambda error: f"detector {detector!r}: {error}")
 
 
 def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> HeadScores:

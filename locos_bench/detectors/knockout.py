@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import InterventionDetector
+from locos_bench.interventions import knockout_hooks
 from locos_bench.models import LoadedModel
 
 
@@ -37,7 +38,7 @@ class AttentionKnockout(InterventionDetector):
 
     def intervention(self, model: LoadedModel, prep: iv.Prepared, chunk: list[iv.Head], state: Any,
                      end: int) -> list[iv.Hook]:
-        return iv.knockout_hooks(chunk, prep.positions, prep.needle_positions, end)
+        return knockout_hooks(chunk, prep.positions, prep.needle_positions, end)
 
 
 def knockout_drops(model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]], *, prefix_cache: bool) -> iv.Drops:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey
+from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey, UnitKind
 
 SCHEMA_VERSION = 1
 
@@ -69,7 +69,7 @@ class DetectorEntry(BaseModel):
 
 class Streaming(BaseModel):
     """The streaming heads of a sufficiency run: each attends to its row's first `sink` real
-    tokens and the last `window` tokens (`models.lean_attention.streaming`)."""
+    tokens and the last `window` tokens (`interventions.streaming`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -183,7 +183,10 @@ class Manifest(BaseModel):
                                         "seed", "rank_diagnostic", "sufficiency", "steer_alphas"})
 
 
-class _Unit(BaseModel):
+class UnitRecord(BaseModel):
+    """What every unit record holds: which unit it is (`key`), how long it took and whether it
+    failed. Each kind of unit (`UnitKind`) has its record, below."""
+
     model_config = ConfigDict(extra="forbid")
 
     task: str
@@ -194,12 +197,43 @@ class _Unit(BaseModel):
     seconds: float = 0.0
     error: str | None = None
     """Set when the unit failed; the run records it and goes on."""
+    kind: UnitKind
+    """Each record narrows it to its own kind: the tag a results line is read back by."""
+
+    @property
+    def key(self) -> UnitKey:
+        raise NotImplementedError
+
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        """The fields that say which unit a record is, from its key and the heads it took."""
+        return dict(task=key.task, detector=key.detector, draw=key.draw)
+
+    @staticmethod
+    def for_key(key: UnitKey, heads: Sequence[Sequence[int]] = (), heads_from: str | None = None,
+                **fields: Any) -> UnitRecord:
+        """The record of unit `key`: the record class of its kind, its identity from the key,
+        the heads it took and the task that chose them; its results from `fields`."""
+        record = _RECORDS[key.kind]
+        return record(**record._identity(key, heads, heads_from), **fields)
+
+    def reused_as(self, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> UnitRecord:
+        """This record's values under another unit that took the identical head set on the same
+        task (evaluation is deterministic), marked `reused` where its kind records that."""
+        update = {**self._identity(key, heads, heads_from), "seconds": 0.0}
+        if "reused" in type(self).model_fields:  # a rank record has no such flag
+            update["reused"] = True
+        return self.model_copy(update=update)
 
 
-class ScoresUnit(_Unit):
+def _heads(heads: Sequence[Sequence[int]]) -> list[list[int]]:
+    return [[int(x) for x in h] for h in heads]
+
+
+class ScoresUnit(UnitRecord):
     """A detector's head scores on a task's calibration split."""
 
-    kind: Literal["scores"] = "scores"
+    kind: Literal[UnitKind.SCORES] = UnitKind.SCORES
     params: dict[str, Any] = Field(default_factory=dict)
     scores: list[list[float]] | None = None
     """`[n_layers][n_heads]`, higher = more important; None when `error` is set."""
@@ -215,10 +249,10 @@ class ScoresUnit(_Unit):
         return UnitKey.scores(self.task, self.detector, self.draw)
 
 
-class EvalUnit(_Unit):
+class EvalUnit(UnitRecord):
     """The evaluation split with the top-k heads of a detector ablated (k = 0: unablated)."""
 
-    kind: Literal["eval"] = "eval"
+    kind: Literal[UnitKind.EVAL] = UnitKind.EVAL
     k: int
     heads: list[list[int]] = Field(default_factory=list)
     """The ablated heads as `[layer, head]`, best first."""
@@ -236,12 +270,16 @@ class EvalUnit(_Unit):
         own = self.detector == BASELINE or self.heads_from in (None, self.task)
         return UnitKey.eval(self.task, self.detector, self.draw, self.k, "" if own else self.heads_from)
 
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, heads=_heads(heads), heads_from=heads_from)
 
-class SufficiencyUnit(_Unit):
+
+class SufficiencyUnit(UnitRecord):
     """The evaluation split with only a detector's top-k heads full, every other head
     streaming (`Manifest.sufficiency`); detector `baseline` with k = 0: every head streaming."""
 
-    kind: Literal["suff"] = "suff"
+    kind: Literal[UnitKind.SUFF] = UnitKind.SUFF
     k: int
     heads: list[list[int]] = Field(default_factory=list)
     """The full heads as `[layer, head]`, best first."""
@@ -261,12 +299,16 @@ class SufficiencyUnit(_Unit):
     def key(self) -> UnitKey:
         return UnitKey.sufficiency(self.task, self.detector, self.draw, self.k)
 
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, heads=_heads(heads))
 
-class SteeringUnit(_Unit):
+
+class SteeringUnit(UnitRecord):
     """The evaluation split with a detector's top-k heads' outputs scaled by `alpha` (> 1
     amplifies; `Manifest.steer_alphas`)."""
 
-    kind: Literal["steer"] = "steer"
+    kind: Literal[UnitKind.STEER] = UnitKind.STEER
     k: int
     alpha: float
     heads: list[list[int]] = Field(default_factory=list)
@@ -282,11 +324,16 @@ class SteeringUnit(_Unit):
         own = self.heads_from in (None, self.task)
         return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from)
 
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, alpha=key.alpha, heads=_heads(heads),
+                    heads_from=heads_from)
 
-class RankUnit(_Unit):
+
+class RankUnit(UnitRecord):
     """Diagnostic: a detector's rank-r head ablated alone."""
 
-    kind: Literal["rank"] = "rank"
+    kind: Literal[UnitKind.RANK] = UnitKind.RANK
     rank: int
     """1-based rank in the detector's ranking."""
     head: list[int]
@@ -296,8 +343,25 @@ class RankUnit(_Unit):
     def key(self) -> UnitKey:
         return UnitKey.rank(self.task, self.detector, self.draw, self.rank)
 
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), rank=key.index, head=_heads(heads)[0])
 
-_UNIT = TypeAdapter(Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")])
+
+_RECORDS: dict[UnitKind, type[UnitRecord]] = {
+    UnitKind.SCORES: ScoresUnit, UnitKind.EVAL: EvalUnit, UnitKind.RANK: RankUnit,
+    UnitKind.SUFF: SufficiencyUnit, UnitKind.STEER: SteeringUnit,
+}
+
+Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")]
+"""Any unit record, told apart by its `kind` (one line of `results.jsonl`)."""
+
+_UNIT = TypeAdapter(Unit)
+
+
+def unit_from_json(text: str | bytes) -> UnitRecord:
+    """One results line back as its record (a pydantic `ValidationError` if it is none)."""
+    return _UNIT.validate_json(text)
 
 
 def json_schema() -> dict[str, Any]:

@@ -24,15 +24,18 @@ example indices.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from locos_bench.errors import LocosError
+from locos_bench.errors import LocosError, unknown
 from locos_bench.run.provenance import data_hash
 from locos_bench.run.records import TaskEntry
 from locos_bench.tasks import Example, TaskSpec, example_item, make_examples
-from locos_bench.tasks.registry import resolve_tasks
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+
+if TYPE_CHECKING:
+    from locos_bench.run.config import ResolvedConfig
 
 SPLITS = ("calibration", "reference", "evaluation")
 
@@ -80,6 +83,56 @@ class TaskData:
         )
 
 
+class ExternalControl(ABC):
+    """A control task that another harness evaluates (an lm-eval task:
+    `locos_bench.lm_eval.LmEvalControl`), the other kind of task a run holds beside `TaskData`.
+
+    It has no examples of its own: the worker asks it for per-example metric values with a head
+    set's hooks on (`values`) instead of generating, one head set at a time, and the run's
+    position-wise check passes it by. Mean ablation reads `reference`: the reference split of
+    the run's first retrieval task, since means need prompts of the heads' own task."""
+
+    reference: list[Example]
+
+    @property
+    @abstractmethod
+    def spec(self) -> Any:
+        """Its `name` and `kind` (`control`), as a `TaskSpec` has them."""
+
+    @property
+    @abstractmethod
+    def entry(self) -> TaskEntry:
+        """The task as the manifest records it."""
+
+    @abstractmethod
+    def values(self, model: Any, hooks: list, *, batch_size: int) -> dict[str, list[float]]:
+        """Per-example values of each of its metrics with `hooks` active (none: unablated)."""
+
+
+RunTask = TaskData | ExternalControl
+"""A task of a run, as the driver and the worker hold it."""
+
+
+@dataclass(frozen=True)
+class SplitSizes:
+    """Examples per split (a `ResolvedConfig` has these fields too)."""
+
+    n_calib: int
+    n_ref: int
+    n_eval: int
+    calibration_draws: int = 1
+
+    @classmethod
+    def of_preset(cls, preset: str) -> SplitSizes:
+        """The sizes a run of `preset` gives each task."""
+        from locos_bench.presets import PRESETS
+
+        if preset not in PRESETS:
+            raise unknown("preset", preset, PRESETS)
+        sizes = PRESETS[preset]
+        return cls(sizes["n_calib"], sizes["n_ref"], sizes["n_eval"], sizes.get("calibration_draws", 1))
+
+
 def _draw_split(draw: int) -> str:
     return "calibration" if draw == 0 else f"calibration.{draw}"
 
@@ -94,7 +147,8 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
 
     Args:
         spec: The task.
-        cfg: A resolved `RunConfig` (its `n_calib`, `n_ref`, `n_eval`).
+        cfg: The sizes: a `SplitSizes`, a `ResolvedConfig` (or anything with `n_calib`,
+            `n_ref`, `n_eval` and, optionally, `calibration_draws`).
         model: The loaded model (generators that need its tokenizer or chat template).
 
     Raises:
@@ -209,18 +263,12 @@ def _shortfall(spec: TaskSpec, sizes: dict[str, int], examples: list[Example],
             f"ask for fewer examples or give the task more items")
 
 
-def build_run_tasks(cfg: Any, model: Any) -> tuple[dict[str, TaskData], dict[str, str]]:
-    """Every task of a resolved `RunConfig`, by task name, and the synthetic fallbacks taken.
-
-    `--preset paper` prefers the real benchmark of a synthetic task when its data is under
-    `cfg.data` (or on a reachable hub); `fallbacks` maps each synthetic task that ran anyway to
-    why. Any worker that holds the same configuration builds the same splits.
-    """
-    specs, fallbacks = resolve_tasks(cfg.tasks, data=cfg.data, prefer_real=cfg.preset == "paper")
-    tasks = {spec.name: build_task_data(spec, cfg, model) for spec in specs}
-    variants = getattr(cfg, "variants", None) or {}
-    if variants:
-        for spec in resolve_tasks(list(variants), data=None)[0]:
-            tasks[spec.name] = build_task_data(spec, cfg, model)
-            tasks[spec.name].variant_of = variants[spec.name]
-    return tasks, fallbacks
+def build_run_tasks(cfg: ResolvedConfig, model: Any) -> dict[str, TaskData]:
+    """Every task of a run (`ResolvedConfig.specs`: its tasks, then their harder variants),
+    split, by task name. Any worker that holds the same configuration builds the same splits."""
+    variants = dict(cfg.variants)
+    tasks = {}
+    for spec in cfg.specs:
+        tasks[spec.name] = build_task_data(spec, cfg, model)
+        tasks[spec.name].variant_of = variants.get(spec.name)
+    return tasks

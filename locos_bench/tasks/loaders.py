@@ -8,7 +8,7 @@ A loader has the generator signature `fn(spec, index, rng, **args) -> Example`.
 
 * `nolima`: the NoLiMa release (`amodaresi/NoLiMa`: `needlesets/*.json`, haystack books under
   `haystack/rand_shuffle/`), under the Adobe Research License, so never fetched for the user.
-  Built as upstream's `evaluation/run_tests.py` and `data/book_haystack.py` build it.
+  Built as upstream's `evaluation/run_tests.py` and `data/book_haystack.py` build it (`tasks.nolima`).
 * `babilong`: `RMT-team/babilong` (config = length `0k` ... `128k`, split = `qa1` ...) from the
   hub, its parquet layout (`<length>/<qaN>-*.parquet` or `<qaN>/<length>-*.parquet`), the
   raw layout of booydar/babilong's `data/create_tasks.py` (`<qaN>/<length>.json`), or one file.
@@ -45,9 +45,15 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.registry import Registry
 from locos_bench.tasks import babi
+from locos_bench.tasks.nolima import (
+    distractor_depth,
+    haystack_units,
+    needle_set_tests,
+    place_inserts,
+)
 from locos_bench.tasks.reading import choose_split, read_files, read_hub, read_text, require
 from locos_bench.tasks.spec import Example, Span
-from locos_bench.tasks.text import QUESTION_PREFIX, TOKENS_PER_WORD, grid
+from locos_bench.tasks.text import TOKENS_PER_WORD, grid, raw_example
 
 
 @dataclass(frozen=True)
@@ -108,18 +114,9 @@ def _approx_tokens(text: str) -> int:
 
 def _raw(spec: Any, index: int, context: str, question: str, answers: list[str],
          needles: list[Span], distractors: list[Span], metadata: dict[str, Any]) -> Example:
-    prompt = context + QUESTION_PREFIX + question
-    return Example(
-        task=spec.name,
-        index=index,
-        prompt=prompt,
-        answers=answers,
-        needle_spans=needles,
-        distractor_spans=sorted(distractors),
-        question_span=(len(context) + len(QUESTION_PREFIX), len(prompt)),
-        context_span=(0, len(context)) if context else None,
-        metadata={"seed": spec.seed, "task_version": spec.version, **metadata},
-    )
+    """A dataset row's raw example: its context with its own needle and distractor spans."""
+    return raw_example(spec, index, context=context, question=question, answers=answers, metadata=metadata,
+                       needle_spans=needles, distractor_spans=distractors)
 
 
 def _offline(args: dict[str, Any], hub: str | None) -> tuple[bool, str]:
@@ -291,120 +288,8 @@ def load_musique(spec: Any, index: int, rng: random.Random, **args: Any) -> Exam
 # ---------------------------------------------------------------------------------------
 # NoLiMa
 
-NOLIMA_DEFAULT_TASK_TEMPLATE = (
-    "You will answer a question based on the following book snippet:\n\n{haystack}\n\n"
-    "Use the information provided in the book snippet to answer the question. Your answer "
-    "should be short and based on either explicitly stated facts or strong, logical "
-    "inferences.\n\nQuestion: {question}\n\n Return only the final answer with no additional "
-    "explanation or reasoning."
-)
-"""Upstream's `DEFAULT_TASK_TEMPLATE` (evaluation/run_tests.py), used when a needle set has
-no `task_template`."""
-
-_PIECE = re.compile(r"\n|[^\S\n]*[^\s]+")
-
-
-def _pieces(text: str) -> list[str]:
-    """The haystack in model-independent units: words (with their leading spaces) and
-    newlines. Upstream counts the evaluated model's tokens; these units keep an example the
-    same for every model, and `TOKENS_PER_WORD` converts token budgets to them."""
-    return _PIECE.findall(text)
-
-
-def _line_end(breaks: list[int], depth: float, length: int) -> int:
-    """Upstream `_generate_w_needle_placement`: the first line break at or after `depth` of
-    the window (`(pos - shift) / (L + 1) >= depth`, shift 0)."""
-    for pos in breaks:
-        if pos / (length + 1) >= depth:
-            return pos
-    raise LocosError(f"the haystack has no line break past depth {depth:.3f}")
-
-
-def _place(pieces: list[str], length: int, depth: float, inserts: list[tuple[float, str]],
-           where: str) -> tuple[str, list[Span]]:
-    """Upstream's placement (data/book_haystack.py): a window of `length` units ending
-    `(1 - depth)` past the needle's line break; each insert goes at the end of the line at its
-    own depth (`" " + text + "\\n"` in place of that line's newline). Returns the text and the
-    spans of the inserts, in the order given."""
-    breaks = [0] + [i for i, p in enumerate(pieces) if p == "\n"]
-    needle_at = _line_end(breaks, depth, length)
-    start = needle_at - int(round(length * depth))
-    end = start + length
-    if start < 0 or end > len(pieces):
-        raise LocosError(f"{where}: the book is too short for {length} units at depth {depth:.3f}")
-    at: dict[int, int] = {}
-    for k, (d, _) in enumerate(inserts):
-        pos = needle_at if k == 0 else _line_end(breaks, d, length)
-        if not start <= pos <= end or pos in at:
-            raise LocosError(f"{where}: the distractor's line break at depth {d:.3f} lies "
-                             f"outside the window or on the needle's line")
-        at[pos] = k
-    out: list[str] = []
-    size = 0
-    spans: list[Span] = [(0, 0)] * len(inserts)
-    for i in range(start, end + 1):  # a needle at depth 1 goes after the last unit
-        if i in at:
-            if i == start and pieces[i] != "\n":  # upstream drops the first unit at depth 0
-                out, size = [], 0
-            text = inserts[at[i]][1]
-            out.append(" ")
-            spans[at[i]] = (size + 1, size + 1 + len(text))
-            out.append(text + "\n")
-            size += 2 + len(text)
-        elif i < end:
-            out.append(pieces[i])
-            size += len(pieces[i])
-    return "".join(out), spans
-
-
-def _distractor_depth(depth: float, length_tokens: int, rng: random.Random, free: float = 0.2) -> float:
-    """Upstream `generate_w_needle_placement`: a depth outside a free zone around the needle
-    (fixed depths below 500 tokens)."""
-    if length_tokens < 500:
-        return 0.7 if depth < 0.6 else (0.6 if depth > 0.75 else 0.5)
-    left = max(0.0, depth - 2 * free)
-    right = max(0.0, 1 - (depth + 2 * free))
-    d = rng.uniform(0, left + right)
-    return depth + free + (d - left) if d > left else d + free
-
-
 def _nolima_root(root: Path) -> Path:
     return root / "data" if not (root / "needlesets").is_dir() and (root / "data" / "needlesets").is_dir() else root
-
-
-def _nolima_tests(entries: tuple[dict[str, Any], ...], qtypes: list[str] | None, source: str) -> list[dict[str, Any]]:
-    """Upstream run_tests.py: one test per (entry, question type, test), placeholders
-    `{1}`, `{2}`, ... filled from `input_args` in the needle, the question and the distractor."""
-    tests = []
-    for n, entry in enumerate(entries):
-        require(entry, ("id", "needle", "questions", "tests"), source, n)
-        for qtype, question in sorted(entry["questions"].items()):
-            if question is None or (qtypes and qtype not in qtypes):
-                continue
-            for test_id, test in sorted(entry["tests"].items()):
-                if test is None:
-                    continue
-                require(test, ("input_args",), source, f"{n} test {test_id}")
-                needle, q = entry["needle"], question
-                distractors = entry.get("distractors") or {}
-                distractor = None
-                for k, arg in enumerate(test["input_args"], start=1):
-                    mark = "{" + str(k) + "}"
-                    q, needle = q.replace(mark, arg), needle.replace(mark, arg)
-                    if mark in (distractors.get(qtype) or ""):
-                        distractor = distractors[qtype].replace(mark, arg)
-                tests.append({
-                    "name": f"{entry['id']}_{test_id}_{qtype}", "needle": needle, "question": q,
-                    "distractor": distractor, "gold_answers": test.get("gold_answers"),
-                    "character_set": entry.get("character_set"),
-                    "system_prompt": entry.get("system_prompt") or "",
-                    "task_template": entry.get("task_template") or NOLIMA_DEFAULT_TASK_TEMPLATE,
-                    "reasoning_type": entry.get("reasoning_type"), "row": n,
-                    "item": f"{entry['id']}/{test_id}",
-                })
-    if not tests:
-        raise LocosError(f"{source}: no test with a question of type {', '.join(qtypes or ['any'])}")
-    return tests
 
 
 def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]], str]:
@@ -422,7 +307,7 @@ def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]]
         raise LocosError(f"{root}: no needle set {name!r}; needle sets here: {', '.join(sets) or 'none'}")
     qtypes = args.get("question_types")
     qtypes = [qtypes] if isinstance(qtypes, str) else (list(qtypes) if qtypes else None)
-    tests = _nolima_tests(read_files([path]), qtypes, str(path))
+    tests = needle_set_tests(read_files([path]), qtypes, str(path))
     hay = root / str(args.get("haystack", "haystack/rand_shuffle"))
     books = sorted(hay.glob("*.txt")) if hay.is_dir() else []
     if not books:
@@ -455,8 +340,8 @@ def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Examp
     units = max(1, int(round(length_tokens / TOKENS_PER_WORD)))
     inserts = [(depth, needle)]
     if test["distractor"]:
-        inserts.append((_distractor_depth(depth, length_tokens, rng), test["distractor"]))
-    haystack, spans = _place(_pieces(book), units, depth, inserts, f"{where} ({book_name})")
+        inserts.append((distractor_depth(depth, length_tokens, rng), test["distractor"]))
+    haystack, spans = place_inserts(haystack_units(book), units, depth, inserts, f"{where} ({book_name})")
     template = test["task_template"]
     if template.count("{haystack}") != 1 or template.count("{question}") != 1:
         raise LocosError(f"{source}: task_template needs one {{haystack}} and one {{question}}")

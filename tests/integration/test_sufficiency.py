@@ -18,9 +18,8 @@ import pytest
 from locos_bench.cli import main
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import evaluate_task
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
 from locos_bench.harness import run_benchmark
-from locos_bench.models.lean_attention import only_full
+from locos_bench.interventions import AblationSpec, HeadAblation, only_full, reference_means
 from locos_bench.report.analysis import analyze
 from locos_bench.run import RunConfig, load_run
 from locos_bench.run.splits import build_task_data

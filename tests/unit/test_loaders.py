@@ -15,8 +15,8 @@ from locos_bench.run import RunConfig
 from locos_bench.run.splits import SPLITS, build_task_data
 from locos_bench.tasks import BUILTIN_TASKS_DIR, load_task, make_example, make_examples
 from locos_bench.tasks.babi import fact_spans
+from locos_bench.tasks.files import with_data
 from locos_bench.tasks.loaders import availability
-from locos_bench.tasks.registry import with_data
 from locos_bench.tasks.spec import SourceSpec
 
 

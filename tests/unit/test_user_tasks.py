@@ -15,7 +15,7 @@ from locos_bench.cli import main
 from locos_bench.errors import LocosError
 from locos_bench.run import RunConfig, RunDir
 from locos_bench.tasks import load_task, make_example, make_examples
-from locos_bench.tasks.registry import resolve_tasks
+from locos_bench.tasks.files import resolve_tasks
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Planning before downloading: shipped architecture numbers, geometry and memory, offline."""
+"""Memory before downloading: shipped architecture numbers, geometry and memory, offline."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from locos_bench import models
 from locos_bench.errors import LocosError
-from locos_bench.models import planning
+from locos_bench.models import memory
 from locos_bench.presets import PRESETS, preset_contexts
 from tests.unit.test_models import cli
 
@@ -33,11 +33,11 @@ def test_models_json_prints_qwen3_geometry_offline():
     # 36 layers x 8 kv heads x 128 x 2 (k and v) x 2 bytes per token
     tokens = info["memory_by_preset"]["paper"]["context_tokens"]
     assert info["memory_by_preset"]["paper"]["kv_cache_gib_per_sequence"] == pytest.approx(
-        36 * 8 * 128 * 2 * 2 * tokens / planning.GIB, abs=1e-4)
+        36 * 8 * 128 * 2 * 2 * tokens / memory.GIB, abs=1e-4)
 
 
-def test_multimodal_gemma_plans_its_language_model():
-    info = models.plan_model("gemma3-4b", preset_contexts())
+def test_multimodal_gemma_estimates_its_language_model():
+    info = models.estimate_memory("gemma3-4b", preset_contexts())
     assert info["architecture"] == "Gemma3ForConditionalGeneration"
     assert "language model" in info["note"]
     assert info["n_layers"] == 34 and len(info["sliding_layers"]) == 34 - 34 // 6
@@ -48,30 +48,30 @@ def test_multimodal_gemma_plans_its_language_model():
 def test_sliding_layers_cap_the_kv_cache():
     from locos_bench.models.miniature import hf_config
 
-    geo = planning.geometry_from_config(hf_config(models.shipped_config("gemma3-1b")))
+    geo = memory.geometry_from_config(hf_config(models.shipped_config("gemma3-1b")))
     assert geo.sliding_window == 512 and len(geo.sliding_layers) == 22
     per_token = 2 * geo.n_kv_heads * geo.d_head * 2
-    assert planning.kv_cache_bytes(geo, 4096) == per_token * (22 * 512 + 4 * 4096)
+    assert memory.kv_cache_bytes(geo, 4096) == per_token * (22 * 512 + 4 * 4096)
 
 
 def test_gpu_too_small_says_needed_and_free():
     with pytest.raises(LocosError, match=r"needs about 16\.0 GiB .* only 8\.0 GiB is free"):
-        planning.check_fits(16 * planning.GIB, 8 * planning.GIB, "qwen3-8b in bfloat16")
-    planning.check_fits(4 * planning.GIB, 8 * planning.GIB, "small")
+        memory.check_fits(16 * memory.GIB, 8 * memory.GIB, "qwen3-8b in bfloat16")
+    memory.check_fits(4 * memory.GIB, 8 * memory.GIB, "small")
 
 
 def test_batch_size_follows_free_memory():
     from locos_bench.models.miniature import hf_config
 
-    geo = planning.geometry_from_config(hf_config(models.shipped_config("qwen3-8b")))
-    small = planning.batch_size_for(geo, 4096, 2 * planning.GIB, "bfloat16")
-    large = planning.batch_size_for(geo, 4096, 40 * planning.GIB, "bfloat16")
+    geo = memory.geometry_from_config(hf_config(models.shipped_config("qwen3-8b")))
+    small = memory.batch_size_for(geo, 4096, 2 * memory.GIB, "bfloat16")
+    large = memory.batch_size_for(geo, 4096, 40 * memory.GIB, "bfloat16")
     assert 1 <= small < large <= 64
 
 
 def test_bad_dtype_and_alias_without_config():
     with pytest.raises(LocosError, match="unknown dtype"):
-        models.plan_model("qwen3-8b", preset_contexts(), dtype="int3")
+        models.estimate_memory("qwen3-8b", preset_contexts(), dtype="int3")
     with pytest.raises(LocosError, match="no shipped configuration"):
         models.shipped_config("smollm2")
 

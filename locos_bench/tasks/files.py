@@ -1,4 +1,4 @@
-"""Find, read and validate task YAMLs.
+"""Task files: find, read and validate the task YAMLs.
 
 Tasks live as one flat YAML per task in the repository's `tasks/` directory (found relative to
 this package, so an editable install is assumed; a wheel carries no `tasks/`, and then only
@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from locos_bench.errors import LocosError, read_yaml_mapping, unknown
+from locos_bench.errors import LocosError, unknown
 from locos_bench.tasks.spec import TaskSpec
+from locos_bench.yaml_files import read_yaml_mapping
 
 TASKS_ENV = "LOCOS_BENCH_TASKS_DIR"
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
