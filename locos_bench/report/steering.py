@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from locos_bench.report.bootstrap import Bootstrap, combine, curve_weights, task_seed, weighted_sum
 from locos_bench.report.results import GOLD, FamilyStats, SteeringRow, SteeringSummaryRow, SteeringTask
 from locos_bench.report.separability import RATES, many_to_one, side, versus
@@ -49,8 +51,39 @@ def steering(manifest: Manifest, plan: RunPlan, done: dict, tasks: Sequence[Any]
             for det in plan.detectors:
                 result.rows[det.name] = _row(plan, done, entry.name, source, det, base, boot, n, draw_sets)
             out.append(result)
-    rows, verdicts = _summary(plan, manifest, out, None, n_resamples)
+    rows, verdicts = _summary(plan, manifest, out, _chosen(plan, manifest, done), n_resamples)
     return out, rows, verdicts
+
+
+def _chosen(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, float] | None:
+    """Each detector's alpha, chosen on the calibration examples its draws chose their heads
+    on: the largest mean steered headline area over its draws and the retrieval tasks (the
+    unablated value does not depend on alpha, so this is the largest gain; ties: the first
+    alpha). None for a run without calibration steering; a detector with a missing or failed
+    calibration unit gets no choice."""
+    if not plan.steer_calibration:
+        return None
+    weights = curve_weights(list(plan.budgets))
+    headline = {e.name: e.metrics[0] for e in manifest.tasks if e.kind == "retrieval" and e.metrics}
+    chosen = {}
+    for det in plan.detectors:
+        means: dict[float, list[float]] = {}
+        for task in plan.retrieval_tasks:
+            for draw in plan.draws(det):
+                units = {(k.alpha, k.index): done.get(k) for k in plan.steer_calibration_keys(task, det.name, draw)}
+                if any(u is None or u.error is not None or headline[task] not in u.values for u in units.values()):
+                    means = {}
+                    break
+                for alpha in plan.steer_alphas:
+                    area = sum(w * float(np.mean(units[(alpha, k)].values[headline[task]]))
+                               for w, k in zip(weights, plan.budgets))
+                    means.setdefault(alpha, []).append(area)
+            else:
+                continue
+            break
+        if means:
+            chosen[det.name] = max(plan.steer_alphas, key=lambda a: float(np.mean(means[a])))
+    return chosen
 
 
 def _row(plan: RunPlan, done: dict, task: str, source: str, det: Any, base: dict, boot: Bootstrap, n: int,

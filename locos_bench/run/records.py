@@ -164,6 +164,11 @@ class Manifest(BaseModel):
     steer_alphas: list[float] = Field(default_factory=list)
     """Amplifications of the steering units (`SteeringUnit`); empty: none."""
 
+    steer_calibration: bool = False
+    """Whether each retrieval task is also steered on each detector draw's calibration examples,
+    where each detector's alpha is chosen (`RunPlan.steer_calibration_keys`); False in manifests
+    written before. Not part of `config_key`: resuming such a run adds those units."""
+
     family: Family | None = None
     """The comparisons behind the run's verdicts, written by the run. None in manifests
     written before it: `verdict_family` derives the same from the run's configuration."""
@@ -305,12 +310,15 @@ class SufficiencyUnit(UnitRecord):
 
 
 class SteeringUnit(UnitRecord):
-    """The evaluation split with a detector's top-k heads' outputs scaled by `alpha` (> 1
+    """The evaluation split (or, `split` `calibration`, the calibration examples its detector
+    draw chose its heads on) with a detector's top-k heads' outputs scaled by `alpha` (> 1
     amplifies; `Manifest.steer_alphas`)."""
 
     kind: Literal[UnitKind.STEER] = UnitKind.STEER
     k: int
     alpha: float
+    split: str = ""
+    """`calibration` (`Manifest.steer_calibration`), or empty: the evaluation split."""
     heads: list[list[int]] = Field(default_factory=list)
     """The scaled heads as `[layer, head]`, best first."""
     values: dict[str, list[float]] = Field(default_factory=dict)
@@ -322,12 +330,13 @@ class SteeringUnit(UnitRecord):
     @property
     def key(self) -> UnitKey:
         own = self.heads_from in (None, self.task)
-        return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from)
+        return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from,
+                             self.split)
 
     @classmethod
     def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
         return dict(super()._identity(key, heads, heads_from), k=key.index, alpha=key.alpha, heads=_heads(heads),
-                    heads_from=heads_from)
+                    heads_from=heads_from, split=key.split)
 
 
 class RankUnit(UnitRecord):
