@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
 from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey, UnitKind
 
@@ -318,7 +318,15 @@ class SteeringUnit(UnitRecord):
     k: int
     alpha: float
     split: str = ""
-    """`calibration` (`Manifest.steer_calibration`), or empty: the evaluation split."""
+    """`calibration` (`Manifest.steer_calibration`), or empty: the evaluation split (then left
+    out of the record, so records written before the field read back byte for byte)."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_split(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("split"):
+            data.pop("split", None)
+        return data
     heads: list[list[int]] = Field(default_factory=list)
     """The scaled heads as `[layer, head]`, best first."""
     values: dict[str, list[float]] = Field(default_factory=dict)
