@@ -217,20 +217,34 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
         d = f.shape[1]
         cen = (f - f.mean(1, keepdims=True)) / math.sqrt(d - 1)  # [S, D, C]
         se2 += (cen * cen).sum(1) / d
-        draws.append(cen)
+        cols = np.flatnonzero(np.any(cen != 0, axis=(0, 1)))  # the comparisons the group moves
+        draws.append((cols, cen[:, :, cols]))
     se = np.sqrt(se2)
 
     rng = np.random.default_rng(seed)
     n_units = sum(b[0] for b in blocks)
     wanted = max(int(n_resamples), minimum)
     exact = 2**n_units <= ENUMERATE
-    # Enumerated: every pattern once, or (with draw groups) in as many whole tiles as reach
-    # `wanted`, each pattern with fresh draw-level replicates; else `wanted` Monte Carlo ones.
-    total = (2**n_units * (math.ceil(wanted / 2**n_units) if draws else 1)) if exact else wanted
-    width = max(1, BLOCK // (s_fam * n_comp * max([1, *(g.shape[1] for g in draws)])))
-    maxima = [_maxima(sign_patterns(n_units, start, min(start + width, total), None if exact else rng),
-                      blocks, draws, rng)
-              for start in range(0, total, width)]
+    # Only comparisons that vary enter the maximum (a comparison of identical rows has T* = 0).
+    active = np.flatnonzero(np.any([np.any(b[1] != 0, axis=(0, 1)) for b in blocks]
+                                   + [np.isin(np.arange(n_comp), cols) for cols, _ in draws], axis=0))
+    where = {c: i for i, c in enumerate(active)}
+    blocks = [(n, cen[:, :, active], unit, squares[:, active], w[active]) for n, cen, unit, squares, w in blocks]
+    draws = [(np.array([where[c] for c in cols], dtype=np.int64), cen) for cols, cen in draws]
+    width = max(1, BLOCK // (s_fam * max(1, active.size) * max([1, *(g.shape[1] for _, g in draws)])))
+    maxima = []
+    if exact:  # every pattern once, or (with draw groups) in as many passes as reach `wanted`,
+        passes = math.ceil(wanted / 2**n_units) if draws else 1  # each with fresh draws
+        for start in range(0, 2**n_units, width):
+            est, se2 = _example_part(sign_patterns(n_units, start, min(start + width, 2**n_units), None), blocks)
+            at_once = max(1, width // est.shape[1])  # passes of a small enumeration, in one block
+            for done in range(0, passes, at_once):
+                times = min(at_once, passes - done)
+                maxima.append(_maxima(np.tile(est, (1, times, 1)), np.tile(se2, (1, times, 1)), draws, rng))
+    else:
+        for start in range(0, wanted, width):
+            part = _example_part(sign_patterns(n_units, start, min(start + width, wanted), rng), blocks)
+            maxima.append(_maxima(*part, draws, rng))
     m_star = np.sort(np.concatenate(maxima, axis=1), axis=1)  # [S, R]
     r = m_star.shape[1]
 
@@ -260,9 +274,9 @@ def _bounded_variance(squares: np.ndarray, n: int, bound: np.ndarray) -> np.ndar
     return np.where(bound > 0, np.maximum(plain, (squares + bound**2) / (n + 1)), plain)
 
 
-def _maxima(eps: np.ndarray, blocks: list, draws: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """`[S, R]` max over each family of |T*| for the sign patterns `eps` (`[R, N]`, units in
-    task order) and fresh draw-level Gaussian replicates (shared by the S families)."""
+def _example_part(eps: np.ndarray, blocks: list) -> tuple[np.ndarray, np.ndarray]:
+    """`[S, R, C]` estimates and squared standard errors of the example level under the sign
+    patterns `eps` (`[R, N]`, units in task order)."""
     s_fam, n_comp = blocks[0][1].shape[0], blocks[0][1].shape[2]
     est = np.zeros((s_fam, eps.shape[0], n_comp))
     se2 = np.zeros_like(est)
@@ -272,15 +286,26 @@ def _maxima(eps: np.ndarray, blocks: list, draws: list[np.ndarray], rng: np.rand
         at += n
         est += w * mean
         se2 += w**2 * _variance(squares[:, None, :], mean, n) / n
-    for cen in draws:
+    return est, se2
+
+
+def _maxima(est: np.ndarray, se2: np.ndarray, draws: list, rng: np.random.Generator) -> np.ndarray:
+    """`[S, R]` max over each family of |T*|: the example level's replicates plus fresh
+    draw-level Gaussian ones (shared by the S families; each group only on the comparisons it
+    moves)."""
+    if est.shape[2] == 0:
+        return np.zeros(est.shape[:2])
+    if draws:
+        est, se2 = est.copy(), se2.copy()
+    for cols, cen in draws:
         d = cen.shape[1]
-        gauss = rng.standard_normal((eps.shape[0], d, d))
-        y = np.zeros((s_fam, eps.shape[0], d, n_comp))  # D draws of N(0, Sigma_g), per replicate
+        gauss = rng.standard_normal((est.shape[1], d, d))
+        y = np.zeros((est.shape[0], est.shape[1], d, cols.size))  # D draws of N(0, Sigma_g), per replicate
         for e in range(d):
             y += gauss[None, :, :, e, None] * cen[:, None, None, e, :]
         mean = y.mean(2)
-        est += mean
-        se2 += ((y - mean[:, :, None, :]) ** 2).sum(2) / (d * (d - 1))
+        est[:, :, cols] += mean
+        se2[:, :, cols] += ((y - mean[:, :, None, :]) ** 2).sum(2) / (d * (d - 1))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(se2 > 0, np.abs(est) / np.sqrt(se2), 0.0)
     return t.max(2)
