@@ -2,10 +2,11 @@
 
 `analyze` walks the run plan task by task: the unablated baseline, each detector's curves
 and paired differences (`curves`), selection stability (`stability`), the ground truth on a
-planted model (`truth`), each table's order and adjacent-rank tests (`separability`); then
-the summary across tasks (`summary`, `specificity`), sufficiency and steering. Every figure
-is a mean over evaluation examples with a paired-bootstrap interval (`bootstrap`); the
-definitions live in `docs/methodology.md`.
+planted model (`truth`), each table's order; then the summary across tasks (`summary`,
+`specificity`), sufficiency and steering, and last the run's verdicts and rank sets from its
+pre-specified families (`separability` over `simultaneous`). Every figure is a mean over
+evaluation examples with a paired-bootstrap interval (`bootstrap`); the definitions live in
+`docs/methodology.md`.
 
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which tasks' scores chose a control task's heads, is the run plan's: a control

@@ -20,13 +20,13 @@ ablation hurt). **area** = trapezoid area of the metric-vs-log2(k) curve over th
 divided by the log2 range (a log-k weighted mean, in metric units); **drop-area** = the same
 for the drop curve. **logp** = the teacher-forced gold-answer log-prob (nats): it keeps
 separating detectors when accuracy saturates. {specificity} **vs X** = this detector's drop − X's, per example.
-Random rows are resampled in two levels, draws then examples: each resample draws the random
-draws with replacement (their deviations widened by √(D/(D−1)), so that D resampled draws
-spread as much as the draws do), then the examples, so random's intervals and every difference
-with it hold the spread between draws; **±** is the standard deviation of the per-draw means.
+Random rows are resampled in two levels, draws then examples: each resample draws D − 1 of the
+D random draws with replacement (D would spread (D − 1)/D as much as the draws do), then the
+examples, so random's intervals and every difference with it hold the spread between draws; **±** is the standard deviation of the per-draw means.
 Under calibration draws every detector's rows are resampled the same way over its draws.
 Retrieval rows are listed by headline drop-area, then logp drop-area; control rows in the run's
-order. Cost = scoring seconds and forward passes on the calibration set (mean over draws)."""
+order. Cost = scoring seconds and forward passes on the calibration set (mean over draws).
+Every definition: `docs/methodology.md`."""
 
 
 PAIRED_SPECIFICITY = """**specificity**: each control task is evaluated with the heads each retrieval task chose, and

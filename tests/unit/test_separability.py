@@ -155,3 +155,19 @@ def test_every_ranked_table_states_its_family(tmp_path: Path):
     assert len(notes) == 4 + 2 * 2
     assert all("Smallest attainable p" in n for n in notes)
     assert "Adjacent ranks" not in md and "Holm" not in md and not re.search(r"\| =\d", md)  # no chained ties
+
+
+def test_the_reading_notes_point_to_the_methodology_and_agree_with_it():
+    from locos_bench.report import notes
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "methodology.md").read_text()
+    text = " ".join(" ".join([notes.DEFINITIONS, notes.SEPARABILITY, notes.PAIRED_SPECIFICITY, notes.SUFFICIENCY,
+                              notes.STEERING, notes.HEADS_ONCE]).split())
+    assert "docs/methodology.md" in text
+    # Each procedure the notes name is the one the page defines and cites.
+    for note, page_term in (("max-T", "Westfall & Young 1993"), ("Mogstad, Romano, Shaikh & Wilhelm 2024", "Mogstad"),
+                            ("Fieller", "Fieller 1954"), ("D − 1 of the D random draws", "resamples **D − 1** of the D"), ("[unbounded]", "`[unbounded]`"),
+                            ("conditional on the heads it chose", "Conditional on the heads"),
+                            ("Control tasks are not ranked", "Control tasks** are not ranked")):
+        assert note in text, note
+        assert page_term in page, page_term
