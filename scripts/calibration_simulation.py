@@ -8,7 +8,7 @@ separable whose true difference is 0 or of the other sign (the old procedure: so
 pair declared separable whose upper row is not truly above). Power: the share of true
 differences declared separable (new procedure).
 
-    PYTHONPATH=. .venv/bin/python scripts/calibration_simulation.py [--kinds gauss,binary,t3] [--sims 1000]
+    PYTHONPATH=. .venv/bin/python scripts/calibration_simulation.py [--kinds gauss,binary,t3]
 """
 
 from __future__ import annotations
@@ -17,27 +17,20 @@ import argparse
 
 import numpy as np
 
-from locos_bench.report.simultaneous import batch
-from tests.unit.test_simultaneous import old_procedure, scenario
+from tests.unit.test_simultaneous import old_procedure, simulate
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kinds", default="gauss,binary,t3")
-    parser.add_argument("--sims", type=int, default=1000, help="simulated families per case (the test's S)")
     args = parser.parse_args()
     print("| values | n | true differences | coverage new / old | FWER new / old | power new |")
     print("|---|---|---|---|---|---|")
     for kind in args.kinds.split(","):
         for n in (8, 64):
             for null in (True, False):
-                rng = np.random.default_rng([37, n, int(null), kind == "binary"])
-                tasks, groups, bound, truth, raw = scenario(kind, n, null, rng)
-                out = batch(tasks, groups, bound, n_resamples=1000, seed=5, minimum=0)
-                half = out.critical[:, None] * out.se
-                cover = np.all(np.abs(out.estimate - truth) <= half + 1e-12, axis=1)
-                sep = out.p < 0.05
-                false = (sep & ((truth == 0) | (np.sign(out.estimate) != np.sign(truth)))).any(1)
+                _, truth, raw, cover, sep, false = simulate(kind, n, null)
+                false = false.any(1)
                 power = sep[:, truth != 0].mean() if (truth != 0).any() else float("nan")
                 old_cover, old_false = old_procedure(raw, truth, np.random.default_rng(1))
                 print(f"| {kind} | {n} | {'all 0' if null else 'mixed'} | {cover.mean():.3f} / {old_cover.mean():.3f} "

@@ -299,12 +299,6 @@ def combine(terms: Sequence[tuple[float, Bootstrap, Any]]) -> Estimate:
                     lambda: [point - (boot.mean(vec) - boot.jackknife(vec)) for boot, vec in merged])
 
 
-def linear_replicates(terms: Sequence[tuple[float, Bootstrap, Any]]) -> np.ndarray:
-    """The `[B]` replicates of `combine(terms)`: for a statistic built on several
-    combinations (a ratio of means), resampled as `combine` resamples."""
-    return _replicates(terms)[1]
-
-
 def interval(point: float, reps: np.ndarray, boot: Bootstrap,
              jack_groups: Callable[[], Iterable[np.ndarray]]) -> Estimate:
     """`point` with the interval of `boot`'s method from replicates `reps`; `jack_groups()`

@@ -48,7 +48,8 @@ each ranking figure (the mean headline and the mean gold log-prob drop-area over
 tasks), every detector minus `locos` and minus `random`, with simultaneous {level}% intervals:
 the studentised maximum over the family (max-T), from sign flips of the paired per-example
 differences (every pattern when there are at most 65,536, else Monte Carlo), the draws entering
-as a Gaussian second level. A pair is separable when its interval excludes 0 (max-T p <
+as a Gaussian second level; on a rate, a task whose examples show no discordance keeps a
+moderated variance instead of claiming none. A pair is separable when its interval excludes 0 (max-T p <
 {alpha}). **rank** is a simultaneous {level}% rank set from every pair on the table's figure
 (Mogstad, Romano, Shaikh & Wilhelm 2024): `1–9` says the data place the row anywhere from first
 to ninth; rows are listed by point estimate. Each family states its size, its n, the smallest

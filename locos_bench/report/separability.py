@@ -51,14 +51,18 @@ def truth_key(result: DetectorResult, headline: str) -> tuple:
     return (not result.ok, *figures, *rank_key(result, headline)[1:])
 
 
-def summary_key(row: SummaryRow, metric_key: str) -> tuple:
-    """Order of a summary table: its own figure's mean retrieval drop-area, then the other's
-    (descending), then name; rows without a retrieval figure last."""
+def summary_key(row: SummaryRow, metric_key: str, truth: bool = False) -> tuple:
+    """Order of a summary table: on a planted model the ground truth first (precision@n, then
+    AUROC); then its own figure's mean retrieval drop-area, then the other's (descending), then
+    name; rows without a retrieval figure last."""
     def val(key: str) -> float:
         est = row.figures[key]["retrieval"]
         return math.inf if est is None or not math.isfinite(est.value) else -round(est.value, 9)
     other = GOLD if metric_key == "headline" else "headline"
-    return (val(metric_key), val(other), row.detector)
+    figures = (() if not truth else
+               (-round(row.truth["precision_at_n"], 9), -round(row.truth["auroc"], 9))
+               if row.truth else (math.inf, math.inf))
+    return (*figures, val(metric_key), val(other), row.detector)
 
 
 # ---------------------------------------------------------------------------------------

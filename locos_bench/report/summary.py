@@ -53,4 +53,5 @@ def summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
         rows.append(SummaryRow(detector=det.name, retrieval_tasks=counts[0], control_tasks=counts[1],
                                figures=figures, truth=truth, paired=paired, notes=notes))
 
-    return sorted(rows, key=lambda row: summary_key(row, "headline"))
+    truth = any(r.truth for r in rows)
+    return sorted(rows, key=lambda row: summary_key(row, "headline", truth))

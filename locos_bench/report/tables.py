@@ -256,7 +256,7 @@ def summary_table(run: RunStats, metric_key: str) -> str:
     rows = []
     n_retr = sum(t.kind == "retrieval" for t in run.tasks)
     n_ctrl = len({t.name for t in run.tasks if t.kind == "control"})
-    for row in sorted(run.summary, key=lambda r: summary_key(r, metric_key)):
+    for row in sorted(run.summary, key=lambda r: summary_key(r, metric_key, truth)):
         f = row.figures[metric_key]
         cells = [rank_text(sets.get(row.detector)), row.detector,
                  f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",

@@ -1,6 +1,5 @@
-"""The shape of `locos_bench.report`: one job per module, statistics apart from rendering,
-imports one way (nothing from `explain`, which sits below the report), and the Holm family
-corrected once per leaderboard."""
+"""The shape of `locos_bench.report`: one job per module, statistics apart from rendering, and
+imports one way (nothing from `explain`, which sits below the report)."""
 
 from __future__ import annotations
 

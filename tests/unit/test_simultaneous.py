@@ -101,18 +101,26 @@ def old_procedure(raw, truth, rng) -> tuple[np.ndarray, np.ndarray]:
     return cover, false
 
 
-@pytest.mark.parametrize("kind", ["gauss", "binary"])
-@pytest.mark.parametrize("n", [8, 64])
-@pytest.mark.parametrize("null", [True, False], ids=["null", "effects"])
-def test_simultaneous_intervals_cover_and_control_the_familywise_error(kind: str, n: int, null: bool):
+def simulate(kind: str, n: int, null: bool):
+    """One case of the calibration: the families' max-T results, their truths and raw values,
+    whether each family's intervals cover every truth, and which pairs are separable and which
+    of those wrongly (a true difference of 0, or of the other sign)."""
     rng = np.random.default_rng([37, n, int(null), kind == "binary"])
-    tasks, groups, bound, truth, _ = scenario(kind, n, null, rng)
+    tasks, groups, bound, truth, raw = scenario(kind, n, null, rng)
     out = batch(tasks, groups, bound, n_resamples=1000, seed=5, minimum=0)
     half = out.critical[:, None] * out.se
     covered = np.all(np.abs(out.estimate - truth) <= half + 1e-12, axis=1)
     separable = out.p < 0.05
     false = separable & ((truth == 0) | (np.sign(out.estimate) != np.sign(truth)))
-    assert np.all(separable == (np.abs(out.estimate) > half))  # p < 0.05 exactly when 0 is outside
+    return out, truth, raw, covered, separable, false
+
+
+@pytest.mark.parametrize("kind", ["gauss", "binary"])
+@pytest.mark.parametrize("n", [8, 64])
+@pytest.mark.parametrize("null", [True, False], ids=["null", "effects"])
+def test_simultaneous_intervals_cover_and_control_the_familywise_error(kind: str, n: int, null: bool):
+    out, truth, _, covered, separable, false = simulate(kind, n, null)
+    assert np.all(separable == (np.abs(out.estimate) > out.critical[:, None] * out.se))  # p < 0.05 iff 0 outside
     assert covered.mean() >= 0.93, f"coverage {covered.mean():.3f}"
     assert false.any(axis=1).mean() <= 0.06, f"family-wise error {false.any(axis=1).mean():.3f}"
     if not null:
