@@ -13,7 +13,7 @@ from locos_bench.models import describe_with_answer_key
 from locos_bench.run.config import ResolvedConfig
 from locos_bench.run.plan import EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
-from locos_bench.run.records import DetectorEntry, Manifest, Streaming
+from locos_bench.run.records import DetectorEntry, Manifest, Streaming, default_family
 
 
 def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any]) -> Manifest:
@@ -34,8 +34,10 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         random_draws=config.random_draws, calibration_draws=config.calibration_draws, seed=config.seed,
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
-        steer_alphas=list(config.steer_alphas),
+        steer_alphas=list(config.steer_alphas), steer_calibration=bool(config.steer_alphas),
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
+        family=default_family(list(config.detectors), sufficiency=bool(config.sufficiency),
+                              steering=bool(config.steer_alphas)),
     )
 
 
