@@ -31,7 +31,7 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         model=config.model, model_info=model_info, tasks=[t.entry for t in tasks.values()],
         detectors=[detector_entry(name) for name in config.detectors], budgets=list(config.budgets),
         ablation=str(config.ablation), positionwise=config.ablation.positionwise, sink=config.ablation.sink,
-        random_draws=config.random_draws, calibration_draws=config.calibration_draws, seed=config.seed,
+        random_draws=config.random_draws, random_seed=config.random_seed, calibration_draws=config.calibration_draws, seed=config.seed,
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
         steer_alphas=list(config.steer_alphas),
