@@ -43,7 +43,8 @@ def detector_entry(name: str) -> DetectorEntry:
     """A detector as the manifest records it: its parameters, where it comes from, its cost."""
     cls = get_detector_class(name)
     return DetectorEntry(name=name, params=make_detector(name).get_params(), source=detector_source(name),
-                         cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)))
+                         cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)),
+                         adapts=str(getattr(cls, "adapts", "") or ""))
 
 
 def resumed(manifest: Manifest, old: Manifest) -> Manifest:

@@ -65,6 +65,9 @@ class DetectorEntry(BaseModel):
     cost: str
     """Forward passes per calibration example, as the detector declares it."""
     stochastic: bool = False
+    adapts: str = ""
+    """What the detector takes from its reference and where it departs (`Detector.adapts`);
+    empty in manifests written before it was recorded."""
 
 
 class Streaming(BaseModel):

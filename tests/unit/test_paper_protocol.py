@@ -284,3 +284,22 @@ def test_dissociation_score_by_hand():
     zero = [u.model_copy(update={"values": {"exact_match_strict": [0, 0, 0, 0]}}) if u.task == P and u.k == 0
             else u for u in units]
     assert dissociation(manifest, zero, frozenset({P})) == []  # P0 = 0: undefined, left out
+
+
+# ---------------------------------------------------------------------------------------
+# What adapted detectors adapt, in the leaderboard's detector table
+
+
+def test_adapted_detectors_say_what_they_adapt_in_the_detector_table():
+    from locos_bench.report.tables import detectors_table
+    from locos_bench.run.manifest import detector_entry
+
+    entries = [detector_entry(n) for n in ("path-patching", "attention-knockout", "echo", "razor-attention", "locos")]
+    said = {e.name: e.adapts for e in entries}
+    assert "Wang et al. 2023" in said["path-patching"] and "Geva et al. 2023" in said["attention-knockout"]
+    assert "echo score alone" in said["echo"] and "united" in said["razor-attention"]
+    manifest = SimpleNamespace(detectors=entries)
+    text = detectors_table(SimpleNamespace(manifest=manifest))
+    assert "adapts from its reference" in text and "Wang et al. 2023's path patching" in text
+    old = SimpleNamespace(detectors=[e.model_copy(update={"adapts": ""}) for e in entries])
+    assert "adapts" not in detectors_table(SimpleNamespace(manifest=old))  # older manifests: the old table
