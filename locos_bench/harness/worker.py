@@ -23,7 +23,7 @@ from locos_bench.interventions import (
 )
 from locos_bench.names import Head
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.plan import UnitKey, UnitKind, detector_rng
+from locos_bench.run.plan import UnitKey, UnitKind, detector_rng, draw_params
 from locos_bench.run.records import UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask, TaskData, build_run_tasks
 from locos_bench.tasks.tokenize import tokenize_example
@@ -186,7 +186,7 @@ class Worker:
     # -- units -------------------------------------------------------------------------------
 
     def _score(self, data: TaskData, key: UnitKey) -> UnitRecord:
-        detector = make_detector(key.detector)
+        detector = make_detector(key.detector, **draw_params(key.detector, key.draw, self.config.random_seed))
         rng = detector_rng(self.config.seed, key)
         start = time.perf_counter()
         try:

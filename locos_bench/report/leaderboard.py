@@ -15,6 +15,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.report.analysis import analyze
 from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES
+from locos_bench.report.dissociation import dissociation_markdown
 from locos_bench.report.links import explain_links
 from locos_bench.report.markdown import render_markdown
 from locos_bench.report.plots import write_plots
@@ -76,7 +77,8 @@ def write_leaderboard(run_dirs: Sequence[Path | str] | Path | str, out_dir: Path
             raise LocosError("several run directories: say where to write with --out DIR")
         out_dir = dirs[0]
     runs = analyze_runs(dirs, n_resamples=n_resamples, method=method, level=level)
-    return write_stats(runs, out_dir, plots=plots, extra=explain_links(dirs, out_dir))
+    extra = "\n".join(part for part in (dissociation_markdown(dirs), explain_links(dirs, out_dir)) if part)
+    return write_stats(runs, out_dir, plots=plots, extra=extra)
 
 
 def stats_json(runs: Sequence[RunStats]) -> dict[str, Any]:

@@ -82,10 +82,14 @@ def tasks_table(run: RunStats) -> str:
 
 
 def detectors_table(run: RunStats) -> str:
+    dets = run.manifest.detectors
+    adapts = any(d.adapts for d in dets)  # manifests before `adapts` was recorded keep their table
     rows = [[d.name, d.source, d.cost, "yes" if d.stochastic else "no",
-             json.dumps(d.params, sort_keys=True, separators=(", ", ": "), default=str)]
-            for d in run.manifest.detectors]
-    return table(rows, ["detector", "source", "cost (passes / example)", "stochastic", "params"])
+             json.dumps(d.params, sort_keys=True, separators=(", ", ": "), default=str),
+             *([d.adapts or "—"] if adapts else [])]
+            for d in dets]
+    return table(rows, ["detector", "source", "cost (passes / example)", "stochastic", "params",
+                        *(["adapts from its reference"] if adapts else [])])
 
 
 def _rank_sets(task: TaskResult) -> list[tuple[str, dict[str, tuple[int, int]] | None]]:

@@ -136,6 +136,13 @@ def detector_rng(seed: int, key: UnitKey) -> Any:
     return np.random.default_rng([seed, key.draw, _stable_int(key.task), _stable_int(key.detector)])
 
 
+def draw_params(detector: str, draw: int, random_seed: int | None) -> dict[str, int]:
+    """The parameters a scores unit's detector is made with: under a run's `random_seed`
+    (the paper preset's 42), the `random` detector's draw d gets `seed = random_seed + d`,
+    the LOCOS authors' seeds 42, 43, 44 first; nothing otherwise."""
+    return {"seed": random_seed + draw} if random_seed is not None and detector == "random" else {}
+
+
 def _stable_int(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 

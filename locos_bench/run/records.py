@@ -65,6 +65,9 @@ class DetectorEntry(BaseModel):
     cost: str
     """Forward passes per calibration example, as the detector declares it."""
     stochastic: bool = False
+    adapts: str = ""
+    """What the detector takes from its reference and where it departs (`Detector.adapts`);
+    empty in manifests written before it was recorded."""
 
 
 class Streaming(BaseModel):
@@ -135,6 +138,9 @@ class Manifest(BaseModel):
     """What mean ablation wrote at a BOS sink (position 0): `keep` (left untouched) or `mean`
     (replaced like every position; manifests written before the option, which used it)."""
     random_draws: int
+    random_seed: int | None = None
+    """The `random` detector's draw d used Python's `random.Random(random_seed + d)`, as the
+    LOCOS authors draw random heads; None: its draws came from `seed`."""
     calibration_draws: int = 1
     """Disjoint calibration subsets (`calibration`, `calibration.1`, ... in `splits`): each
     deterministic detector's draw d scores heads on subset d; a stochastic one's on d mod R."""
@@ -184,7 +190,7 @@ class Manifest(BaseModel):
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
-                                        "positionwise", "sink", "random_draws", "calibration_draws",
+                                        "positionwise", "sink", "random_draws", "random_seed", "calibration_draws",
                                         "seed", "rank_diagnostic", "sufficiency", "steer_alphas"})
 
 
