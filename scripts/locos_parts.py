@@ -8,7 +8,7 @@ over every head's score, the heads that enter and leave the top 4 and, on a plan
 precision@2 against the known retrieval heads. One JSON line per model and task, then a
 Markdown table (`docs/which-part-of-locos-matters.md` quotes it).
 
-    python scripts/locos_parts.py [--models planted,planted-nonliteral,gemma3] [--n 8]
+    python scripts/locos_parts.py [--models planted,planted-nonliteral,gemma3] [--n 8] [--tasks kv-retrieval]
 
 Each trial is decoded once and shared by the variants (the decoding does not depend on them).
 """
@@ -94,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="planted,planted-nonliteral,gemma3")
     parser.add_argument("--n", type=int, default=8, help="calibration examples per task (default 8)")
+    parser.add_argument("--tasks", default=",".join(REAL_TASKS),
+                        help="the real models' tasks (default kv-retrieval,niah-literal)")
     args = parser.parse_args()
     share_trials()
     records = []
@@ -101,7 +103,7 @@ def main() -> None:
         model = load_model(alias)
         planted = alias in PLANTED_TASKS
         truth = ({tuple(h) for h in planted_ground_truth(alias)["ground_truth"]["retrieval"]} if planted else None)
-        for task in [PLANTED_TASKS[alias]] if planted else REAL_TASKS:
+        for task in [PLANTED_TASKS[alias]] if planted else args.tasks.split(","):
             examples = make_examples(load_task(task), args.n, model=model)
             start = time.perf_counter()
             results = {label: run_detector(make_detector("locos", **params), model, examples,
