@@ -36,7 +36,7 @@ def plain_hf(model):
     bridge's copy has its attention modules wrapped, and returns no patterns)."""
     if model.name not in _PLAIN:
         from locos_bench.models.loading import _load_hf
-        from locos_bench.models.planted import build_planted
+        from locos_bench.models.planted_build import build_planted
 
         spec = model.spec
         hf = build_planted(alias=spec.alias)[0] if spec.source == "builtin" else _load_hf(spec, torch.float32)[0]
