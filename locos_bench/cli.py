@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(f"locos_bench._cli.{args._module}")
     try:
-        return int(module.main(args) or 0)
+        code = int(module.main(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _pipe_closed()
     except LocosError as exc:
         if args.debug:
             raise
@@ -78,6 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("locos-bench: interrupted", file=sys.stderr)
         return 130
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout went away (`locos-bench ... --json | head`): nothing more to say.
+    Stdout is pointed at /dev/null so the interpreter's last flush cannot fail again, and the
+    status is the one a shell reports for a process SIGPIPE ended (as `git log | head` gives)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

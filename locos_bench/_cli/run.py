@@ -71,10 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sufficiency", action="store_true", default=None,
                         help="also evaluate each retrieval task with only each detector's top-k heads full and "
                              "every other head streaming (KV compression; on in --preset paper)")
-    parser.add_argument("--kv-sink", type=int, default=4, metavar="S",
-                        help="first tokens a streaming head keeps (default 4)")
-    parser.add_argument("--kv-window", type=int, default=64, metavar="W",
-                        help="last tokens a streaming head keeps (default 64)")
+    parser.add_argument("--kv-sink", type=int, default=None, metavar="S",
+                        help="with --sufficiency: first tokens a streaming head keeps (default 4)")
+    parser.add_argument("--kv-window", type=int, default=None, metavar="W",
+                        help="with --sufficiency: last tokens a streaming head keeps (default 64)")
     parser.add_argument("--steer-alphas", type=_alpha_list, default=None, metavar="A[,A]",
                         help="also evaluate every task with each detector's top-k heads amplified by each "
                              "alpha (e.g. 1.5,2,4), plus each retrieval task's harder variant")
@@ -104,10 +104,20 @@ def make_executor_from_args(args: argparse.Namespace, cfg) -> object:
                          gpus_per_worker=args.gpus_per_worker)
 
 
+def check_budgets(budgets: list[int] | None) -> None:
+    """`--budgets` as typed: increasing and without repeats (`4,1` is more likely a slip for
+    `4,10` than a wish to have it sorted)."""
+    if budgets and list(budgets) != sorted(set(budgets)):
+        given = ",".join(map(str, budgets))
+        raise LocosError(f"--budgets {given}: give increasing budgets without repeats "
+                         f"({','.join(map(str, sorted(set(budgets))))}?)")
+
+
 def main(args: argparse.Namespace) -> int:
     from locos_bench.harness import run_benchmark
     from locos_bench.run import RunConfig, RunDir
 
+    check_budgets(args.budgets)
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,
         budgets=args.budgets, ablation=args.ablation, positionwise=args.positionwise,

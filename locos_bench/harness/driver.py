@@ -48,7 +48,13 @@ class Run:
     """
 
     def __init__(self, config: ResolvedConfig | RunConfig, model: Any, progress: Progress, executor: Any = None) -> None:
-        self.config = config.resolved().for_model(model)
+        given = config.resolved()
+        self.config = given.for_model(model)
+        if self.config.budgets_capped_at is not None:
+            heads = self.config.budgets_capped_at
+            above = ",".join(str(k) for k in given.budgets if k > heads)
+            progress.warn(f"--budgets {above} is above the model's {heads} heads: capped to {heads} "
+                          "(every head ablated)")
         self.model = model
         self.progress = progress
         self.executor = executor
@@ -63,8 +69,6 @@ class Run:
     def prepare(self) -> dict[str, RunTask]:
         """Build the splits, the manifest and the plan (nothing is written yet)."""
         config = self.config
-        if config.budgets_capped_at is not None:
-            self.progress.log(f"warning: budgets above the model's {config.budgets_capped_at} heads are capped")
         with self._timed("prepare"):
             tasks = run_tasks(config, self.model)
         if config.positionwise:

@@ -30,3 +30,7 @@ class Progress:
     def log(self, message: str) -> None:
         if not self.quiet:
             print(message, file=sys.stderr, flush=True)
+
+    def warn(self, message: str) -> None:
+        """A warning: shown under `quiet` too (it silences progress, not what went wrong)."""
+        print(f"warning: {message}", file=sys.stderr, flush=True)
