@@ -128,3 +128,63 @@ def test_score_rejects_nan_and_wrong_shape_from_a_detector(capsys, planted, runt
     assert code == 2 and "detector 'emits-nan' returned non-finite scores at L1H2" in err
     code, _, err = run(capsys, *base, "emits-kv-shape")
     assert code == 2 and "detector 'emits-kv-shape' returned scores of shape (3, 2)" in err
+
+
+def test_sdk_detectors_returning_numpy_or_a_wrong_shape_are_one_line(capsys, planted, runtime_detectors):
+    """A plugin's `score_example`/`score_layer` returning a numpy array or the wrong shape is
+    named with the shape and type expected, not a broadcast error inside the SDK (#36)."""
+    import numpy as np
+
+    from locos_bench.detectors import OnePassDetector
+
+    @register_detector("layer-numpy")
+    class LayerNumpy(OnePassDetector):
+        cost = "1"
+
+        def score_layer(self, model, example, cache, layer):
+            return np.zeros(model.geometry.n_heads)
+
+    @register_detector("example-wrong-shape")
+    class ExampleWrongShape(OnePassDetector):
+        cost = "1"
+
+        def score_example(self, model, example, cache):
+            return torch.zeros(model.geometry.n_heads, model.geometry.n_layers)
+
+    @register_detector("scores-numpy")
+    class ScoresNumpy(Detector):
+        cost = "0"
+
+        def score(self, model, examples, *, rng):
+            return HeadScores(scores=np.zeros((model.geometry.n_layers, model.geometry.n_heads)), detector=self.name)
+
+    base = ["score", "--model", "planted", "--task", "planted-kv", "--n", "1", "--detector"]
+    for name, message in [
+        ("layer-numpy", "detector 'layer-numpy': score_layer returned a numpy.ndarray; expected a torch.Tensor "
+                        "of shape [n_heads] = [4]"),
+        ("example-wrong-shape", "detector 'example-wrong-shape': score_example returned shape [4, 3]; expected "
+                                "[n_layers, n_heads] = [3, 4]"),
+        ("scores-numpy", "detector 'scores-numpy' returned scores as a numpy.ndarray; expected a torch.Tensor of "
+                         "shape [n_layers, n_heads] = [3, 4]"),
+    ]:
+        code, out, err = run(capsys, *base, name)
+        assert code == 2 and out == "", err
+        assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("param, message", [
+    (["locos", "final_norm=abc"], r"--param final_norm=abc: detector 'locos': final_norm must be true or false "
+                                  r"\(default true\)$"),
+    (["locos", "final_norm=1"], r"--param final_norm=1: detector 'locos': final_norm must be true or false"),
+    (["echo", "length=4.5"], r"--param length=4.5: detector 'echo': length must be a whole number \(default 32\)$"),
+    (["qrhead", "sigmas=two"], r"--param sigmas=two: detector 'qrhead': sigmas must be a number \(default 2.0\)$"),
+    (["locos", "answer_tokens=3"], r"detector 'locos': answer_tokens must be one of \['mean', 'first'\], got '3'$"),
+])
+def test_params_are_read_as_the_type_of_their_default(capsys, planted, param, message):
+    """`final_norm=abc` was the string 'abc' (truthy) for a boolean; a string parameter keeps
+    its text as typed (`answer_tokens=3` is '3')."""
+    detector, param = param
+    code, out, err = run(capsys, "score", "--model", "planted", "--task", "planted-kv", "--n", "1",
+                         "--detector", detector, "--param", param)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and re.search(message, err), err
