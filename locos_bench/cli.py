@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", False):
         print(f"locos-bench: error: `{args.command}` is not implemented yet", file=sys.stderr)
         return 2
+    if not args.debug:  # a warning is one line, as an error is (--debug keeps where it came from)
+        import warnings
+
+        warnings.formatwarning = _one_line_warning
     module = importlib.import_module(f"locos_bench._cli.{args._module}")
     try:
         code = int(module.main(args) or 0)
@@ -82,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("locos-bench: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
+    return f"locos-bench: warning: {message}\n"
 
 
 def _pipe_closed() -> int:
