@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         warnings.formatwarning = _one_line_warning
     module = importlib.import_module(f"locos_bench._cli.{args._module}")
     try:
+        if getattr(args, "plugin", None):
+            from locos_bench.detectors.registry import load_plugin_files
+
+            load_plugin_files(args.plugin)
         code = int(module.main(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code

@@ -29,3 +29,10 @@ def add_model_options(parser: Any, *, default: str | None = "gemma3") -> None:
     parser.add_argument("--model", default=default, help=f"model alias or HF id (default {default})")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (GPU); default bfloat16 on cuda, float32 on cpu")
+
+
+def add_plugin_option(parser: Any) -> None:
+    """`--plugin FILE.py` (repeatable): detectors from a file, for every command that names them."""
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                        help="a Python file whose @register_detector classes become detectors (repeatable; "
+                             "also $LOCOS_BENCH_PLUGINS, separated by ':')")

@@ -10,11 +10,12 @@ import sys
 import warnings
 from typing import Any
 
-from locos_bench._cli.common import print_rows
+from locos_bench._cli.common import add_plugin_option, print_rows
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_plugin_option(parser)
 
 
 def collect() -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from locos_bench._cli.common import add_plugin_option
 from locos_bench.errors import LocosError
 
 
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="gemma3", help="model alias, HF id or local dir (default gemma3)")
     parser.add_argument("--detector", action="append", default=None, metavar="all|NAME[,NAME]",
                         help="detectors to compare (default all)")
+    add_plugin_option(parser)
     parser.add_argument("--tasks", "--task", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         help="comma-separated task names or task YAML paths (default: the preset's)")
     parser.add_argument("--data", type=Path,

@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import Any
 
-from locos_bench._cli.common import add_model_options, print_json
+from locos_bench._cli.common import add_model_options, add_plugin_option, print_json
 from locos_bench.errors import LocosError
 
 
@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
     parser.add_argument("--task", required=True, help="task name (see `locos-bench tasks`) or YAML path")
     parser.add_argument("--detector", required=True, help="detector name (see `locos-bench detectors`)")
+    add_plugin_option(parser)
     parser.add_argument("--n", type=int, help="calibration examples (default: the task's calibration size)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the detector's rng and of the order of tied heads (default 0)")
