@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sizes: quick, default (2-core CPU) or paper (GPU, 7-8B models)")
     parser.add_argument("--resume", action="store_true", help="require an existing run directory and continue it")
     parser.add_argument("--force", action="store_true", help="overwrite a run directory with another configuration")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="compute again the units of the run directory recorded with an error")
+    parser.add_argument("--allow-failures", action="store_true",
+                        help="exit 0 when units failed (default: exit 1, naming them)")
     parser.add_argument("--publish", action="store_true", help="also copy the leaderboard into leaderboard/")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--explain", type=int, default=0, metavar="N",
@@ -128,6 +132,7 @@ def main(args: argparse.Namespace) -> int:
         calibration_draws=args.calibration_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
+        retry_failed=args.retry_failed,
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
         kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas,
@@ -164,4 +169,30 @@ def main(args: argparse.Namespace) -> int:
     print("  phases (s)  " + ", ".join(f"{k} {v:.0f}" for k, v in manifest.timings.items()))
     print(f"  records     {run_dir.results_path}")
     print(f"  leaderboard {board}")
-    return 0
+    return _failures(run_dir, manifest, allow=args.allow_failures)
+
+
+def _failures(run_dir, manifest, *, allow: bool) -> int:
+    """The end of the summary when units failed: which, why (one line each, the first few),
+    where their tracebacks are, and exit 1 (0 with `--allow-failures`)."""
+    from locos_bench.run import RunPlan
+
+    plan = RunPlan.from_manifest(manifest)
+    done = {u.key: u for u in run_dir.read_units()}
+    failed = [u for u in done.values() if u.error]
+    if not failed:
+        return 0
+    skipped = sum(1 for key in plan.units() if key not in done and plan.blocked(key, done))
+    print(f"  failed      {len(failed)} unit(s)" + (f"; {skipped} evaluation(s) of their heads skipped" if skipped else ""),
+          file=sys.stderr)
+    for unit in failed[:8]:
+        why = (unit.error.splitlines() or [""])[0][:200]
+        print(f"              {plan.describe([unit.key])[0]}: {why}", file=sys.stderr)
+    if len(failed) > 8:
+        print(f"              and {len(failed) - 8} more", file=sys.stderr)
+    print(f"  tracebacks  {run_dir.failures_path}", file=sys.stderr)
+    if allow:
+        return 0
+    print("locos-bench: units failed (exit 1; --allow-failures exits 0); fix the cause and rerun the same "
+          "command with --retry-failed", file=sys.stderr)
+    return 1

@@ -15,7 +15,9 @@ owns timing, parameters and validation: a detector only scores.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import shlex
 import sys
 import time
@@ -30,7 +32,7 @@ from locos_bench.interventions import check_positionwise_reference
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.manifest import build_manifest, resumed
+from locos_bench.run.manifest import Comparison, build_manifest, compare, resumed
 from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask
@@ -117,8 +119,35 @@ class Run:
                 self.progress.log(f"warning: --sufficiency: every evaluation prompt of {name} fits "
                                   f"{sink} sink + {window} window tokens, so streaming changes nothing there")
 
+    def _choose_dir(self) -> None:
+        """Where a run without `--output-dir` goes: its default directory when that is new or
+        holds a run this one resumes or extends (`run.manifest.compare`); else a directory of
+        its own beside it, named by a digest of its configuration, so a second experiment
+        never overwrites or blocks the first (a directory of that name that this run fits is
+        taken again, so the same command resumes it)."""
+        base = self.dir.path
+        if self.config.force or not self.config.default_dir or not self.dir.exists():
+            return
+        candidates = [base, *sorted(base.parent.glob(f"{base.name}-" + "[0-9a-f]" * 8))]
+        fits = {}
+        for path in candidates:
+            try:
+                fits[path] = compare(RunDir(path).read_manifest(), self.manifest)
+            except LocosError:
+                if path == base:
+                    return  # an unreadable manifest: `_open` says what is wrong with it
+        same = [p for p, c in fits.items() if c.same]
+        fitting = [p for p, c in fits.items() if c.fits]
+        digest = hashlib.sha256(json.dumps(self.manifest.config_key(), sort_keys=True, default=str).encode())
+        target = (same or fitting or [base.with_name(f"{base.name}-{digest.hexdigest()[:8]}")])[0]
+        if target != base:
+            differences = "; ".join(fits[base].differences)
+            self.progress.note(f"{base} holds another run ({differences}); this run goes to {target}")
+            self.dir = RunDir(target)
+
     def _open(self) -> None:
-        """Start the directory, or resume it when it holds the same configuration."""
+        """Start the directory, or resume it when it holds the same configuration, or extend it
+        when this one only adds to it (its finished units kept, a replaced detector's dropped)."""
         manifest = self.manifest
         if self.dir.exists():
             try:
@@ -127,24 +156,17 @@ class Run:
                 if not self.config.force:
                     raise
                 old = None
-            same = old is not None and old.config_key() == manifest.config_key()
-            if old is not None and not same and not self.config.force:
+            comparison = None if old is None else compare(old, manifest)
+            if comparison is not None and not comparison.fits and not self.config.force:
                 raise LocosError(
-                    f"{self.dir.path} holds a run with a different configuration; use another "
-                    "--output-dir, rerun the original command to resume it, or pass --force to overwrite"
+                    f"{self.dir.path} holds a run with another configuration ({'; '.join(comparison.differences)}); "
+                    "use another --output-dir, rerun the original command to resume it, or pass --force to overwrite"
                 )
-            if not same:
+            if comparison is None or not comparison.fits:
                 self.dir.clear()
             else:
                 manifest = self.manifest = resumed(manifest, old)
-                for unit in self.dir.read_units(repair=True):
-                    self.done[unit.key] = unit
-                if self.dir.set_aside:
-                    lines = ", ".join(map(str, self.dir.set_aside))
-                    self.progress.log(
-                        f"warning: {len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
-                        f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
-                self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
+                self._resume(comparison)
         merged = dict(manifest.timings)  # a resumed run adds this session's seconds
         for phase, seconds in self.timings.items():
             merged[phase] = round(merged.get(phase, 0.0) + seconds, 3)
@@ -153,6 +175,30 @@ class Run:
         for unit in self.done.values():  # resumed units seed the identical-head-set cache
             if unit.kind != UnitKind.SCORES and not unit.error:
                 self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
+
+    def _resume(self, comparison: Comparison) -> None:
+        """Keep the directory's finished units, but a replaced detector's (and, with
+        `retry_failed`, those recorded with an error), which are discarded and computed again."""
+        units = self.dir.read_units(repair=True)
+        if self.dir.set_aside:
+            lines = ", ".join(map(str, self.dir.set_aside))
+            self.progress.log(
+                f"warning: {len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
+                f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
+        replaced = {name for name, _ in comparison.replaced}
+        stale = {u.key for u in units if u.detector in replaced or (self.config.retry_failed and u.error)}
+        self.dir.discard(stale)
+        self.done = {u.key: u for u in units if u.key not in stale}
+        if comparison.same:
+            self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
+            if stale:
+                self.progress.note(f"retrying {len(stale)} failed unit(s) in {self.dir.path}")
+            return
+        changes = [f"+ {text}" for text in comparison.additions]
+        changes += [f"detector {name} replaced ({why})" for name, why in comparison.replaced]
+        dropped = f", {len(stale)} computed again" if stale else ""
+        self.progress.note(f"extending {self.dir.path} ({'; '.join(changes)}): {len(self.done)} finished "
+                           f"units kept{dropped}")
 
     def _timed(self, phase: str) -> Any:
         return timed(self.timings, phase)
@@ -169,6 +215,7 @@ class Run:
         tasks = self.prepare()
         executor = self.executor or LocalExecutor(Worker(self.config, self.model, tasks, self.progress.log))
         command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
+        self._choose_dir()
         with self.dir.lock(command):
             self._open()
             executor.start(self.config)
@@ -187,7 +234,12 @@ class Run:
                                     sufficiency=self.manifest.sufficiency)
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
+            self.dir.write_failures(self.failed())
         return self.dir
+
+    def failed(self) -> list[tuple[str, UnitRecord]]:
+        """The run's units recorded with an error, each with its label (`scores t/d`)."""
+        return [(self.plan.describe([key])[0], unit) for key, unit in self.done.items() if unit.error]
 
     def _job(self, key: UnitKey) -> Job:
         if key.kind == UnitKind.SCORES:

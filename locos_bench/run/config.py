@@ -59,6 +59,8 @@ class RunConfig:
     sets x 4 examples took 82 s where one set at a time took 126 s (niah-literal, 8 sets, 8
     examples, identical generations); 1: one at a time."""
     force: bool = False
+    retry_failed: bool = False
+    """Resuming, compute again the units recorded with an error."""
     quiet: bool = False
     explain: int = 0
     """Write explain pages for the first N evaluation examples of each retrieval task."""
@@ -145,6 +147,7 @@ class RunConfig:
             lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=None if cfg.data is None else Path(cfg.data),
             sufficiency=bool(cfg.sufficiency),
             kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas),
+            default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
         )
 
 
@@ -203,6 +206,12 @@ class ResolvedConfig:
     manifest's `model_info` records it."""
     budgets_capped_at: int | None = None
     """The model's head count, where budgets above it were capped to it (`for_model`)."""
+    default_dir: bool = False
+    """`output_dir` is the default name (no `--output-dir`): a run of another configuration
+    then goes to a directory of its own beside it instead of being refused."""
+    retry_failed: bool = False
+    """Resuming, compute again the units recorded with an error (a fixed detector, a lost
+    worker); otherwise a failed unit counts as done."""
 
     @property
     def positionwise(self) -> bool:

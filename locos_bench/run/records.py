@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
 from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey, UnitKind
 
@@ -149,8 +149,18 @@ class UnitRecord(BaseModel):
     seconds: float = 0.0
     error: str | None = None
     """Set when the unit failed; the run records it and goes on."""
+    traceback: str | None = None
+    """Where it failed (a failed unit's Python traceback; a run writes them all to
+    `failures.log`). Left out of a record without one, so other lines read as before."""
     kind: UnitKind
     """Each record narrows it to its own kind: the tag a results line is read back by."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_traceback(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("traceback") is None:
+            data.pop("traceback", None)
+        return data
 
     @property
     def key(self) -> UnitKey:

@@ -76,3 +76,65 @@ def test_json_piped_to_head_is_no_traceback():
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
     assert proc.stderr == "rc=141\n", proc.stderr
+
+
+FAIL = {"now": True}
+
+
+@pytest.fixture
+def failing_detector():
+    """`test-fails`: raises while FAIL["now"] holds; `test-nan`: returns a NaN score."""
+    import torch
+
+    from locos_bench.detectors import Detector, HeadScores, register_detector
+    from locos_bench.detectors.registry import DETECTORS
+
+    @register_detector("test-fails")
+    class Fails(Detector):
+        cost = "0"
+
+        def score(self, model, examples, *, rng):
+            if FAIL["now"]:
+                raise RuntimeError("boom")
+            return HeadScores(scores=torch.rand(model.geometry.n_layers, model.geometry.n_heads), detector=self.name)
+
+    @register_detector("test-nan")
+    class NaN(Detector):
+        cost = "0"
+
+        def score(self, model, examples, *, rng):
+            return HeadScores(scores=torch.full((model.geometry.n_layers, model.geometry.n_heads), float("nan")),
+                              detector=self.name)
+
+    FAIL["now"] = True
+    yield
+    for name in ("test-fails", "test-nan"):
+        DETECTORS.remove(name)
+
+
+TINY = ["--model", "planted", "--n-calib", "1", "--n-ref", "1", "--n-eval", "2", "--random-draws", "1",
+        "--rank-diagnostic", "0", "--budgets", "1", "--quiet"]
+
+
+def test_a_failed_unit_fails_the_run_naming_it_and_its_traceback(tmp_path, capsys, planted_loaded, failing_detector):
+    out = tmp_path / "run"
+    argv = ["run", *TINY, "--detector", "random,test-fails,test-nan", "--output-dir", str(out)]
+    code, _, err = run(capsys, *argv)
+    assert code == 1, err
+    assert "  failed      2 unit(s); 2 evaluation(s) of their heads skipped" in err
+    assert "scores planted-kv/test-fails: RuntimeError: boom" in err
+    assert "scores planted-kv/test-nan: detector 'test-nan' returned non-finite scores at L0H0" in err
+    assert f"  tracebacks  {out / 'failures.log'}" in err
+    log = (out / "failures.log").read_text()
+    assert "## scores planted-kv/test-fails\nRuntimeError: boom\n\nTraceback (most recent call last):" in log
+    assert 'raise RuntimeError("boom")' in log
+    code, _, err = run(capsys, *argv, "--allow-failures")  # resumes: nothing to compute, the same verdict
+    assert code == 0 and "scores planted-kv/test-fails" in err
+    FAIL["now"] = False  # the cause fixed
+    code, _, err = run(capsys, *argv)
+    assert code == 1, "a failed unit counts as done unless retried"
+    code, _, err = run(capsys, "run", *TINY, "--detector", "random,test-fails", "--output-dir", str(tmp_path / "two"))
+    assert code == 0 and not (tmp_path / "two" / "failures.log").exists(), err
+    code, _, err = run(capsys, *argv, "--retry-failed")
+    assert code == 1 and "test-fails" not in err and "test-nan" in err
+    assert "test-fails" not in (out / "failures.log").read_text()
