@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mask; the flat mean where fewer than 2 reference prompts reach)")
     parser.add_argument("--sink", default=None, metavar="keep|mean",
                         help="mean ablation at a BOS sink (position 0): keep it untouched or write the mean "
-                             "there too (default: see README)")
+                             "there too (default mean; docs/methodology.md, Mean ablation and the sink)")
     parser.add_argument("--n-calib", type=int, help="calibration (detection) examples per task")
     parser.add_argument("--n-ref", type=int, help="reference examples for mean activations")
     parser.add_argument("--n-eval", type=int, help="held-out evaluation examples per task")

@@ -99,6 +99,9 @@ class PathPatching(Detector):
     """
 
     cost = "2"
+    adapts = ("Wang et al. 2023's path patching with one receiver, the logits: the head's corrupted-minus-clean "
+              "write goes straight to the final residual stream at the answer positions, no path through later "
+              "heads; corrupted = the needle replaced; score = drop in the gold log-prob, not a logit difference")
 
     def __init__(self, final_norm: str = "recompute", batch_size: int = 16, answer_tokens: str = "mean") -> None:
         self.final_norm = final_norm
@@ -284,7 +287,7 @@ class EapIG(Detector):
     """
 
     cost = "2 forward + steps x (forward + backward), from the first corrupted token on"
-    presets = ("paper",)  # in `--detector all` of the paper preset only: see the README
+    presets = ("paper",)  # in `--detector all` of the paper preset only: see docs/detectors.md
 
     def __init__(self, steps: int = 5, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
         self.steps = steps

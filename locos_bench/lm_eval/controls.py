@@ -186,6 +186,6 @@ def _task_error(task: str, exc: Exception, manager: Any = None) -> LocosError:
         return LocosError(
             f"lm-eval task {task!r} loads its dataset{where} from the Hugging Face hub, which cannot be "
             "reached from here; point it at local files: copy its YAML with `dataset_path: json` and "
-            "`dataset_kwargs: {data_files: {test: PATH.jsonl}}` and pass that YAML file (README, 'lm-eval')"
+            "`dataset_kwargs: {data_files: {test: PATH.jsonl}}` and pass that YAML file (docs/lm-eval.md)"
         )
     return LocosError(f"lm-eval task {task!r} failed: {text.splitlines()[0][:300]}")

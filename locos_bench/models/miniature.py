@@ -23,7 +23,7 @@ ARCHITECTURES: dict[str, str] = {
     "gemma3-multimodal": "gemma3-4b",
     "llama3": "llama3-8b",
 }
-"""Each architecture the README names, and the shipped configuration it scales (named as its alias)."""
+"""Each architecture docs/architecture.md names, and the shipped configuration it scales (named as its alias)."""
 
 TINY = dict(d_model=64, d_head=16, d_mlp=128, window=16, max_positions=4096, max_kv_heads=2)
 """Scaled-down sizes: layer types, GQA ratio, norms, RoPE settings and tying stay the real ones."""

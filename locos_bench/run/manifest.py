@@ -15,7 +15,7 @@ from locos_bench.models import describe_with_answer_key
 from locos_bench.run.config import ResolvedConfig
 from locos_bench.run.plan import EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
-from locos_bench.run.records import DetectorEntry, Manifest, Streaming
+from locos_bench.run.records import DetectorEntry, Manifest, Streaming, default_family
 
 
 def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any]) -> Manifest:
@@ -33,11 +33,13 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         model=config.model, model_info=model_info, tasks=[t.entry for t in tasks.values()],
         detectors=[detector_entry(name) for name in config.detectors], budgets=list(config.budgets),
         ablation=str(config.ablation), positionwise=config.ablation.positionwise, sink=config.ablation.sink,
-        random_draws=config.random_draws, calibration_draws=config.calibration_draws, seed=config.seed,
+        random_draws=config.random_draws, random_seed=config.random_seed, calibration_draws=config.calibration_draws, seed=config.seed,
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
-        steer_alphas=list(config.steer_alphas),
+        steer_alphas=list(config.steer_alphas), steer_calibration=bool(config.steer_alphas),
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
+        family=default_family(list(config.detectors), sufficiency=bool(config.sufficiency),
+                              steering=bool(config.steer_alphas)),
     )
 
 
@@ -45,7 +47,8 @@ def detector_entry(name: str) -> DetectorEntry:
     """A detector as the manifest records it: its parameters, where it comes from, its cost."""
     cls = get_detector_class(name)
     return DetectorEntry(name=name, params=make_detector(name).get_params(), source=detector_source(name),
-                         cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)))
+                         cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)),
+                         adapts=str(getattr(cls, "adapts", "") or ""))
 
 
 def resumed(manifest: Manifest, old: Manifest) -> Manifest:
@@ -56,7 +59,7 @@ def resumed(manifest: Manifest, old: Manifest) -> Manifest:
 
 
 _SPLIT_FLAGS = {"calibration": "n_calib", "reference": "n_ref", "evaluation": "n_eval"}
-_SETTINGS = ("model", "ablation", "positionwise", "sink", "seed", "random_draws", "calibration_draws",
+_SETTINGS = ("model", "ablation", "positionwise", "sink", "seed", "random_draws", "random_seed", "calibration_draws",
              "rank_diagnostic")
 
 
