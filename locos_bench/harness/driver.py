@@ -38,6 +38,14 @@ from locos_bench.run.records import RankUnit, UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask
 
 
+RECORD_BYTES_PER_EXAMPLE = 208
+"""Bytes of `results.jsonl` per evaluated example: the published gemma3 run's (its per-example
+values and generations; planted's are 55), for the size a run announces (`Run._announce`)."""
+LARGE_SPLIT = 2000
+"""Evaluation splits above this many examples are announced as a warning (shown under
+`--quiet`): the presets use 6 to 250."""
+
+
 class Run:
     """One benchmark run bound to a model and a run directory: the driver.
 
@@ -220,6 +228,7 @@ class Run:
             self._open()
             executor.start(self.config)
             todo = self.plan.todo(self.done)
+            self._announce(todo)
             for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
                 keys = [k for k in group if not self.plan.blocked(k, self.done)]
                 label = phase_label(kind, task)
@@ -236,6 +245,23 @@ class Run:
             self.dir.write_manifest(self.manifest)
             self.dir.write_failures(self.failed())
         return self.dir
+
+    def _announce(self, todo: list[UnitKey]) -> None:
+        """What the run is about to do, in examples and bytes, before it does it: a unit shows
+        no progress inside itself, so a large `--n-eval` would otherwise look like a hang."""
+        splits = {t.name: t.splits for t in self.manifest.tasks}
+        sizes = [len(splits[k.task].get(k.split or "evaluation", [])) for k in todo if k.kind != UnitKind.SCORES]
+        if not sizes:
+            return
+        examples, largest = sum(sizes), max(sizes)
+        mb = examples * RECORD_BYTES_PER_EXAMPLE / 1e6
+        line = (f"{len(todo)} units to compute: up to {examples:,} example evaluations ({len(sizes)} units of up "
+                f"to {largest:,} examples each), about {mb:,.1f} MB of records")
+        if largest > LARGE_SPLIT:
+            self.progress.warn(f"{line}; a unit shows no progress until it ends, and the presets evaluate 6 to 250 "
+                               "examples (--n-eval)")
+        else:
+            self.progress.log(line)
 
     def failed(self) -> list[tuple[str, UnitRecord]]:
         """The run's units recorded with an error, each with its label (`scores t/d`)."""

@@ -198,6 +198,35 @@ def test_cli_runs_lm_eval_with_locos(capsys):
     assert "planted_kv_mc" in out and "acc" in out
 
 
+@pytest.mark.parametrize("task, message", [
+    ("planted_kv_mcq", r"^locos-bench: error: unknown lm-eval task 'planted_kv_mcq' \(did you mean 'planted_kv_mc'\?\); "
+                       r"`locos-bench lm-eval ls tasks` lists them"),
+    ("arc_easy", r"^locos-bench: error: an lm-eval task loads its dataset from the Hugging Face hub, which cannot be "
+                 r"reached from here \(.*\); point it at local files"),
+])
+def test_cli_unknown_or_unreachable_task_is_one_line(capsys, task, message):
+    """`locos-bench lm-eval run --tasks ...` as the run path does it: one line and exit 2, not
+    lm-eval's traceback (#36, point 5)."""
+    import logging
+    import re
+
+    from locos_bench.cli import main
+
+    lm_eval_logger = logging.getLogger("lm_eval")
+    handlers, level = list(lm_eval_logger.handlers), lm_eval_logger.level
+    try:
+        rc = main(["lm-eval", "run", "--model", "locos", "--model_args", "model=planted", "--tasks", task,
+                   "--include_path", str(FIXTURES), "--limit", "2", "--device", "cpu"])
+    finally:
+        lm_eval_logger.handlers[:] = handlers
+        lm_eval_logger.setLevel(level)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err
+    line = [ln for ln in err.splitlines() if ln.startswith("locos-bench:")]
+    assert len(line) == 1 and re.search(message, line[0]), err
+
+
 def test_entry_point_is_declared_for_newer_lm_eval():
     import importlib
 

@@ -138,3 +138,20 @@ def test_a_failed_unit_fails_the_run_naming_it_and_its_traceback(tmp_path, capsy
     code, _, err = run(capsys, *argv, "--retry-failed")
     assert code == 1 and "test-fails" not in err and "test-nan" in err
     assert "test-fails" not in (out / "failures.log").read_text()
+
+
+def test_a_run_announces_its_size_and_warns_on_a_large_evaluation_split(tmp_path, capsys, planted_loaded,
+                                                                          monkeypatch):
+    """Before any unit runs: how many units and example evaluations, and how many MB of records
+    (#36, point 6: `--n-eval 100000` ran silently for minutes). Above `LARGE_SPLIT` examples
+    it is a warning, shown under --quiet; the threshold is lowered here so the run stays small."""
+    from locos_bench.harness import driver
+
+    argv = ["run", *TINY, "--detector", "random"]
+    code, _, err = run(capsys, *argv, "--output-dir", str(tmp_path / "a"))
+    assert code == 0 and "units to compute" not in err  # --quiet: a small run says nothing
+    monkeypatch.setattr(driver, "LARGE_SPLIT", 1)
+    code, _, err = run(capsys, *argv, "--output-dir", str(tmp_path / "b"))
+    assert code == 0, err
+    assert ("warning: 3 units to compute: up to 4 example evaluations (2 units of up to 2 examples each), about "
+            "0.0 MB of records; a unit shows no progress until it ends") in err
