@@ -26,7 +26,6 @@ def run_lm_eval_cli(argv: list[str]) -> int:
     from lm_eval.__main__ import cli_evaluate
 
     import locos_bench.lm_eval.lm  # noqa: F401  (registers `locos`)
-
     from locos_bench.lm_eval.controls import cli_error
 
     saved = sys.argv

@@ -37,7 +37,6 @@ from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask
 
-
 RECORD_BYTES_PER_EXAMPLE = 208
 """Bytes of `results.jsonl` per evaluated example: the published gemma3 run's (its per-example
 values and generations; planted's are 55), for the size a run announces (`Run._announce`)."""
