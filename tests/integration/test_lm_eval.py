@@ -13,6 +13,7 @@ directory (`save_pretrained`, the hub's format) and `locos` on the same director
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,14 @@ def test_heads_on_the_fly_are_the_harness_heads(ablated_lm):
     assert ablated_lm.head_set.task == "planted-kv"
 
 
+def test_the_resolved_heads_are_printed(le, capsys):
+    """`heads=locos@TASK:K` (or `RUN_DIR:K`) is chosen at load time: the heads it resolved to
+    are printed on one line (#36, point 9), so a researcher sees what lm-eval ablated."""
+    le.LocosLM(model="planted", heads="locos@planted-kv:2")
+    err = capsys.readouterr().err
+    assert re.search(r"^locos: heads=locos@planted-kv:2 -> (L1H0, L2H3|L2H3, L1H0) \(mean\)$", err, re.M), err
+
+
 def test_ablation_matches_the_harness(ablated_lm, locos_results, manager):
     """The harness's own evaluation of the same examples with the same hooks predicts the
     lm-eval result example by example: retrieval collapses to about chance."""
@@ -208,7 +217,6 @@ def test_cli_unknown_or_unreachable_task_is_one_line(capsys, task, message):
     """`locos-bench lm-eval run --tasks ...` as the run path does it: one line and exit 2, not
     lm-eval's traceback (#36, point 5)."""
     import logging
-    import re
 
     from locos_bench.cli import main
 
