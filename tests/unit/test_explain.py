@@ -209,8 +209,11 @@ def test_cli_streaming_and_steering_flags(cli_model, capsys, tmp_path):
     out = tmp_path / "s.html"
     code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--json",
                      "--top", "2", "--kv-sink", str(SINK), "--kv-window", str(WINDOW), "--steer-alpha", "2"])
-    data = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
     assert code == 0 and data["metric"] == "exact_match"  # planted-kv's headline metric
+    top = data["top"][0]
+    assert f"(top head L{top[0]}H{top[1]};" in captured.err  # heads print as everywhere else (#36, point 8)
     s = data["sufficiency"]
     assert (s["sink"], s["window"]) == (SINK, WINDOW) and s["top"]["correct"] and not s["floor"]["correct"]
     assert data["steering"]["alpha"] == 2.0
