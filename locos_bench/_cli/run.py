@@ -27,6 +27,21 @@ def _alpha_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 1.5,2,4 (got {text!r})") from None
 
 
+def _preset_sizes(preset: dict) -> str:
+    """A preset's values as the flags that set them (`--help` shows what a preset means)."""
+    shown = []
+    for key, value in preset.items():
+        if key == "random_seed":  # no flag: the paper's seeds for the random detector's draws
+            shown.append(f"(random heads seeded {value} + draw)")
+        elif isinstance(value, bool):
+            shown.append(f"--{key}" if value else "")
+        elif isinstance(value, list):
+            shown.append(f"--{key.replace('_', '-')} {','.join(map(str, value))}")
+        else:
+            shown.append(f"--{key.replace('_', '-')} {value}")
+    return " ".join(x for x in shown if x)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from locos_bench.run.config import PRESETS
 
@@ -63,7 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sequences per forward pass (default: from free memory on cuda, 4 on cpu)")
     parser.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                        help="sizes: quick, default (2-core CPU) or paper (GPU, 7-8B models)")
+                        help="sizes: quick, default (2-core CPU) or paper (GPU, 7-8B models); "
+                             + "; ".join(f"{name}: {_preset_sizes(PRESETS[name])}" for name in ("quick", "default", "paper"))
+                             + " (a flag given overrides its preset value)")
     parser.add_argument("--resume", action="store_true", help="require an existing run directory and continue it")
     parser.add_argument("--force", action="store_true", help="overwrite a run directory with another configuration")
     parser.add_argument("--retry-failed", action="store_true",

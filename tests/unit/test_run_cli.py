@@ -155,3 +155,15 @@ def test_a_run_announces_its_size_and_warns_on_a_large_evaluation_split(tmp_path
     assert code == 0, err
     assert ("warning: 3 units to compute: up to 4 example evaluations (2 units of up to 2 examples each), about "
             "0.0 MB of records; a unit shows no progress until it ends") in err
+
+
+def test_run_help_shows_each_presets_values(capsys):
+    """`--help` says what a preset sets, as the flags that set it (#36, point 8)."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert exit_.value.code == 0
+    assert ("default: --tasks kv-retrieval,niah-literal,arithmetic --budgets 1,4,8 --n-calib 8 --n-ref 4 --n-eval 8 "
+            "--random-draws 5 --rank-diagnostic 3;") in text
+    assert "quick: --tasks kv-retrieval,arithmetic --budgets 1,4 --n-calib 2 --n-ref 4 --n-eval 6" in text
+    assert "--random-seed" not in text  # a preset value without a flag is not shown as one
