@@ -14,15 +14,16 @@ def print_json(obj: Any) -> None:
 
 
 def print_rows(rows: list[dict[str, Any]], *, as_json: bool, headers: list[str],
-               cells: Callable[[dict[str, Any]], list[Any]]) -> None:
-    """What a listing command prints: its rows as JSON (`--json`), else a table with one line of
-    `cells(row)` per row."""
+               cells: Callable[[dict[str, Any]], list[Any]], widths: list[int | None] | None = None) -> None:
+    """What a listing command prints: its rows as JSON (`--json`), else a table of `cells(row)`
+    per row, a column with a width in `widths` wrapped at word boundaries to it (a long
+    description wraps instead of running past the terminal, where it would be cut)."""
     if as_json:
         print_json(rows)
         return
     from tabulate import tabulate
 
-    print(tabulate([cells(r) for r in rows], headers=headers))
+    print(tabulate([cells(r) for r in rows], headers=headers, maxcolwidths=widths))
 
 
 def add_model_options(parser: Any, *, default: str | None = "gemma3") -> None:

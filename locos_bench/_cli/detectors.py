@@ -68,6 +68,6 @@ def _table_row(r: dict[str, Any]) -> list[Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    print_rows(collect(), as_json=args.json, cells=_table_row,
+    print_rows(collect(), as_json=args.json, cells=_table_row, widths=[None, None, 30, 14, 30, 50],
                headers=["detector", "source", "forward passes / example", "in `all` of presets", "parameters", ""])
     return 0

@@ -59,6 +59,7 @@ def test_detectors_json_lists_every_builtin(capsys):
 def test_detectors_table(capsys):
     code, out, _ = run(capsys, "detectors")
     assert code == 0 and "locos-argmax" in out and "answer_tokens='mean'" in out
+    assert max(map(len, out.splitlines())) <= 180  # long cells wrap instead of being cut by a terminal (#36)
 
 
 def test_score_json_puts_planted_retrieval_heads_first(capsys, planted):
