@@ -291,6 +291,12 @@ def _check_alphas(alphas: Sequence[float]) -> list[float]:
     return out
 
 
+KV_SINK, KV_WINDOW = 4, 64
+"""A sufficiency run's streaming heads keep these first and last tokens unless `--kv-sink` /
+`--kv-window` say otherwise (the flags default to None, so one given without `--sufficiency`
+is seen and refused)."""
+
+
 def _streaming(cfg: RunConfig) -> tuple[int, int]:
     """The streaming heads' sink and window: only a sufficiency run has streaming heads, so
     either given without it is refused rather than ignored."""
@@ -299,8 +305,8 @@ def _streaming(cfg: RunConfig) -> tuple[int, int]:
             if value is not None:
                 raise LocosError(f"{label} sets the streaming heads of --sufficiency, which this run "
                                  "leaves out: add --sufficiency, or drop it")
-    sink = 4 if cfg.kv_sink is None else cfg.kv_sink
-    window = 64 if cfg.kv_window is None else cfg.kv_window
+    sink = KV_SINK if cfg.kv_sink is None else cfg.kv_sink
+    window = KV_WINDOW if cfg.kv_window is None else cfg.kv_window
     check_streaming(sink, window)
     return sink, window
 
