@@ -4,7 +4,7 @@ A randomly initialised Qwen3-8B-shaped model (`miniature.at_head_count`: the shi
 norms, RoPE and GQA ratio of 4, a tiny width: d_model 64, d_head 8) is built at several
 layer x head geometries, from 9 x 8 = 72 to Qwen3-8B's 36 x 32 = 1,152 query heads. At each,
 every detector of `--preset paper`'s `all` scores the same few short kv-retrieval examples
-(timed, and the peak resident memory above the level before it), beside a plain forward of
+(CPU seconds of this process, and the peak resident memory above the level before it), beside a plain forward of
 those examples and one evaluation (four 8-head sets mean-ablated, shared decoding, the
 worker's path). Then, per detector, the growth exponent b of time ~ heads^b (least squares on
 the log-log points) beside the plain forward's, and the exponent its stated cost (the
@@ -87,12 +87,15 @@ def stated_passes(name: str, n_heads_total: int) -> float:
 
 
 def measure(fn: Callable[[], Any]) -> tuple[float, float]:
-    """Seconds and peak resident memory above the level before (MB, Linux VmHWM) of `fn()`."""
+    """CPU seconds of this process and peak resident memory above the level before (MB, Linux
+    VmHWM) of `fn()`. CPU time, not wall time: on a machine shared with other jobs a wall
+    clock measures their load as much as this code (with one torch thread the two agree on
+    an idle machine)."""
     Path("/proc/self/clear_refs").write_text("5")
     before = _status("VmRSS")
-    start = time.perf_counter()
+    start = time.process_time()
     fn()
-    return time.perf_counter() - start, (_status("VmHWM") - before) / 1024
+    return time.process_time() - start, (_status("VmHWM") - before) / 1024
 
 
 def geometry_row(n_layers: int, n_heads: int, detectors: list[str], n_examples: int, tokens: int) -> dict[str, Any]:
@@ -111,6 +114,7 @@ def geometry_row(n_layers: int, n_heads: int, detectors: list[str], n_examples: 
     forward()  # warm-up: first-call allocations are nobody's
     row["forward"] = measure(forward)
     for name in detectors:
+        print(f"#   {row['geometry']} {name}", file=sys.stderr, flush=True)
         rng = np.random.default_rng(0)
         try:
             row[name] = measure(lambda: run_detector(make_detector(name), model, exs, rng=rng))
@@ -135,7 +139,7 @@ def exponent(xs: list[float], ys: list[float]) -> float:
 def table(rows: list[dict[str, Any]], detectors: list[str]) -> list[str]:
     heads = [r["heads"] for r in rows]
     head = "| detector | stated cost (passes/example) | " + " | ".join(
-        f"{r['geometry']} = {r['heads']} s / MB" for r in rows) + \
+        f"{r['geometry']} = {r['heads']}: CPU s / MB" for r in rows) + \
         " | time exponent | over forward's | stated passes' exponent | memory exponent |"
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     base_t = [r["forward"][0] for r in rows]

@@ -97,6 +97,8 @@ class Estimate:
     rates: str
     where: str
     batch_size: int
+    host_call: float = 0.0
+    """This machine's seconds for a one-token call (Python, hooks: what a GPU's host pays too)."""
 
     @property
     def total_seconds(self) -> float:
@@ -117,7 +119,7 @@ def dry_run(cfg: RunConfig, *, gpu: str | None = None) -> tuple[RunPlan, Work, l
     work = count_work(run.plan, run.config, model, tasks)
     estimates = [local_estimate(work, run, tasks)]
     if gpu is not None:
-        estimates.append(gpu_estimate(work, run, gpu))
+        estimates.append(gpu_estimate(work, run, gpu, host_call=estimates[0].host_call))
     return run.plan, work, estimates
 
 
@@ -163,8 +165,9 @@ def count_work(plan: RunPlan, config: Any, model: Any, tasks: dict[str, Any]) ->
 
 def local_estimate(work: Work, run: Run, tasks: dict[str, Any]) -> Estimate:
     """Seconds and peak memory on this machine, from a tiny timed forward of the loaded model:
-    a batch of one-token rows (a call's fixed cost, and a decoding step's) and the same rows
-    at the first retrieval task's prompt length (the cost of each further token)."""
+    a batch of one-token rows (a call's fixed cost), the same rows at the first retrieval
+    task's prompt length (the cost of each further token) and `eval_head_sets` times the rows
+    (a shared decoding step)."""
     import torch
 
     model, batch = run.model, run.config.batch_size
@@ -172,22 +175,36 @@ def local_estimate(work: Work, run: Run, tasks: dict[str, Any]) -> Estimate:
     prompts = [t.input_ids[: t.prompt_len] for t in probe.tokenized(model, "evaluation")[:batch]]
     width = min(len(p) for p in prompts)
     ids = torch.tensor([p[-width:] for p in prompts], device=model.device)
-    per_call = _best(lambda: model.bridge(ids[:, -1:]))
-    per_token = max(_best(lambda: model.bridge(ids, logits_to_keep=1)) - per_call, 0.0) / (ids.numel() - len(ids) or 1)
-    seconds = _seconds(work, per_token, per_call, per_pass=per_call)
+    rows = ids[:, -1:].repeat(run.config.eval_head_sets, 1)  # shared decoding: every set's rows at once
+    threads = torch.get_num_threads()
+    rates = {}
+    for clock in ("cpu", "wall"):  # idle: CPU seconds over the threads; now: wall under today's load
+        share = threads if clock == "cpu" else 1
+        call = _best(lambda: model.bridge(ids[:, -1:]), clock) / share
+        whole = _best(lambda: model.bridge(ids, logits_to_keep=1), clock) / share
+        step = _best(lambda: model.bridge(rows), clock) / share
+        rates[clock] = (call, max(whole - call, 0.0) / (ids.numel() - len(ids) or 1), step)
+    per_call, per_token, per_step = rates["cpu"]
+    seconds = _seconds(work, per_token, per_step, per_pass=per_call)
+    now = sum(_seconds(work, rates["wall"][1], rates["wall"][2], per_pass=rates["wall"][0]).values())
     seconds["load_model"] = model.load_seconds
     import resource
 
     resident = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # bytes on Linux
     peak = resident + _activation_bytes(run, tasks)
-    return Estimate(work, seconds, peak / 2 ** 30, batch_size=batch, where=f"this machine ({_cpu()}, "
+    return Estimate(work, seconds, peak / 2 ** 30, batch_size=batch, where=f"this machine when idle ({_cpu()}, "
                     f"{torch.get_num_threads()} threads, {run.config.device}, {model.dtype})",
-                    rates=f"timed forward of {len(prompts)} x {width} tokens: {per_call * 1e3:.1f} ms a call "
-                          f"or decoding step, {per_token * 1e3:.3f} ms a further token")
+                    host_call=per_call,
+                    rates=f"timed forward of {len(prompts)} x {width} tokens, CPU seconds / {threads} threads: "
+                          f"{per_call * 1e3:.1f} ms a call, {per_token * 1e3:.3f} ms a further token, "
+                          f"{per_step * 1e3:.1f} ms a decoding step of {len(rows)} rows; at this moment's load "
+                          f"(wall clock) ~{_duration(now + model.load_seconds)}")
 
 
-def gpu_estimate(work: Work, run: Run, gpu: str) -> Estimate:
-    """Seconds, batch and peak memory on a named GPU in bfloat16 (`models.memory`'s planning)."""
+def gpu_estimate(work: Work, run: Run, gpu: str, *, host_call: float = 0.0) -> Estimate:
+    """Seconds, batch and peak memory on a named GPU in bfloat16 (`models.memory`'s planning);
+    a call costs at least `host_call` (the Python and hook work of a one-token call, measured
+    on this machine's CPU, which a GPU's host does too) and its kernel launches."""
     from locos_bench.models import memory
 
     memory_gib, tflops, bandwidth = GPUS[gpu]
@@ -203,14 +220,14 @@ def gpu_estimate(work: Work, run: Run, gpu: str) -> Estimate:
     batch = memory.batch_size_for(geo, tokens, int(free), "bfloat16")
     flops_per_token = 2 * params + 4 * geo.n_layers * geo.n_heads * geo.d_head * tokens
     per_token = flops_per_token / (tflops * 1e12 * MFU)  # prefill is compute-bound
-    per_step = weights / (bandwidth * 1e12) + LAUNCH * geo.n_layers  # a step reads every weight once
-    seconds = _seconds(work, per_token, per_step, batch_ratio=run.config.batch_size / batch,
-                       per_pass=LAUNCH * geo.n_layers)
+    overhead = max(LAUNCH * geo.n_layers, host_call)
+    per_step = weights / (bandwidth * 1e12) + overhead  # a step reads every weight once
+    seconds = _seconds(work, per_token, per_step, batch_ratio=run.config.batch_size / batch, per_pass=overhead)
     peak = weights + batch * memory.sequence_bytes(geo, tokens, "bfloat16")
     return Estimate(work, seconds, peak / memory.GIB, batch_size=batch,
                     where=f"{gpu} ({memory_gib:g} GiB, bfloat16, batch {batch} from free memory)",
-                    rates=f"roofline: {tflops:g} TFLOP/s at {MFU:.0%} for prefill, "
-                          f"{bandwidth:g} TB/s reading the weights per decoding step")
+                    rates=f"roofline: {tflops:g} TFLOP/s at {MFU:.0%} for prefill, {bandwidth:g} TB/s reading "
+                          f"the weights per decoding step, {overhead * 1e3:.1f} ms a call (host or launches)")
 
 
 def _seconds(work: Work, per_token: float, per_step: float, batch_ratio: float = 1.0,
@@ -231,7 +248,8 @@ def _activation_bytes(run: Run, tasks: dict[str, Any]) -> int:
     geo, config = run.model.geometry, run.config
     dtype = run.model.dtype if run.model.dtype in memory.BYTES else "float32"
     rows = config.batch_size * config.eval_head_sets
-    decoding = rows * memory.sequence_bytes(geo, config.context_tokens, dtype)
+    tokens = config.context_tokens  # evaluation keeps the logits of the last position only
+    decoding = rows * (memory.sequence_bytes(geo, tokens, dtype) - tokens * geo.d_vocab * 4 + geo.d_vocab * 4)
     kept = 0
     for data in tasks.values():
         if isinstance(data, ExternalControl):
@@ -248,15 +266,17 @@ def _tokenized(model: Any, examples: list[Any]) -> list[Any]:
     return [tokenize_example(e, model.tokenizer) for e in examples]
 
 
-def _best(fn: Any, repeats: int = 3) -> float:
+def _best(fn: Any, clock: str = "wall", repeats: int = 3) -> float:
+    """The least of `repeats` timings of `fn()`: wall seconds, or this process's CPU seconds."""
     import torch
 
+    now = time.process_time if clock == "cpu" else time.perf_counter
     times = []
     with torch.inference_mode():
         for _ in range(repeats):
-            start = time.perf_counter()
+            start = now()
             fn()
-            times.append(time.perf_counter() - start)
+            times.append(now() - start)
     return min(times)
 
 
