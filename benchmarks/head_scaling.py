@@ -130,6 +130,30 @@ def geometry_row(n_layers: int, n_heads: int, detectors: list[str], n_examples: 
     return row
 
 
+def answer_pass(n_layers: int, n_heads: int, tokens: int, rows: int = 32) -> str:
+    """CPU seconds of one batched answer pass of the per-head intervention detectors (`rows`
+    rows on a copy of the cached prefix, `detectors._drops.Runner.run`) and of the copy alone
+    (the prefix cache's deepcopy and repeat to `rows` rows): is the pass dear, or the copy?"""
+    import copy
+
+    from locos_bench.detectors import _drops
+
+    model = build(n_layers, n_heads)
+    prep = _drops.prepare(model, examples(model, 1, tokens), "attention-knockout", answer_tokens="mean",
+                          corrupt=False)[0]
+    runner = _drops.Runner(model, prep, prefix_cache=True)
+    runner.start()
+
+    def copied() -> None:
+        copy.deepcopy(runner._cache).batch_repeat_interleave(rows)
+
+    with torch.no_grad():
+        passes = min(measure(lambda: runner.run(rows))[0] for _ in range(3))
+    copies = min(measure(copied)[0] for _ in range(3))
+    return (f"{n_layers}x{n_heads}: one {rows}-row answer pass {passes * 1e3:.1f} ms CPU, of which the prefix "
+            f"cache's copy {copies * 1e3:.1f} ms ({copies / passes:.0%}); prefix {runner.first} tokens")
+
+
 def exponent(xs: list[float], ys: list[float]) -> float:
     """b of y ~ x^b, least squares on the log-log points."""
     lx, ly = np.log(xs), np.log(ys)
@@ -174,14 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--detectors", default="all", help="comma-separated names (default: the paper preset's all)")
     parser.add_argument("--examples", type=int, default=2, help="calibration examples per detector (default 2)")
     parser.add_argument("--tokens", type=int, default=80, help="context words per example (default 80)")
+    parser.add_argument("--answer-pass", action="store_true",
+                        help="instead: one batched answer pass against its prefix-cache copy, at each geometry")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: steadier on a shared machine; overhead-bound anyway)")
     args = parser.parse_args(argv)
-    _fixed_mmap_threshold()
+    if not args.answer_pass:  # peaks need every tensor mapped on its own; the pass alone runs as a run allocates
+        _fixed_mmap_threshold()
     torch.set_num_threads(args.threads)
     detectors = paper_detectors() if args.detectors == "all" else args.detectors.split(",")
     geometries = [tuple(int(x) for x in g.split("x")) for g in args.geometries.split(",")]
     print(f"# {_cpu()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}", flush=True)
+    if args.answer_pass:
+        for n_layers, n_heads in geometries:
+            print(answer_pass(n_layers, n_heads, args.tokens), flush=True)
+        return 0
     rows = []
     start = time.perf_counter()
     for n_layers, n_heads in geometries:
