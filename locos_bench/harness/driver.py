@@ -113,22 +113,30 @@ class Run:
                 self.progress.log(f"warning: --sufficiency: every evaluation prompt of {name} fits "
                                   f"{sink} sink + {window} window tokens, so streaming changes nothing there")
 
+    def previous(self) -> tuple[Any, bool]:
+        """The manifest the run directory already holds (None: none) and whether it is this
+        run's configuration; a different one is refused unless `force`. Reads only."""
+        if not self.dir.exists():
+            return None, False
+        try:
+            old = self.dir.read_manifest()
+        except LocosError:
+            if not self.config.force:
+                raise
+            old = None
+        same = old is not None and old.config_key() == self.manifest.config_key()
+        if old is not None and not same and not self.config.force:
+            raise LocosError(
+                f"{self.dir.path} holds a run with a different configuration; use another "
+                "--output-dir, rerun the original command to resume it, or pass --force to overwrite"
+            )
+        return old, same
+
     def _open(self) -> None:
         """Start the directory, or resume it when it holds the same configuration."""
         manifest = self.manifest
         if self.dir.exists():
-            try:
-                old = self.dir.read_manifest()
-            except LocosError:
-                if not self.config.force:
-                    raise
-                old = None
-            same = old is not None and old.config_key() == manifest.config_key()
-            if old is not None and not same and not self.config.force:
-                raise LocosError(
-                    f"{self.dir.path} holds a run with a different configuration; use another "
-                    "--output-dir, rerun the original command to resume it, or pass --force to overwrite"
-                )
+            old, same = self.previous()
             if not same:
                 self.dir.clear()
             else:
