@@ -104,6 +104,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the units, forward passes and an estimate of wall time and peak memory, "
+                             "then stop (the model is loaded, nothing is run or written)")
+    parser.add_argument("--gpu", default=None, metavar="NAME",
+                        help="with --dry-run: also estimate for this GPU (h100, h200, a100, a100-40gb, l40s)")
     add_executor_arguments(parser)
 
 
@@ -157,6 +162,13 @@ def main(args: argparse.Namespace) -> int:
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():
         raise LocosError(f"--resume: {resolved.output_dir} holds no run to resume")
+    if args.gpu and not args.dry_run:
+        raise LocosError("--gpu names the GPU a --dry-run estimates for; add --dry-run")
+    if args.dry_run:
+        from locos_bench.harness.estimate import dry_run, format_estimate
+
+        print(format_estimate(*dry_run(resolved, gpu=args.gpu)))
+        return 0
     start = time.perf_counter()
     executor = make_executor_from_args(args, resolved)
     try:

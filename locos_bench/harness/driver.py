@@ -152,23 +152,33 @@ class Run:
             self.progress.note(f"{base} holds another run ({differences}); this run goes to {target}")
             self.dir = RunDir(target)
 
+    def previous(self) -> tuple[Any, Comparison | None]:
+        """The manifest the run directory already holds (None: none) and how this run stands to
+        it (`run.manifest.compare`): one it can neither resume nor extend is refused, naming
+        what differs, unless `force`. Reads only (`--dry-run` makes the same check)."""
+        self._choose_dir()
+        if not self.dir.exists():
+            return None, None
+        try:
+            old = self.dir.read_manifest()
+        except LocosError:
+            if not self.config.force:
+                raise
+            old = None
+        comparison = None if old is None else compare(old, self.manifest)
+        if comparison is not None and not comparison.fits and not self.config.force:
+            raise LocosError(
+                f"{self.dir.path} holds a run with another configuration ({'; '.join(comparison.differences)}); "
+                "use another --output-dir, rerun the original command to resume it, or pass --force to overwrite"
+            )
+        return old, comparison
+
     def _open(self) -> None:
         """Start the directory, or resume it when it holds the same configuration, or extend it
         when this one only adds to it (its finished units kept, a replaced detector's dropped)."""
         manifest = self.manifest
         if self.dir.exists():
-            try:
-                old = self.dir.read_manifest()
-            except LocosError:
-                if not self.config.force:
-                    raise
-                old = None
-            comparison = None if old is None else compare(old, manifest)
-            if comparison is not None and not comparison.fits and not self.config.force:
-                raise LocosError(
-                    f"{self.dir.path} holds a run with another configuration ({'; '.join(comparison.differences)}); "
-                    "use another --output-dir, rerun the original command to resume it, or pass --force to overwrite"
-                )
+            old, comparison = self.previous()
             if comparison is None or not comparison.fits:
                 self.dir.clear()
             else:
@@ -258,7 +268,7 @@ class Run:
                 f"to {largest:,} examples each), about {mb:,.1f} MB of records")
         if largest > LARGE_SPLIT:
             self.progress.warn(f"{line}; a unit shows no progress until it ends, and the presets evaluate 6 to 250 "
-                               "examples (--n-eval)")
+                               "examples (--n-eval); --dry-run estimates the time")
         else:
             self.progress.log(line)
 
