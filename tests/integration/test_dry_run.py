@@ -50,7 +50,7 @@ def test_dry_run_prints_the_units_the_run_records(planned_and_recorded):
 def test_dry_run_refuses_a_directory_holding_another_run(planned_and_recorded, capsys):
     out_dir = planned_and_recorded[3]
     assert cli.main(["run", *SMALL, "--n-eval", "2", "--output-dir", str(out_dir), "--dry-run"]) == 2
-    assert "holds a run with a different configuration" in capsys.readouterr().err
+    assert "holds a run with another configuration (n_eval of planted-kv: 3 -> 2)" in capsys.readouterr().err
     assert cli.main(["run", *SMALL, "--output-dir", str(out_dir), "--dry-run"]) == 0  # the same run: fine
 
 
