@@ -38,13 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local datasets: DATA/<task> in each release's layout (paper preset: "
                              "real benchmarks found there replace their synthetic twins)")
     parser.add_argument("--budgets", type=_int_list, help="numbers of ablated heads, e.g. 1,2,4,8,16")
-    parser.add_argument("--ablation", default="mean", help="mean, zero or scale:ALPHA (default mean)")
+    parser.add_argument("--ablation", default=None,
+                        help="mean, zero or scale:ALPHA on each head's output z; mean-q or zero-q on its query "
+                             "(before QK-norm and RoPE) (default: the preset's, else mean)")
     parser.add_argument("--positionwise", action="store_true",
-                        help="mean ablation per token position (each row's positions from its attention "
-                             "mask; the flat mean where fewer than 2 reference prompts reach)")
+                        help="mean ablation (mean, mean-q) per token position (each row's positions from its "
+                             "attention mask; the flat mean where fewer than 2 reference prompts reach)")
     parser.add_argument("--sink", default=None, metavar="keep|mean",
-                        help="mean ablation at a BOS sink (position 0): keep it untouched or write the mean "
-                             "there too (default: see README)")
+                        help="mean ablation of z at a BOS sink (position 0): keep it untouched or write the mean "
+                             "there too (default mean; not with mean-q, zero-q)")
     parser.add_argument("--n-calib", type=int, help="calibration (detection) examples per task")
     parser.add_argument("--n-ref", type=int, help="reference examples for mean activations")
     parser.add_argument("--n-eval", type=int, help="held-out evaluation examples per task")

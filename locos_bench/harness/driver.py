@@ -180,7 +180,7 @@ class Run:
 
                 with self._timed("explain"):
                     write_run_pages(self.model, self.dir.path, list(tasks.values()), self.config.explain,
-                                    sufficiency=self.manifest.sufficiency)
+                                    sufficiency=self.manifest.sufficiency, ablation=self.config.ablation)
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
         return self.dir

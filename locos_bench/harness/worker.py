@@ -176,7 +176,7 @@ class Worker:
             if ablation.needs_reference:
                 with self._timed("reference"):
                     ids = [tokenize_example(ex, self.model.tokenizer).input_ids for ex in data.reference]
-                    means = reference_means(self.model, ids, positionwise=ablation.positionwise)
+                    means = reference_means(self.model, ids, positionwise=ablation.positionwise, site=ablation.site)
             self._means[name] = means
         return self._means[name]
 

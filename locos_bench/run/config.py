@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from locos_bench.tasks import TaskSpec
 
 
+DEFAULT_ABLATION = "mean"
+"""The ablation of a run whose flags and preset name none."""
+
+
 @dataclass
 class RunConfig:
     """Everything that defines a run, as the user gives it (the CLI flags); `resolved()` turns
@@ -31,7 +35,9 @@ class RunConfig:
     preset: str = "default"
     tasks: list[str] | None = None
     budgets: list[int] | None = None
-    ablation: str = "mean"
+    ablation: str | None = None
+    """`mean`, `zero`, `scale:ALPHA`, `mean-q` or `zero-q` (`interventions.AblationSpec`); None:
+    the preset's, else `DEFAULT_ABLATION`."""
     positionwise: bool = False
     sink: str | None = None
     """What mean ablation writes at a BOS sink: `keep` or `mean` (`interventions.ablation`);
@@ -119,9 +125,9 @@ class RunConfig:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
-        from locos_bench.interventions import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
+        from locos_bench.interventions import AblationSpec  # torch: only once the names are checked
 
-        ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise, sink=cfg.sink or DEFAULT_SINK)
+        ablation = AblationSpec.parse(cfg.ablation or DEFAULT_ABLATION, positionwise=cfg.positionwise, sink=cfg.sink)
         output_dir = cfg.output_dir
         if output_dir is None:
             output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"

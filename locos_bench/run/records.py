@@ -92,7 +92,8 @@ class Manifest(BaseModel):
     budgets: list[int]
     """Numbers of ablated heads k, identical for every detector."""
     ablation: str
-    """`mean`, `zero` or `scale:ALPHA`."""
+    """`mean`, `zero` or `scale:ALPHA` on each head's output `z`; `mean-q` or `zero-q` on its
+    query (`interventions.query`)."""
     positionwise: bool = False
     """Mean ablation per position (True) or position-agnostic (False, default)."""
     sink: str = "mean"
