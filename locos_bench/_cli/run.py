@@ -80,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steer-alphas", type=_alpha_list, default=None, metavar="A[,A]",
                         help="also evaluate every task with each detector's top-k heads amplified by each "
                              "alpha (e.g. 1.5,2,4), plus each retrieval task's harder variant")
+    parser.add_argument("--bottom-k", type=lambda s: [t.strip() for t in s.split(",") if t.strip()], default=None,
+                        metavar="all|none|NAME[,NAME]",
+                        help="also ablate these detectors' bottom-k heads (the last k of each ranking) on each "
+                             "retrieval task, reported against random (default: the preset's, none)")
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
@@ -120,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
-        kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas,
+        kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas, bottom_k=args.bottom_k,
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():

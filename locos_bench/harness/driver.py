@@ -133,6 +133,7 @@ class Run:
                 self.dir.clear()
             else:
                 manifest = self.manifest = resumed(manifest, old)
+                self.plan = RunPlan.from_manifest(manifest)  # bottom-k detectors the directory already holds
                 for unit in self.dir.read_units(repair=True):
                     self.done[unit.key] = unit
                 if self.dir.set_aside:
@@ -192,8 +193,7 @@ class Run:
         if key.detector == BASELINE:
             return Job(key, [], source)
         ranking = rank_heads(self.done[self.plan.source_key(key)].scores, tie_seed=self.manifest.tie_seed)
-        heads = ranking[: key.index] if key.kind.top_k else [ranking[key.index - 1]]
-        return Job(key, heads, source)
+        return Job(key, key.kind.heads(ranking, key.index), source)
 
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
         """Dispatch the group's distinct head sets; copy the evaluation of a repeated one."""

@@ -3,7 +3,8 @@
 `analyze` walks the run plan task by task: the unablated baseline, each detector's curves
 and paired differences (`curves`), selection stability (`stability`), the ground truth on a
 planted model (`truth`), each table's order and adjacent-rank tests (`separability`); then
-the summary across tasks (`summary`, `specificity`), sufficiency and steering. Every figure
+the summary across tasks (`summary`, `specificity`), sufficiency, steering and the bottom-k
+control. Every figure
 is a mean over evaluation examples with a paired-bootstrap interval (`bootstrap`); the
 definitions live in `docs/methodology.md`.
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from locos_bench.names import rank_heads
 from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, curve_weights, task_seed
+from locos_bench.report.bottom_k import bottom_k
 from locos_bench.report.curves import add_versus, curve, detector_result
 from locos_bench.report.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.separability import rank_key, separability, summary_comparisons, task_comparisons, truth_key
@@ -91,7 +93,8 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                    summary_comparisons=summary_comparisons(tasks, summary), failures=failures,
                    method=method, level=level, n_resamples=n_resamples, name=name, truth_sets=sets,
                    sufficiency=suff, sufficiency_summary=suff_summary,
-                   steering=steer, steering_summary=steer_summary)
+                   steering=steer, steering_summary=steer_summary,
+                   bottom_k=bottom_k(plan, done, tasks, draw_sets))
     if family:
         separability([run])
     return run

@@ -24,6 +24,7 @@ from locos_bench.report.notes import (
 )
 from locos_bench.report.results import GOLD, RunStats
 from locos_bench.report.tables import (
+    bottom_k_tables,
     comparisons_table,
     cross_run_table,
     detectors_table,
@@ -100,6 +101,8 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
                               _image(f"{task.name}: top-k overlap", p.get("overlap"))) if x]
         if images:
             parts.append(" ".join(images))
+    if run.bottom_k:
+        parts += [f"{hashes}# Bottom-k control", *bottom_k_tables(run)]
     if run.sufficiency:
         first = run.sufficiency[0]
         parts += [f"{hashes}# Sufficiency (KV compression)", SUFFICIENCY.format(sink=first.sink, window=first.window),

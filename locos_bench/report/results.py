@@ -322,6 +322,32 @@ class SteeringSummaryRow(ResultModel):
     vs_random: Estimate | None = None
 
 
+class BottomKRow(DetectorRow):
+    """A detector's bottom-k heads (the last k of its ranking) ablated on one retrieval task."""
+
+    curves: dict[str, Curve] = Field(default_factory=dict)
+    """Metric (the headline and the gold log-prob) -> curve of the bottom-k heads."""
+    versus_random: dict[str, Estimate] = Field(default_factory=dict)
+    """Metric -> paired drop-area difference, bottom-k heads - random heads (random's top k)."""
+    versus_top: dict[str, Estimate] = Field(default_factory=dict)
+    """Metric -> paired drop-area difference, this detector's top-k heads - its bottom-k heads."""
+    heads: dict[int, list[tuple[int, int]]] = Field(default_factory=dict)
+    """Ablated heads per budget (first complete draw), in ranking order."""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.curves)
+
+
+class BottomKTask(ResultModel):
+    """The bottom-k rows of one retrieval task (`Manifest.bottom_k`)."""
+
+    task: str
+    headline: str
+    rows: dict[str, BottomKRow] = Field(default_factory=dict)
+    """In the run's detector order."""
+
+
 class RunStats(ResultModel):
     """Everything the leaderboard shows for one run directory."""
 
@@ -354,6 +380,8 @@ class RunStats(ResultModel):
     steering: list[SteeringTask] = Field(default_factory=list)
     """Per task and heads' source, under `--steer-alphas` (`report.steering`); empty otherwise."""
     steering_summary: list[SteeringSummaryRow] = Field(default_factory=list)
+    bottom_k: list[BottomKTask] = Field(default_factory=list)
+    """Per retrieval task, under `--bottom-k` (`report.bottom_k`); empty otherwise."""
 
     @computed_field
     @property

@@ -290,6 +290,29 @@ def cross_run_table(runs: list[RunStats]) -> str:
     return table(rows, headers)
 
 
+def bottom_k_tables(run: RunStats) -> list[str]:
+    """The Bottom-k control (a run with `--bottom-k`): its note and one row per retrieval task
+    and detector."""
+    headers = ["task", "detector", "metric", *(f"k={k}" for k in run.budgets), "drop-area", "logp drop-area",
+               "vs random: drop-area", "vs random: logp drop-area", "top-k − bottom-k: drop-area"]
+    rows = []
+    for task in run.bottom_k:
+        for row in task.rows.values():
+            if not row.ok:
+                rows.append([task.task, detector_label(row), f"failed: {row.error}", *["—"] * (len(headers) - 3)])
+                continue
+            c, g = row.curves[task.headline], row.curves.get(GOLD)
+            rows.append([task.task, detector_label(row), task.headline, *(fmt_ci(c.values[k]) for k in run.budgets),
+                         fmt_ci(c.drop_area), fmt_ci(g.drop_area if g else None),
+                         fmt_ci(row.versus_random.get(task.headline)), fmt_ci(row.versus_random.get(GOLD)),
+                         fmt_ci(row.versus_top.get(task.headline))])
+    note = ("Each detector's bottom-k heads (the last k of its ranking) ablated, the control for its top k: "
+            "a ranking that orders heads by need leaves the task intact here. **vs random** = bottom-k "
+            "drop-area − random heads' drop-area (negative: the bottom heads matter less than random ones); "
+            "**top-k − bottom-k** = the detector's own top-k drop-area minus its bottom-k drop-area.")
+    return [note, table(rows, headers)]
+
+
 def sufficiency_tables(run: RunStats) -> list[str]:
     """The Sufficiency tables (a run with `--sufficiency`): the summary, then each task with
     its ceiling and floor."""

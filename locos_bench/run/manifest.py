@@ -34,7 +34,7 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         random_draws=config.random_draws, calibration_draws=config.calibration_draws, seed=config.seed,
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
-        steer_alphas=list(config.steer_alphas),
+        steer_alphas=list(config.steer_alphas), bottom_k=list(config.bottom_k),
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
     )
 
@@ -48,6 +48,8 @@ def detector_entry(name: str) -> DetectorEntry:
 
 def resumed(manifest: Manifest, old: Manifest) -> Manifest:
     """The manifest of a resumed run: this session's, with the provenance (the run began then),
-    tie rule (None: ties broken by index) and timings the run directory already holds."""
+    tie rule (None: ties broken by index) and timings the run directory already holds, and
+    bottom-k for the detectors of either (units already computed are kept)."""
+    bottom = [d.name for d in manifest.detectors if d.name in {*manifest.bottom_k, *old.bottom_k}]
     return manifest.model_copy(update=dict(provenance=old.provenance, tie_seed=old.tie_seed,
-                                           timings=dict(old.timings)))
+                                           timings=dict(old.timings), bottom_k=bottom))

@@ -129,6 +129,11 @@ class Manifest(BaseModel):
     steer_alphas: list[float] = Field(default_factory=list)
     """Amplifications of the steering units (`SteeringUnit`); empty: none."""
 
+    bottom_k: list[str] = Field(default_factory=list)
+    """Detectors whose bottom-k heads each retrieval task also ablates (`BottomUnit`); empty:
+    none. Not part of `config_key`: a resumed run adds the bottom-k units it lacks and keeps
+    those it holds (`run.manifest.resumed`)."""
+
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
@@ -283,6 +288,30 @@ class SteeringUnit(UnitRecord):
                     heads_from=heads_from)
 
 
+class BottomUnit(UnitRecord):
+    """The evaluation split with the bottom-k heads of a detector (the last k of its ranking)
+    ablated (`Manifest.bottom_k`): the control for its top-k heads."""
+
+    kind: Literal[UnitKind.BOTTOM] = UnitKind.BOTTOM
+    k: int
+    heads: list[list[int]] = Field(default_factory=list)
+    """The ablated heads as `[layer, head]`, in ranking order (the last is ranked last)."""
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    """Per-example values of every metric (+ `gold_logprob`), aligned with the evaluation split."""
+    generations: list[str] = Field(default_factory=list)
+    reused: bool = False
+    """True when another bottom-k unit of this task ablated the identical head set and its
+    values were copied."""
+
+    @property
+    def key(self) -> UnitKey:
+        return UnitKey.bottom(self.task, self.detector, self.draw, self.k)
+
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, heads=_heads(heads))
+
+
 class RankUnit(UnitRecord):
     """Diagnostic: a detector's rank-r head ablated alone."""
 
@@ -303,10 +332,11 @@ class RankUnit(UnitRecord):
 
 _RECORDS: dict[UnitKind, type[UnitRecord]] = {
     UnitKind.SCORES: ScoresUnit, UnitKind.EVAL: EvalUnit, UnitKind.RANK: RankUnit,
-    UnitKind.SUFF: SufficiencyUnit, UnitKind.STEER: SteeringUnit,
+    UnitKind.SUFF: SufficiencyUnit, UnitKind.STEER: SteeringUnit, UnitKind.BOTTOM: BottomUnit,
 }
 
-Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")]
+Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit,
+                 Field(discriminator="kind")]
 """Any unit record, told apart by its `kind` (one line of `results.jsonl`)."""
 
 _UNIT = TypeAdapter(Unit)
