@@ -86,12 +86,16 @@ class Detector:
         presets: The presets whose `--detector all` includes it (None: every preset). A
             detector too slow for the CPU default run names `("paper",)`; naming it in
             `--detector` runs it under any preset.
+        adapts: One line on what it takes from its reference and where it departs (empty: it
+            is its reference, or has none); the manifest records it and the leaderboard's
+            detector table shows it.
     """
 
     name: ClassVar[str] = ""
     cost: ClassVar[str] = "?"
     stochastic: ClassVar[bool] = False
     presets: ClassVar[tuple[str, ...] | None] = None
+    adapts: ClassVar[str] = ""
 
     def get_params(self) -> dict[str, Any]:
         """Constructor parameters and their current values (scikit-learn's rule)."""

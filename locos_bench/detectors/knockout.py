@@ -35,6 +35,9 @@ class AttentionKnockout(InterventionDetector):
     """
 
     cost = "2 + ceil(n_heads_total / batch_size) (the batched passes cover only the answer positions)"
+    adapts = ("Geva et al. 2023's attention knockout, per head instead of every head of a window of layers: "
+              "the answer positions may not read the needle; score = drop in the gold log-prob, not in the "
+              "predicted token's probability")
 
     def intervention(self, model: LoadedModel, prep: iv.Prepared, chunk: list[iv.Head], state: Any,
                      end: int) -> list[iv.Hook]:

@@ -99,6 +99,9 @@ class PathPatching(Detector):
     """
 
     cost = "2"
+    adapts = ("Wang et al. 2023's path patching with one receiver, the logits: the head's corrupted-minus-clean "
+              "write goes straight to the final residual stream at the answer positions, no path through later "
+              "heads; corrupted = the needle replaced; score = drop in the gold log-prob, not a logit difference")
 
     def __init__(self, final_norm: str = "recompute", batch_size: int = 16, answer_tokens: str = "mean") -> None:
         self.final_norm = final_norm

@@ -224,8 +224,10 @@ class Run:
 
 
 def _job_key(key: UnitKey, heads: Sequence[Sequence[int]]) -> tuple:
-    """What makes two evaluations identical: kind, task, amplification and the set of heads."""
-    return (key.kind, key.task, key.alpha, tuple(sorted(tuple(int(x) for x in h) for h in heads)))
+    """What makes two evaluations identical: kind, task, amplification, the examples (a
+    calibration steering unit's are its draw's) and the set of heads."""
+    return (key.kind, key.task, key.alpha, key.split, key.draw if key.split else 0,
+            tuple(sorted(tuple(int(x) for x in h) for h in heads)))
 
 
 def _unit_heads(unit: UnitRecord) -> list[list[int]]:

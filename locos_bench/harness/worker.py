@@ -23,7 +23,7 @@ from locos_bench.interventions import (
 )
 from locos_bench.names import Head
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.plan import UnitKey, UnitKind, detector_rng
+from locos_bench.run.plan import UnitKey, UnitKind, detector_rng, draw_params
 from locos_bench.run.records import UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask, TaskData, build_run_tasks
 from locos_bench.tasks.tokenize import tokenize_example
@@ -122,10 +122,11 @@ class Worker:
         for n, job in enumerate(jobs):
             external = isinstance(self.tasks[job.key.task], ExternalControl)
             if job.key.kind in _SHARED and self.config.eval_head_sets > 1 and not external:
-                groups.setdefault((job.key.task, job.key.kind, job.key.alpha), []).append(n)
+                examples = (job.key.split, job.key.draw if job.key.split else 0)  # one batch, one example set
+                groups.setdefault((job.key.task, job.key.kind, job.key.alpha, examples), []).append(n)
             else:
                 out[n] = self.run(job)
-        for (task, _, _), ns in groups.items():
+        for (task, *_), ns in groups.items():
             for start in range(0, len(ns), self.config.eval_head_sets):
                 chunk = ns[start:start + self.config.eval_head_sets]
                 for n, unit in zip(chunk, self._eval_units(self.tasks[task], [jobs[n] for n in chunk])):
@@ -144,7 +145,9 @@ class Worker:
         with self._timed(kind.phase):
             start = time.perf_counter()
             ablation = HeadSetAblation([job.heads for job in jobs], spec, means)
-            results = evaluate_head_sets(self.model, data.spec, data.evaluation, ablation,
+            key = jobs[0].key  # a steering unit may evaluate its draw's calibration examples
+            examples = data.calibration_draw(key.draw) if key.split == "calibration" else data.evaluation
+            results = evaluate_head_sets(self.model, data.spec, examples, ablation,
                                          batch_size=self.config.batch_size, prefix=self._prefix(data))
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
@@ -188,7 +191,7 @@ class Worker:
     # -- units -------------------------------------------------------------------------------
 
     def _score(self, data: TaskData, key: UnitKey) -> UnitRecord:
-        detector = make_detector(key.detector)
+        detector = make_detector(key.detector, **draw_params(key.detector, key.draw, self.config.random_seed))
         rng = detector_rng(self.config.seed, key)
         start = time.perf_counter()
         try:

@@ -2,11 +2,11 @@
 
 `analyze` walks the run plan task by task: the unablated baseline, each detector's curves
 and paired differences (`curves`), selection stability (`stability`), the ground truth on a
-planted model (`truth`), each table's order and adjacent-rank tests (`separability`); then
-the summary across tasks (`summary`, `specificity`), sufficiency, steering and the bottom-k
-control. Every figure
-is a mean over evaluation examples with a paired-bootstrap interval (`bootstrap`); the
-definitions live in `docs/methodology.md`.
+planted model (`truth`), each table's order; then the summary across tasks (`summary`,
+`specificity`), sufficiency, steering and the bottom-k control, and last the run's verdicts and
+rank sets from its pre-specified families (`separability` over `simultaneous`). Every figure is
+a mean over evaluation examples with a paired-bootstrap interval (`bootstrap`); the definitions
+live in `docs/methodology.md`.
 
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which tasks' scores chose a control task's heads, is the run plan's: a control
@@ -25,7 +25,7 @@ from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, curve_we
 from locos_bench.report.bottom_k import bottom_k
 from locos_bench.report.curves import add_versus, curve, detector_result
 from locos_bench.report.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
-from locos_bench.report.separability import rank_key, separability, summary_comparisons, task_comparisons, truth_key
+from locos_bench.report.separability import rank_key, separability, truth_key
 from locos_bench.report.stability import fill_stability
 from locos_bench.report.steering import steering
 from locos_bench.report.sufficiency import sufficiency
@@ -36,16 +36,13 @@ from locos_bench.run import BASELINE, Manifest, RunPlan
 
 
 def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_RESAMPLES,
-            method: str = "percentile", level: float = LEVEL, name: str = "", family: bool = True) -> RunStats:
+            method: str = "percentile", level: float = LEVEL, name: str = "") -> RunStats:
     """Compute every leaderboard statistic of one run from its manifest and units.
 
     Missing units are not an error here (their figures are absent); the leaderboard checks
-    completeness first. Units with `error` set are excluded and listed in `failures`.
-
-    Args:
-        family: Correct the run's adjacent-rank tests as a Holm family of their own (a run
-            shown alone). False leaves them uncorrected, for a caller that shows several runs
-            together and corrects them as one family (`separability.separability`).
+    completeness first. Units with `error` set are excluded and listed in `failures`. The
+    verdicts come from the run's own pre-specified families (`separability`), so they do not
+    depend on what else a page shows.
     """
     plan = RunPlan.from_manifest(manifest)
     budgets = list(plan.budgets)
@@ -86,17 +83,16 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
             tasks.append(_task_result(plan, manifest, entry, source, n, done, boot, weights, base, metrics,
                                       headline, sizes, baseline, sets, draw_sets, n_resamples))
     summary = summarise(plan, tasks)
-    suff, suff_summary = sufficiency(manifest, plan, done, tasks, draw_sets)
-    steer, steer_summary = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
-                                    method=method, level=level)
-    run = RunStats(manifest=manifest, tasks=tasks, summary=summary,
-                   summary_comparisons=summary_comparisons(tasks, summary), failures=failures,
-                   method=method, level=level, n_resamples=n_resamples, name=name, truth_sets=sets,
-                   sufficiency=suff, sufficiency_summary=suff_summary,
-                   steering=steer, steering_summary=steer_summary,
-                   bottom_k=bottom_k(plan, done, tasks, draw_sets))
-    if family:
-        separability([run])
+    suff, suff_summary, suff_verdicts = sufficiency(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
+    steer, steer_summary, steer_verdicts = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
+                                                    method=method, level=level)
+    bottom, bottom_verdicts = bottom_k(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
+    run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
+                   failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
+                   truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
+                   steering=steer, steering_summary=steer_summary, bottom_k=bottom,
+                   verdicts={**suff_verdicts, **steer_verdicts, **bottom_verdicts})
+    separability(run, n_resamples=n_resamples)
     return run
 
 
@@ -125,13 +121,15 @@ def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: 
             if scores:
                 res.truth = ground_truth(scores, sets, budgets, tie_seed=manifest.tie_seed)
     key = truth_key if any(r.truth for r in results.values()) else rank_key
-    ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
+    if entry.kind == "retrieval":
+        ordered = dict(sorted(results.items(), key=lambda kv: key(kv[1], headline)))
+    else:  # a control is not ranked by damage: the run's order, failed rows last
+        ordered = dict(sorted(results.items(), key=lambda kv: not kv[1].ok))
     task = TaskResult(name=entry.name, kind=entry.kind, headline=headline, metrics=metrics,
                       n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
                       detectors=ordered, bootstrap=boot, heads_from=source,
                       section=entry.name if source == plan.sources(entry.name)[0] else f"{entry.name}@{source}",
                       unablated=base)
-    task.comparisons = task_comparisons(task, key)
     return task
 
 

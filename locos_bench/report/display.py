@@ -30,13 +30,33 @@ def fmt(x: float | None, digits: int = DIGITS) -> str:
 
 
 def fmt_ci(est: Estimate | None, spread: tuple[float, float] | None = None) -> str:
-    """`value [low, high]`, plus ` ±sd` over random draws when given."""
+    """`value [low, high]`, plus ` ±sd` over random draws when given; an interval with an
+    infinite end (a ratio whose denominator is not identified, a family that can separate
+    nothing at this n) is `value [unbounded]`, never a number."""
     if est is None:
         return "—"
-    text = f"{fmt(est.value)} [{fmt(est.low)}, {fmt(est.high)}]"
+    if math.isinf(est.low) or math.isinf(est.high):
+        text = f"{fmt(est.value)} [unbounded]"
+    else:
+        text = f"{fmt(est.value)} [{fmt(est.low)}, {fmt(est.high)}]"
     if spread is not None:
         text += f" ±{fmt(spread[1])}"
     return text
+
+
+def fmt_p(p: float | None) -> str:
+    """A p-value: three decimals, or two significant digits below 0.001."""
+    if p is None or not math.isfinite(p):
+        return "—"
+    return fmt(p) if p >= 0.001 else f"{p:.1e}"
+
+
+def rank_text(ranks: tuple[int, int] | None) -> str:
+    """A rank set as the tables show it: `3`, `1–9`; `—` for none."""
+    if ranks is None:
+        return "—"
+    lo, hi = ranks
+    return str(lo) if lo == hi else f"{lo}–{hi}"
 
 
 def cell(text: Any) -> str:

@@ -1,21 +1,22 @@
 """The leaderboard page as Markdown: deterministic text from analysed runs.
 
 The same statistics give a byte-identical file: no clock, no absolute paths, fixed float
-formatting. This module lays the page out (a section per run: header, notes, summary, each
-task, sufficiency, steering, failures; a summary across runs when there are several) from
-the tables (`tables`) and notes (`notes`); plots are linked by the relative paths
-`locos_bench.report.plots` returns. It computes nothing: ranks, ties and the Holm family
-were settled once for the runs shown together (`separability`).
+formatting. This module lays the page out (each run's conclusion first; a section per run:
+header, notes, summary with its verdicts, each task, sufficiency, steering, failures; a
+summary across runs when there are several) from the tables (`tables`), notes (`notes`) and
+verdicts (`conclusion`); plots are linked by the relative paths `locos_bench.report.plots`
+returns. It computes nothing: rank sets and verdicts come from each run's own families
+(`separability`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from locos_bench.errors import LocosError
+from locos_bench.report.conclusion import conclusion, family_note, verdict_table
 from locos_bench.report.display import fmt_ci
+from locos_bench.report.intervention_tables import bottom_k_tables, steering_tables, sufficiency_tables
 from locos_bench.report.notes import (
-    ADJACENT,
     STEERING,
     SUFFICIENCY,
     definitions,
@@ -24,8 +25,6 @@ from locos_bench.report.notes import (
 )
 from locos_bench.report.results import GOLD, RunStats
 from locos_bench.report.tables import (
-    bottom_k_tables,
-    comparisons_table,
     cross_run_table,
     detectors_table,
     failures_table,
@@ -33,8 +32,6 @@ from locos_bench.report.tables import (
     header_table,
     rank_table,
     stability_table,
-    steering_tables,
-    sufficiency_tables,
     summary_table,
     task_table,
     tasks_table,
@@ -57,16 +54,17 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         parts.append(ground_truth_note(run, truths[0].n))
     parts.append(separability_note(run, bool(truths)))
     notes = list(dict.fromkeys(n for row in run.summary for n in row.notes))
-    parts += [f"{hashes}# Summary across tasks",
-              "Headline metric of each task (drop-areas averaged over tasks):",
-              summary_table(run, "headline"),
-              *(["Left out of specificity: " + "; ".join(notes) + "."] if notes else []),
-              "Gold-answer log-prob (nats):",
-              summary_table(run, GOLD)]
-    summary_pairs = comparisons_table(run.summary_comparisons)
-    if summary_pairs:
-        parts += [ADJACENT.replace("Adjacent ranks", "Adjacent ranks of the summary (both tables)"),
-                  summary_pairs]
+    parts += [f"{hashes}# Summary across tasks"]
+    for key, intro in (("headline", "Headline metric of each task (drop-areas averaged over tasks):"),
+                       (GOLD, "Gold-answer log-prob (nats):")):
+        parts += [intro, summary_table(run, key)]
+        if key == "headline" and notes:
+            parts.append("Left out of specificity: " + "; ".join(notes) + ".")
+        if key in run.ranks:
+            parts.append(family_note(run.ranks[key]))
+        verdicts = run.verdicts.get(f"ablation:{key}")
+        if verdicts is not None:
+            parts += [family_note(verdicts), verdict_table(verdicts)]
     for task in run.tasks:
         section = task.section or task.name
         p = plots.get(section, {})
@@ -86,9 +84,7 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         if truth_table:
             parts += ["Ground truth (ranks this table and the next):", truth_table]
         parts.append(task_table(run, task))
-        pairs = comparisons_table(task.comparisons)
-        if pairs:
-            parts += [ADJACENT, pairs]
+        parts += [family_note(task.ranks[m]) for m in (task.headline, GOLD) if m in task.ranks]
         versus = versus_table(run, task)
         if versus:
             parts += ["Paired differences (this detector − reference):", versus]
@@ -122,16 +118,14 @@ def render_markdown(runs: Sequence[RunStats],
                     plots: Sequence[dict[str, dict[str, str]]] | None = None) -> str:
     """The leaderboard text; `plots[i]` maps task -> {`curves`|`heatmap`|`overlap`: relative path}.
 
-    The runs must have been analysed together (`leaderboard.analyze_runs`, or `analysis.analyze`
-    for one run), so that one Holm family covers every comparison the page shows.
+    It opens with each run's conclusion; each run's verdicts are its own (`separability`).
     """
     runs = list(runs)
-    if any(run.family_runs != len(runs) or run.holm_family != runs[0].holm_family for run in runs):
-        raise LocosError("the runs of one leaderboard must be analysed together (analyze_runs), "
-                         "so one Holm family covers every comparison the page shows")
     plots = list(plots) if plots is not None else [{} for _ in runs]
     lines = ["# locos-bench leaderboard",
              "Generated by `locos-bench leaderboard` from the run records; do not edit by hand."]
+    for i, run in enumerate(runs, 1):
+        lines.append(conclusion(run) if len(runs) == 1 else f"Run {i} (`{run.name}`): {conclusion(run)}")
     if len(runs) == 1:
         run = runs[0]
         lines.append(_run_section(run, plots[0], 2, f"{run.manifest.model} — run `{run.name}`"))

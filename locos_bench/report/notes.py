@@ -1,8 +1,8 @@
 """The leaderboard's reading notes: the prose under a run's header that says how to read its
-tables (intervals, drops and areas, specificity, ties and the Holm family, ground truth,
+tables (intervals, drops and areas, specificity, verdicts and rank sets, ground truth,
 selection stability, sufficiency, steering), each filled in with the run's own figures.
 
-They restate, for a reader of the page, what `docs/methodology.md` defines.
+They restate, for a reader of the page, what `docs/methodology.md` defines, and point to it.
 """
 
 from __future__ import annotations
@@ -20,37 +20,48 @@ ablation hurt). **area** = trapezoid area of the metric-vs-log2(k) curve over th
 divided by the log2 range (a log-k weighted mean, in metric units); **drop-area** = the same
 for the drop curve. **logp** = the teacher-forced gold-answer log-prob (nats): it keeps
 separating detectors when accuracy saturates. {specificity} **vs X** = this detector's drop − X's, per example.
-Random rows are resampled in two levels, draws then examples: each resample draws the random
-draws with replacement, then the examples, so random's intervals and every difference with it
-(**vs random**, the rank tests) hold the spread between draws; **±** is the standard deviation
-of the per-draw means. Under calibration draws every detector's rows are resampled the same
-way over its draws. Rows are ranked by headline drop-area, then logp drop-area. Cost = scoring
-seconds and forward passes on the calibration set (mean over draws)."""
+Random rows are resampled in two levels, draws then examples: each resample draws D − 1 of the
+D random draws with replacement (D would spread (D − 1)/D as much as the draws do), then the
+examples, so random's intervals and every difference with it hold the spread between draws; **±** is the standard deviation of the per-draw means.
+Under calibration draws every detector's rows are resampled the same way over its draws.
+Retrieval rows are listed by headline drop-area, then logp drop-area; control rows in the run's
+order. Cost = scoring seconds and forward passes on the calibration set (mean over draws).
+Every definition: `docs/methodology.md`."""
 
 
 PAIRED_SPECIFICITY = """**specificity**: each control task is evaluated with the heads each retrieval task chose, and
-every (retrieval, control) pair compares the same heads. A task's **relative drop** =
-drop-area / unablated value of its headline metric (on a rate such as contains, number_match,
-f1: clipped to [0, 1]; 1 = all of the task's accuracy removed), so tasks in different units
-average; undefined, and its pairs left out (noted under the summary), when the unablated value
-is 0. **specificity** = mean over pairs of [relative drop of the retrieval task − relative drop
-of the control with the same heads]; **specificity (logp)** = the same pairs' gold-log-prob
-drop-areas, retrieval − control, in nats (not normalised). **control drop-area** = mean over
-the pairs."""
+every (retrieval, control) pair compares the same heads. **specificity (logp)**, the primary figure,
+= mean over pairs of [gold log-prob drop-area of the retrieval task − that of the control with the
+same heads], in nats: it does not saturate. A task's **relative drop** = mean drop-area / mean
+unablated value of its headline metric (a ratio of means, not clipped: it saturates at 1 when a head
+set removes every correct answer), so tasks in different units average; **specificity (relative)** =
+mean over pairs of [relative drop of the retrieval task − relative drop of the control], with a
+delta-method interval. A relative figure over a task whose unablated mean is 0 is undefined (its
+pairs are left out, noted under the summary); one whose unablated mean is not distinguishable from 0
+at its n is shown `[unbounded]`. **control drop-area** = mean over the pairs."""
 
 
 SEPARABILITY = """\
-*Ties.* A rank marked `=` (e.g. `=2`) is shared by adjacent rows whose order is not
-separable. Each pair of adjacent ranked rows is tested on the figure that ordered it (the
-first ranking figure on which they differ) with a two-sided paired bootstrap p-value from the
-resamples of the intervals, p = 2·min(1 + #(d* ≤ 0), 1 + #(d* ≥ 0)) / (B + 1), capped at 1.
-Holm's step-down correction runs over **the family of every adjacent-pair comparison this
-leaderboard tests**: {family}. A pair is separable when its Holm-adjusted p < {alpha}. Ranks
-are competition ranks: a row not separable from the row above shares its rank, and the next
-row's rank counts every row above it (1, =2, =2, 4); only adjacent rows are compared, so a tie
-can chain across rows that would differ. Rows whose ranking figures are all equal tie without
-a test; failed rows are not ranked. Random rows enter resampled in two levels (draws, then
-examples), as in **vs random**."""
+*Verdicts and ranks* (definitions: `docs/methodology.md`, Separability). The verdicts come from
+families the run fixed when it was made (its manifest), never from what this page shows: on
+each ranking figure (the mean headline and the mean gold log-prob drop-area over the retrieval
+tasks), every detector minus `locos` and minus `random`, with simultaneous {level}% intervals:
+the studentised maximum over the family (max-T), from sign flips of the paired per-example
+differences (every pattern when there are at most 65,536, else Monte Carlo), the draws entering
+as a Gaussian second level; on a rate, a task whose examples show no discordance keeps a
+moderated variance instead of claiming none. A pair is separable when its interval excludes 0 (max-T p <
+{alpha}). **rank** is a simultaneous {level}% rank set from every pair on the table's figure
+(Mogstad, Romano, Shaikh & Wilhelm 2024): `1–9` says the data place the row anywhere from first
+to ninth; rows are listed by point estimate. Each family states its size, its n, the smallest
+p it can attain and the differences it can detect at 80% power; where nothing can be separable
+at that n it says so and ranks nothing. Control tasks are not ranked. The other intervals in
+brackets are marginal: not corrected for the many figures on the page. {heads}"""
+
+
+HEADS_ONCE = ("Each detector chose its heads once (one calibration draw): every interval is conditional on "
+              "the heads it chose; the spread of head selection is not in it (see *Selection stability*).")
+HEADS_DRAWN = ("Each detector chose its heads on {r} disjoint calibration subsets: the draws enter its "
+               "intervals and verdicts as a second level.")
 
 
 GROUND_TRUTH = """\
@@ -86,20 +97,19 @@ NO_STABILITY = ("*Selection stability:* not available: these records hold no per
                 "calibration scores (runs made before the scores records kept `per_example`).")
 
 
-ADJACENT = "Adjacent ranks: is the order separable? (Holm over the leaderboard's family; see *Ties*)"
-
-
 SUFFICIENCY = """Sufficiency: each retrieval task evaluated again with **only** a detector's top-k heads
 keeping full attention; every other query head is a *streaming head* that attends to its row's first
-{sink} tokens and last {window} tokens (DuoAttention's KV compression). **retained @k** = mean
-headline metric over the unablated mean (1 = nothing lost; not clipped); **area** = the retained curve's
-area over log2(k), the ablation areas' weights; **floor** = every head streaming. **KV kept** = the share
-of the unmodified model's KV cache the full heads keep over the evaluation prompts, counted in
-key/value heads: under GQA a KV head stays whole when any of its query heads is full (its other query
-heads still stream, so the figure measures the chosen heads alone). **vs r** = area minus r's area,
-paired on examples (and draws); positive = the detector's heads carry more of the task. **gold loss**
-= area of the gold log-prob lost, nats. 95% intervals as above; resamples
-whose unablated mean is 0 (no ceiling) are left out of a ratio's interval."""
+{sink} tokens and last {window} tokens (DuoAttention's KV compression). **kept − unablated @k** = mean
+over examples of the headline metric with those heads full minus unablated (0 = nothing lost; metric
+units); **area** = its area over log2(k), the ablation areas' weights; **area (logp, nats)** = the same
+for the gold log-prob. These differences are the primary figures. **retained share** = the kept area's
+mean over the unablated mean, with Fieller's interval, `[unbounded]` when the unablated mean is not
+distinguishable from 0 at this n. **floor** = every head streaming. **KV kept** = the share of the
+unmodified model's KV cache the full heads keep over the evaluation prompts, counted in key/value
+heads: under GQA a KV head stays whole when any of its query heads is full (its other query heads
+still stream, so the figure measures the chosen heads alone). **vs r** = area minus r's area, paired
+on examples (and draws): marginal in the task tables, simultaneous over the run's family in the
+summary (*Verdicts and ranks*)."""
 
 
 STEERING = """Steering: every task evaluated again with a detector's top-k heads' outputs scaled by
@@ -107,13 +117,22 @@ alpha (amplified for alpha > 1); retrieval tasks with their own heads, controls 
 task's heads, and each retrieval task's **harder variant** (longer context, more distractors: where
 accuracy has room to rise) with its task's heads. **gain @k** = mean of steered minus unablated headline
 metric (metric units; positive = it helped); **area** = the gain curve's area over log2(k); **gold gain**
-= the same area for the gold log-prob, nats. The summary takes each detector's **best alpha** (largest
-mean relative gain over retrieval tasks and variants; chosen on the evaluation examples, so
-optimistic): **retrieval gain** and **harder gain** = mean over those tasks of gain area over the
-unablated mean; **control cost** = minus the same over control pairs (positive = amplification hurt
-the control); **vs random** = retrieval gain minus random's at that alpha, paired. 95% intervals (a resample
-with an unablated mean of 0 is left out of a relative figure)."""
+= the same area for the gold log-prob, nats. The summary gives each detector's **retrieval gain**
+(mean gain area over retrieval tasks, headline units and nats), **harder gain** (over the variants)
+and **control cost** (minus the mean gain area over control pairs; positive = amplification hurt the
+control), at the alpha the detector chose on its calibration examples, or at every alpha when the run
+did not steer them (choosing on the evaluation examples would be optimistic); **vs r** = retrieval
+gain minus r's, simultaneous over the run's family."""
 
+
+
+BOTTOM_K = """Bottom-k control: each retrieval task evaluated again with a detector's **bottom-k** heads (the
+last k of its ranking, ties broken as for its top k) ablated, beside its top-k heads and random heads
+at the same budgets. A detector that ranks heads by what the task needs leaves the task nearly intact
+here. **vs random** = drop-area minus random heads' drop-area, paired on examples (and draws; negative:
+these heads matter less than random ones); **top-k − bottom-k** = the detector's top-k drop-area minus
+its bottom-k drop-area (positive: its top heads matter more than its bottom heads). Marginal in the
+task tables; over retrieval tasks, simultaneous over the run's `bottom-k` family."""
 
 def definitions(run: RunStats) -> str:
     """The *How to read* note, specificity as this run's records define it: a run recorded
@@ -126,23 +145,14 @@ def definitions(run: RunStats) -> str:
 
 
 def separability_note(run: RunStats, truth: bool) -> str:
-    """The *Ties* note: the Holm family this run's ranks were corrected in (its size and the
-    runs it spans), and a warning when B is too small for any pair to separate."""
-    m = run.holm_family
-    scope = "of every run" if run.family_runs > 1 else "of this run"
-    family = (f"{m} comparisons, the adjacent rows of each task table and of the summary ranking "
-              f"(its two tables share one order) {scope}")
-    text = SEPARABILITY.format(family=family, alpha=fmt(run.alpha, 2))
+    """The *Verdicts and ranks* note, saying whether the intervals are conditional on the
+    heads each detector chose (one calibration draw) or hold their choice (several)."""
+    r = run.manifest.calibration_draws
+    heads = HEADS_ONCE if r <= 1 else HEADS_DRAWN.format(r=r)
+    text = SEPARABILITY.format(level=fmt(100 * (1 - run.alpha), 0), alpha=fmt(run.alpha, 2), heads=heads)
     if truth:
-        text += (" Pairs ordered by a ground-truth figure (precision@n, AUROC) are not tested (it "
-                 "has no bootstrap distribution) and keep separate ranks.")
-    b = run.n_resamples
-    if m and 2 * m / (b + 1) >= run.alpha:
-        need = int(2 * m / run.alpha)
-        while 2 * m / (need + 1) >= run.alpha:
-            need += 1
-        text += (f" **With B = {b} no pair can be separated:** the smallest p, 2 / (B + 1), times "
-                 f"{m} is not below {fmt(run.alpha, 2)}; rerun with `--n-resamples {need}` or more.")
+        text += (" The planted tables are ordered by the ground truth (precision@n, AUROC), which has no "
+                 "sampling distribution and is not tested; the rank sets are those of the ablation figures.")
     return textwrap.fill(" ".join(text.split()), width=95, break_long_words=False, break_on_hyphens=False)
 
 

@@ -8,6 +8,7 @@ recomputing them. The statistics are defined in `docs/methodology.md`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_seriali
 from locos_bench.names import Head
 from locos_bench.report.bootstrap import LEVEL, Bootstrap, Estimate, finite_or_none
 from locos_bench.run import Manifest
+from locos_bench.run.records import Family
 
 GOLD = "gold_logprob"
 """The teacher-forced gold-answer log-prob (nats): every table's second metric."""
@@ -112,30 +114,63 @@ class Stability(ResultModel):
     whose top k holds it."""
 
 
-class Comparison(ResultModel):
-    """Two adjacent ranked rows of a table: is the order of `upper` over `lower` separable?"""
+class Verdict(ResultModel):
+    """One comparison of a family: the difference detector - reference on the family's figure,
+    with its simultaneous interval (`simultaneous`)."""
 
-    upper: str
-    lower: str
+    detector: str
+    reference: str
+    difference: Estimate
+    """Estimate with the family's simultaneous interval (unbounded when nothing can be
+    separable at this n)."""
+    p: float
+    """Max-T adjusted p-value (single step)."""
+    mde: float
+    """Minimum detectable difference at 80% power, at this comparison's standard error."""
+    separable: bool
+    """p < alpha: the interval excludes 0."""
+
+    @field_serializer("mde")
+    def _mde_json(self, value: float) -> float | None:
+        return finite_or_none(value)
+
+
+class FamilyStats(ResultModel):
+    """One family's simultaneous inference, and what it can detect at this n."""
+
     figure: str
-    """The ranking figure that ordered them (the first that differs), e.g. `exact_match
-    drop-area`; `precision@n` / `AUROC` (ground truth, not tested); `equal` (no figure differs)."""
-    difference: Estimate | None = None
-    """Paired difference upper - lower on that figure, with its interval (tested pairs)."""
-    p: float | None = None
-    """Two-sided paired bootstrap p-value (None: not tested; NaN: non-finite replicates)."""
-    p_holm: float | None = None
-    """Holm-adjusted over the leaderboard's family (`separability.separability`)."""
-    separable: bool = False
-    """Holm p < alpha; True for a ground-truth order, False for equal figures."""
+    """What is compared, in words (`mean contains drop-area over 2 retrieval tasks`)."""
+    kind: str
+    """`many-to-one` (the run's pre-specified pairs), `bottom-k` (the bottom-k control's pairs,
+    `report.bottom_k`) or `all pairs` (rank sets)."""
+    size: int
+    """Comparisons in the family (those with data)."""
+    units: int
+    """(Task, example) units the sign flips act on."""
+    replicates: int
+    exact: bool
+    """Every sign pattern enumerated."""
+    draw_groups: list[str] = Field(default_factory=list)
+    """Second levels in the family (`random`'s draws, `calibration` draws)."""
+    critical: float
+    """|T| beyond which a comparison is separable (inf: none can be)."""
+    p_min: float
+    """The smallest attainable adjusted p."""
+    level: float
+    left_out: list[str] = Field(default_factory=list)
+    """Pre-specified comparisons without data (a failed detector), left out of the family."""
+    verdicts: list[Verdict] = Field(default_factory=list)
+    ranks: dict[str, tuple[int, int]] = Field(default_factory=dict)
+    """`all pairs`: detector -> its simultaneous rank set [best, worst] (1 = largest figure)."""
 
     @property
-    def tested(self) -> bool:
-        return self.p is not None
+    def identified(self) -> bool:
+        """Whether anything can be separable at this n (p_min < alpha)."""
+        return math.isfinite(self.critical)
 
-    @field_serializer("p", "p_holm")
-    def _p_json(self, value: float | None) -> float | None:
-        return None if value is None else finite_or_none(value)
+    @field_serializer("critical")
+    def _critical_json(self, value: float) -> float | None:
+        return finite_or_none(value)
 
 
 class DetectorRow(ResultModel):
@@ -201,13 +236,13 @@ class TaskResult(ResultModel):
     """Metric -> per-example unablated values (what relative drops divide by)."""
     baseline: DetectorResult
     detectors: dict[str, DetectorResult]
-    """In ranked order (best first; failed detectors last)."""
+    """Retrieval tasks: by headline, then gold log-prob drop-area (point estimates, largest
+    first; planted models: ground truth first); controls: the run's detector order; failed
+    detectors last."""
     bootstrap: Bootstrap = Field(exclude=True, repr=False)
-    comparisons: list[Comparison] = Field(default_factory=list)
-    """Adjacent ranked detectors (failed ones are not ranked), best pair first."""
-    rank_labels: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
-    """Ranked detector -> its rank as the tables show it (`1`, `=2`), from `comparisons`
-    once the leaderboard's Holm family has corrected them (`separability`)."""
+    ranks: dict[str, FamilyStats] = Field(default_factory=dict)
+    """Retrieval tasks: metric (the headline, the gold log-prob) -> rank sets of the
+    detectors on its drop-area, all pairs of this task; control tasks are not ranked."""
 
     @computed_field
     @property
@@ -235,20 +270,24 @@ class SummaryRow(ResultModel):
 
 
 class SufficiencyRow(DetectorRow):
-    """One detector's heads kept full, on one retrieval task."""
+    """One detector's heads kept full (every other head streaming), on one retrieval task."""
 
-    retained: dict[int, Estimate | None] = Field(default_factory=dict)
-    """Budget k -> retained fraction of the unablated headline metric."""
+    kept: dict[int, Estimate] = Field(default_factory=dict)
+    """Budget k -> kept minus unablated headline metric (metric units; 0 = nothing lost)."""
     area: Estimate | None = None
-    """Retention area over the budgets."""
-    gold_loss: Estimate | None = None
-    """Area over k of the gold log-prob lost, in nats."""
+    """Area over k of kept minus unablated, headline metric units: the primary figure."""
+    gold_area: Estimate | None = None
+    """The same for the gold log-prob, in nats."""
+    retained: Estimate | None = None
+    """Retained share: mean kept area over the unablated mean (Fieller; `ratios`)."""
     kv_kept: dict[int, float] = Field(default_factory=dict)
     """Budget k -> share of the full KV cache kept (mean over draws)."""
     versus: dict[str, Estimate | None] = Field(default_factory=dict)
-    """Reference -> paired difference of retention areas (this - reference)."""
+    """Reference -> this area minus the reference's (marginal interval; the summary's are
+    simultaneous)."""
     area_terms: Any = Field(default=None, exclude=True, repr=False)
-    """Per-example retained-metric area (`[n]` or a `PerDraw`), before dividing by the ceiling."""
+    """Per-example kept minus unablated area (`[n]` or a `PerDraw`)."""
+    gold_terms: Any = Field(default=None, exclude=True, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -265,23 +304,31 @@ class SufficiencyTask(ResultModel):
     unablated: float
     """Mean unablated headline metric (the ceiling)."""
     floor: Estimate | None = None
-    """Retained fraction with every head streaming."""
+    """Every head streaming: minus unablated, headline metric units."""
+    floor_retained: Estimate | None = None
+    """Every head streaming: retained share (Fieller)."""
     floor_kv: float | None = None
     unaffected_layers: list[int] = Field(default_factory=list)
     """Sliding-window layers whose window is at most the streaming window."""
     rows: dict[str, SufficiencyRow] = Field(default_factory=dict)
-    """Ranked by retention area, best first (failed rows last)."""
+    """The run's detector order (failed rows last)."""
     bootstrap: Bootstrap = Field(exclude=True, repr=False)
-    base: Any = Field(default=None, exclude=True, repr=False)
 
 
 class SufficiencySummaryRow(ResultModel):
+    """One detector's sufficiency over the retrieval tasks where it has figures."""
+
     detector: str
     tasks: int
     area: Estimate | None = None
+    """Mean over tasks of kept minus unablated area, headline metric units."""
+    gold_area: Estimate | None = None
+    """The same for the gold log-prob, nats."""
     kv_kept: float | None = None
     """Mean over tasks of the KV share kept at the largest budget."""
-    versus: dict[str, Estimate | None] = Field(default_factory=dict)
+    versus: dict[str, dict[str, Estimate | None]] = Field(default_factory=dict)
+    """`headline` / `gold_logprob` -> reference -> simultaneous difference (the run's
+    `sufficiency:` families)."""
 
 
 class SteeringRow(DetectorRow):
@@ -294,6 +341,8 @@ class SteeringRow(DetectorRow):
     gold_area: dict[float, Estimate] = Field(default_factory=dict)
     """Alpha -> gain area of the gold log-prob (nats)."""
     area_terms: dict[float, Any] = Field(default_factory=dict, exclude=True, repr=False)
+    """Alpha -> per-example gain area (`[n]` or a `PerDraw`)."""
+    gold_terms: dict[float, Any] = Field(default_factory=dict, exclude=True, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -310,16 +359,27 @@ class SteeringTask(ResultModel):
     unablated: float
     rows: dict[str, SteeringRow] = Field(default_factory=dict)
     bootstrap: Bootstrap = Field(exclude=True, repr=False)
-    base: Any = Field(default=None, exclude=True, repr=False)
 
 
 class SteeringSummaryRow(ResultModel):
+    """One detector at one alpha: its alpha chosen on the calibration examples when the run
+    has calibration steering units, else one row per alpha (none chosen)."""
+
     detector: str
-    best_alpha: float | None = None
+    alpha: float
+    chosen: bool = False
+    """True: the alpha with the largest mean gain on the calibration examples."""
     retrieval_gain: Estimate | None = None
+    """Mean over retrieval tasks of the gain area (steered minus unablated), headline units."""
+    gold_gain: Estimate | None = None
+    """The same for the gold log-prob, nats."""
     harder_gain: Estimate | None = None
+    """Mean over the harder variants of the gain area, headline units."""
     control_cost: Estimate | None = None
-    vs_random: Estimate | None = None
+    """Mean over control pairs of minus the gain area (positive: amplification hurt)."""
+    versus: dict[str, dict[str, Estimate | None]] = Field(default_factory=dict)
+    """`headline` / `gold_logprob` -> reference -> simultaneous difference of retrieval gains
+    (the run's `steering:` families)."""
 
 
 class BottomKRow(DetectorRow):
@@ -361,16 +421,14 @@ class RunStats(ResultModel):
     summary: list[SummaryRow]
     """Ranked like the task tables: on the retrieval drop-areas (planted models: on the
     ground truth first)."""
-    summary_comparisons: list[Comparison] = Field(default_factory=list)
-    """Adjacent ranked summary rows (rows with no retrieval figure are not ranked)."""
-    summary_rank_labels: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
-    """Ranked detector -> its rank in both summary tables (as `TaskResult.rank_labels`)."""
-    holm_family: int = 0
-    """Tested comparisons in the Holm family that corrected this run's p-values."""
-    family_runs: int = Field(default=0, exclude=True, repr=False)
-    """How many runs that family spans: the runs of one leaderboard (0: not corrected yet)."""
+    family: Family = Field(exclude=True)
+    """The run's pre-specified comparisons (`Manifest.verdict_family`)."""
+    verdicts: dict[str, FamilyStats] = Field(default_factory=dict)
+    """Figure (`ablation:headline`, ...) -> its many-to-one family: the run's verdicts."""
+    ranks: dict[str, FamilyStats] = Field(default_factory=dict)
+    """`headline` / `gold_logprob` -> rank sets of the summary rows (all pairs)."""
     alpha: float = 1 - LEVEL
-    """Separability threshold of the Holm-adjusted p-values (1 - level)."""
+    """Separability threshold of the adjusted p-values (1 - the family's level)."""
     failures: list[Failure]
     truth_sets: dict[str, list[Head]] | None = Field(default=None, exclude=True, repr=False)
     """The planted model's true head sets (`truth.truth_sets`); None for another model."""

@@ -1,28 +1,37 @@
-"""Separability of ranked rows: how each ranked table orders its rows, whether each pair of
-adjacent rows is separable, and the Holm family that corrects those tests.
+"""Separability: the run's verdicts and rank sets, from pre-specified families.
 
-Every table that ranks rows (each task table; the summary ranking, whose two tables share
-one order) compares each pair of adjacent rows on the figure that ordered them with a
-two-sided paired bootstrap test (`Comparison`). `separability` corrects every tested
-comparison of the runs one leaderboard shows as one Holm family, once, and stores the
-verdicts and the rank labels (`1`, `=2`) on the results, where the tables read them.
-The family and the tests are defined in `docs/methodology.md` (Separability).
+Two kinds of family, each with simultaneous 95% intervals (`simultaneous`, max-T):
+
+* **many-to-one**, the run's verdicts: for each figure the run's manifest names
+  (`Manifest.verdict_family`: the ablation drop-areas over retrieval tasks, and under
+  `--sufficiency` / `--steer-alphas` their figures), each detector minus `locos` and minus
+  `random`;
+* **all pairs**, the rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024): every pair of the
+  detectors on one figure; a detector's rank lies in [1 + #{certainly above}, p -
+  #{certainly below}].
+
+A family belongs to one run, so a run's verdicts are the same shown alone or beside others.
+This module also holds the sort keys that order the tables (point estimates). Definitions:
+`docs/methodology.md` (Separability).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from locos_bench.report.bootstrap import LEVEL, Bootstrap, Estimate, combine_and_test, holm
+from locos_bench.report.bootstrap import Estimate, PerDraw
 from locos_bench.report.curves import summary_curves
-from locos_bench.report.results import GOLD, Comparison, DetectorResult, RunStats, SummaryRow, TaskResult
+from locos_bench.report.results import GOLD, DetectorResult, FamilyStats, RunStats, SummaryRow, TaskResult, Verdict
+from locos_bench.report.simultaneous import Paired, family_seed, simultaneous
 
-TRUTH_FIGURES = ("precision@n", "AUROC")
-"""Ground-truth figures: they order rows but have no bootstrap distribution to test."""
+RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "label_accuracy",
+                   "acc", "acc_norm"})
+"""Metrics in [0, 1]: a difference of one example's drop-areas lies in [-1, 1] (`Paired.bound`)."""
 
 
 def rank_key(result: DetectorResult, headline: str) -> tuple:
@@ -42,120 +51,208 @@ def truth_key(result: DetectorResult, headline: str) -> tuple:
     return (not result.ok, *figures, *rank_key(result, headline)[1:])
 
 
-def summary_key(row: SummaryRow, truth: bool) -> tuple:
-    """Summary sort key: ground truth (planted runs), retrieval drop-areas (descending), name."""
-    def val(metric_key: str) -> float:
-        est = row.figures[metric_key]["retrieval"]
+def summary_key(row: SummaryRow, metric_key: str, truth: bool = False) -> tuple:
+    """Order of a summary table: on a planted model the ground truth first (precision@n, then
+    AUROC); then its own figure's mean retrieval drop-area, then the other's (descending), then
+    name; rows without a retrieval figure last."""
+    def val(key: str) -> float:
+        est = row.figures[key]["retrieval"]
         return math.inf if est is None or not math.isfinite(est.value) else -round(est.value, 9)
+    other = GOLD if metric_key == "headline" else "headline"
     figures = (() if not truth else
                (-round(row.truth["precision_at_n"], 9), -round(row.truth["auroc"], 9))
                if row.truth else (math.inf, math.inf))
-    return (*figures, val("headline"), val(GOLD), row.detector)
+    return (*figures, val(metric_key), val(other), row.detector)
 
 
-def _adjacent(rows: Sequence[Any], name: Any, key: Any, labels: Sequence[str],
-              test: Any) -> list[Comparison]:
-    """Comparisons of adjacent `rows` (ranked order): the first label whose `key` component
-    differs names the figure; `test(upper, lower, label)` gives (difference, p) for it."""
-    out = []
-    for a, b in zip(rows, rows[1:]):
-        ka, kb = key(a), key(b)
-        i = next((i for i, (x, y) in enumerate(zip(ka, kb)) if x != y), None)
-        if i is None:
-            out.append(Comparison(upper=name(a), lower=name(b), figure="equal"))
-        elif labels[i] in TRUTH_FIGURES:
-            out.append(Comparison(upper=name(a), lower=name(b), figure=labels[i], separable=True))
-        else:
-            diff, p = test(a, b, labels[i])
-            out.append(Comparison(upper=name(a), lower=name(b), figure=labels[i], difference=diff, p=p))
+# ---------------------------------------------------------------------------------------
+# The data of a comparison
+
+
+@dataclass(frozen=True)
+class Side:
+    """One detector's per-example values of a figure on one task: `[D, n]` over its draws."""
+
+    values: np.ndarray
+    draws: tuple[int, ...]
+    group: str
+    """The draw group: the detector's name (a stochastic one) or `calibration`."""
+
+
+def side(term: Any, draws: Sequence[int], name: str, stochastic: bool) -> Side:
+    """A `combine` term (`[n]` or a `PerDraw`) as a `Side`."""
+    values = term.values if isinstance(term, PerDraw) else np.asarray(term, dtype=np.float64)[None]
+    return Side(values, tuple(draws) if len(draws) == values.shape[0] else tuple(range(values.shape[0])),
+                name if stochastic else "calibration")
+
+
+def _per_draw(sides: dict[str, Side], tasks: Sequence[str], weight: float) -> tuple[str, np.ndarray] | None:
+    """The per-draw figure `sum_t w mean_i` over the draws every task has, with its group key;
+    None with fewer than two such draws."""
+    common = sorted(set.intersection(*(set(sides[t].draws) for t in tasks)))
+    if len(common) < 2:
+        return None
+    figure = sum(weight * sides[t].values[[sides[t].draws.index(d) for d in common]].mean(1) for t in tasks)
+    return f"{sides[tasks[0]].group} draws {','.join(map(str, common))}", np.asarray(figure)
+
+
+def paired(a: dict[str, Side], b: dict[str, Side], bound: bool) -> Paired | None:
+    """The comparison a - b over the tasks both have (equally weighted), or None."""
+    common = [t for t in a if t in b]
+    if not common:
+        return None
+    w = 1 / len(common)
+    data = Paired({t: (w, a[t].values.mean(0) - b[t].values.mean(0)) for t in common}, bound=1.0 if bound else None)
+    fa, fb = _per_draw(a, common, w), _per_draw(b, common, w)
+    if fa is not None and fb is not None and fa[0] == fb[0]:  # shared draws: one paired term
+        data.draws[fa[0]] = fa[1] - fb[1]
+    else:
+        for f, sign in ((fa, 1.0), (fb, -1.0)):
+            if f is not None:
+                data.draws[f[0]] = sign * f[1]
+    return data
+
+
+# ---------------------------------------------------------------------------------------
+# Families
+
+
+def many_to_one(label: str, figure: str, sides: dict[str, dict[str, Side]], pairs: Sequence[tuple[str, str]],
+                bound: bool, *, level: float, n_resamples: int, seed: int) -> FamilyStats | None:
+    """The verdicts of `pairs` (detector, reference) on one figure; `sides` maps each detector
+    with data to its per-task `Side`s. None when no pair has data."""
+    done, data, left_out = [], [], []
+    for d, r in pairs:
+        comp = paired(sides[d], sides[r], bound) if d in sides and r in sides else None
+        if comp is None:
+            left_out.append(f"{d} − {r}")
+            continue
+        done.append((d, r))
+        data.append(comp)
+    if not data:
+        return None
+    res = simultaneous(data, level=level, n_resamples=n_resamples, seed=family_seed(seed, label))
+    stats = _stats(figure, "many-to-one", data, res, left_out)
+    for i, (d, r) in enumerate(done):
+        stats.verdicts.append(Verdict(detector=d, reference=r, difference=Estimate(res.estimate[i], *res.interval(i)),
+                                      p=float(res.p[i]), mde=res.mde(i), separable=res.separable(i)))
+    return stats
+
+
+def rank_sets(label: str, figure: str, sides: dict[str, dict[str, Side]], bound: bool, *, level: float,
+              n_resamples: int, seed: int) -> FamilyStats | None:
+    """Simultaneous rank sets of the detectors in `sides` (in order) on one figure, from
+    every pair; None with fewer than two detectors."""
+    names = list(sides)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    data = [paired(sides[a], sides[b], bound) for a, b in pairs]
+    keep = [i for i, comp in enumerate(data) if comp is not None]
+    if len(names) < 2 or not keep:
+        return None
+    res = simultaneous([data[i] for i in keep], level=level, n_resamples=n_resamples, seed=family_seed(seed, label))
+    above = {n: 0 for n in names}
+    below = {n: 0 for n in names}
+    for j, i in enumerate(keep):
+        a, b = pairs[i]
+        low, high = res.interval(j)
+        if low > 0:  # a certainly above b
+            above[b] += 1
+            below[a] += 1
+        elif high < 0:
+            above[a] += 1
+            below[b] += 1
+    stats = _stats(figure, "all pairs", [data[i] for i in keep], res, [])
+    stats.ranks = {n: (1 + above[n], len(names) - below[n]) for n in names}
+    return stats
+
+
+def _stats(figure: str, kind: str, data: list[Paired], res: Any, left_out: list[str]) -> FamilyStats:
+    groups = sorted({g.split(" draws ")[0] for comp in data for g, f in comp.draws.items() if len(f) > 1})
+    return FamilyStats(figure=figure, kind=kind, size=len(data), units=res.units, replicates=res.replicates,
+                       exact=res.exact, draw_groups=groups, critical=res.critical, p_min=res.p_min,
+                       level=res.level, left_out=left_out)
+
+
+# ---------------------------------------------------------------------------------------
+# A run's families
+
+
+def ablation_sides(tasks: Sequence[TaskResult], names: Sequence[str], metric_key: str
+                   ) -> tuple[dict[str, dict[str, Side]], bool]:
+    """Per detector with retrieval figures: task -> `Side` of its drop-area on `metric_key`
+    (`headline`: each task's headline metric); and whether every such metric is a rate."""
+    sides: dict[str, dict[str, Side]] = {}
+    rates = True
+    for name in names:
+        pairs = summary_curves(tasks, name, metric_key, "retrieval")
+        if pairs:
+            res = pairs[0][0].detectors[name]
+            sides[name] = {t.name: side(t.detectors[name].curves[m].drop_area_per_example, t.detectors[name].draws,
+                                        name, res.stochastic) for t, m in pairs}
+            rates &= all(m in RATES for _, m in pairs)
+    return sides, rates
+
+
+def verdict_families(prefix: str, figures: dict[str, tuple[str, dict[str, dict[str, Side]], bool]], run_family: Any,
+                     *, seed: int, n_resamples: int) -> dict[str, FamilyStats]:
+    """The many-to-one families `prefix:METRIC` the run's family names: `figures` maps each
+    metric key to (the figure in words, the detectors' sides, whether a rate)."""
+    out = {}
+    for metric_key, (figure, sides, rate) in figures.items():
+        label = f"{prefix}:{metric_key}"
+        if label in run_family.figures:
+            stats = many_to_one(label, figure, sides, run_family.pairs, rate, level=run_family.level,
+                                n_resamples=n_resamples, seed=seed)
+            if stats is not None:
+                out[label] = stats
     return out
 
 
-def _paired_test(terms: list[tuple[float, Bootstrap, np.ndarray]]) -> tuple[Estimate | None, float | None]:
-    if not terms:
-        return None, None
-    return combine_and_test(terms)
+def versus(stats: FamilyStats | None, detector: str) -> dict[str, Estimate]:
+    """Reference -> `detector` minus that reference, from a many-to-one family (the
+    references' own pair read both ways)."""
+    out: dict[str, Estimate] = {}
+    for v in stats.verdicts if stats is not None else []:
+        if v.detector == detector:
+            out[v.reference] = v.difference
+        elif v.reference == detector:
+            out[v.detector] = Estimate(-v.difference.value, -v.difference.high, -v.difference.low)
+    return out
 
 
-def task_comparisons(task: TaskResult, key: Any) -> list[Comparison]:
-    """Adjacent ranked rows of a task table (`key`: `rank_key`, or `truth_key` on a planted
-    model), tested on the drop-area that ordered them."""
-    truth = key is truth_key
-    labels = [*(TRUTH_FIGURES if truth else ()), f"{task.headline} drop-area", f"{GOLD} drop-area"]
-    metric = {labels[-2]: task.headline, labels[-1]: GOLD}
-
-    def test(a: DetectorResult, b: DetectorResult, label: str) -> tuple[Estimate | None, float | None]:
-        m = metric[label]
-        if m not in a.curves or m not in b.curves:
-            return None, None
-        return _paired_test([(1.0, task.bootstrap, a.curves[m].drop_area_per_example),
-                             (-1.0, task.bootstrap, b.curves[m].drop_area_per_example)])
-
-    rows = [r for r in task.detectors.values() if r.ok]
-    return _adjacent(rows, lambda r: r.name, lambda r: key(r, task.headline)[1:-1], labels, test)
-
-
-def summary_comparisons(tasks: Sequence[TaskResult], summary: Sequence[SummaryRow]) -> list[Comparison]:
-    """Adjacent ranked summary rows, tested on the mean retrieval drop-area that ordered them
-    (each detector's own usable tasks, equally weighted, as in its summary figure)."""
-    truth = any(r.truth for r in summary)
-    labels = [*(TRUTH_FIGURES if truth else ()), "headline retrieval drop-area", f"{GOLD} retrieval drop-area"]
-    metric_key = {labels[-2]: "headline", labels[-1]: GOLD}
-
-    def terms(det: str, key: str, sign: float) -> list[tuple[float, Bootstrap, np.ndarray]]:
-        retr = summary_curves(tasks, det, key, "retrieval")
-        return [(sign / len(retr), t.bootstrap, t.detectors[det].curves[m].drop_area_per_example)
-                for t, m in retr]
-
-    def test(a: SummaryRow, b: SummaryRow, label: str) -> tuple[Estimate | None, float | None]:
-        key = metric_key[label]
-        upper, lower = terms(a.detector, key, 1.0), terms(b.detector, key, -1.0)
-        return _paired_test(upper + lower) if upper and lower else (None, None)
-
-    rows = [r for r in summary if r.retrieval_tasks > 0]
-    return _adjacent(rows, lambda r: r.detector, lambda r: summary_key(r, truth)[:-1], labels, test)
-
-
-def family(runs: Sequence[RunStats]) -> list[Comparison]:
-    """The Holm family of a leaderboard showing `runs`: every tested adjacent-pair comparison
-    of each run's task tables, then its summary ranking."""
-    shown = [c for run in runs for c in [*(c for t in run.tasks for c in t.comparisons), *run.summary_comparisons]]
-    return [c for c in shown if c.tested]
-
-
-def separability(runs: Sequence[RunStats]) -> int:
-    """Holm-adjust every tested adjacent-pair comparison of `runs` as one family (what one
-    leaderboard shows), mark which pairs are separable, and store each ranked table's rank
-    labels. Returns the family size m. Called once per leaderboard: the tables only read it.
-
-    Alpha is 1 - level (the smallest over the runs). A NaN p-value enters as 1.
-    """
-    tested = family(runs)
-    alpha = min((1 - run.level for run in runs), default=1 - LEVEL)
-    adjusted = holm([c.p if math.isfinite(c.p) else 1.0 for c in tested])
-    for c, p in zip(tested, adjusted):
-        c.p_holm, c.separable = p, p < alpha
-    for run in runs:
-        run.holm_family, run.alpha, run.family_runs = len(tested), alpha, len(runs)
-        for task in run.tasks:
-            task.rank_labels = rank_labels([r.name for r in task.detectors.values() if r.ok], task.comparisons)
-        run.summary_rank_labels = rank_labels([r.detector for r in run.summary if r.retrieval_tasks > 0],
-                                              run.summary_comparisons)
-    return len(tested)
-
-
-def rank_labels(names: Sequence[str], comparisons: Sequence[Comparison]) -> dict[str, str]:
-    """Competition ranks of ranked rows (in order), `comparisons[i]` between rows i and i+1:
-    a row not separable from the row above joins its group; a group of several is `=`-marked."""
-    groups: list[list[str]] = []
-    for i, name in enumerate(names):
-        if i and not comparisons[i - 1].separable:
-            groups[-1].append(name)
-        else:
-            groups.append([name])
-    labels, position = {}, 1
-    for group in groups:
-        for name in group:
-            labels[name] = f"={position}" if len(group) > 1 else str(position)
-        position += len(group)
-    return labels
+def separability(run: RunStats, *, n_resamples: int) -> None:
+    """Fill the run's ablation verdicts (many-to-one, per figure of its family), the
+    summary's rank sets and each retrieval task's rank sets."""
+    family = run.family
+    level, seed = family.level, run.manifest.seed
+    run.alpha = 1 - level
+    names = [d.name for d in run.manifest.detectors]
+    n_retrieval = sum(t.kind == "retrieval" for t in run.tasks)
+    figures = {}
+    for metric_key in ("headline", GOLD):
+        sides, rates = ablation_sides(run.tasks, names, metric_key)
+        what = "headline" if metric_key == "headline" else "gold log-prob (nats)"
+        figure = f"mean {what} drop-area over {n_retrieval} retrieval task{'s' * (n_retrieval != 1)}"
+        figures[metric_key] = (figure, sides, rates and metric_key == "headline")
+        order = [r.detector for r in sorted(run.summary, key=lambda r: summary_key(r, metric_key)) if r.detector in sides]
+        ranks = rank_sets(f"ranks:{metric_key}", figure, {n: sides[n] for n in order}, figures[metric_key][2],
+                          level=level, n_resamples=n_resamples, seed=seed)
+        if ranks is not None:
+            run.ranks[metric_key] = ranks
+    run.verdicts.update(verdict_families("ablation", figures, family, seed=seed, n_resamples=n_resamples))
+    for row in run.summary:  # the summary's `vs locos` / `vs random`: the family's intervals
+        for metric_key in ("headline", GOLD):
+            for ref, est in versus(run.verdicts.get(f"ablation:{metric_key}"), row.detector).items():
+                if f"vs_{ref}" in row.figures[metric_key]:
+                    row.figures[metric_key][f"vs_{ref}"] = est
+    for task in run.tasks:
+        if task.kind != "retrieval" or task.heads_from not in ("", task.name):
+            continue
+        for metric in (task.headline, GOLD):
+            sides = {name: {task.name: side(r.curves[metric].drop_area_per_example, r.draws, name, r.stochastic)}
+                     for name, r in task.detectors.items() if r.ok and metric in r.curves}
+            what = f"{metric} drop-area" if metric != GOLD else "gold log-prob drop-area (nats)"
+            ranks = rank_sets(f"ranks:{task.name}:{metric}", f"{what} on {task.name}", sides,
+                              metric in RATES, level=level, n_resamples=n_resamples, seed=seed)
+            if ranks is not None:
+                task.ranks[metric] = ranks

@@ -9,11 +9,9 @@ figures. Definitions: `docs/methodology.md`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from locos_bench.report.bootstrap import Bootstrap, Estimate, PerDraw, combine
+from locos_bench.report.bootstrap import Estimate, combine
 from locos_bench.report.curves import REFERENCES, summary_curves
 from locos_bench.report.results import GOLD, SummaryRow, TaskResult
 from locos_bench.report.separability import summary_key
@@ -43,12 +41,8 @@ def summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
             fig["retrieval"] = combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]) if retr else None
             fig["control"] = combine([(1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl]) if ctrl else None
             fig.update(specificity(retr, ctrl, det.name, metric_key, notes, paired=paired))
-            for ref in REFERENCES:
-                pairs = [(t, m) for t, m in retr
-                         if ref in t.detectors and t.detectors[ref].ok and m in t.detectors[ref].curves]
-                fig[f"vs_{ref}"] = combine(
-                    [term for t, m in pairs for term in _difference(1 / len(pairs), t.bootstrap, vec(t, m),
-                                                                    vec(t, m, ref))]) if pairs else None
+            for ref in REFERENCES:  # the run's family fills them (`separability`)
+                fig[f"vs_{ref}"] = None
             figures[metric_key] = fig
         truths = [t.detectors[det.name].truth for t in tasks
                   if det.name in t.detectors and t.detectors[det.name].truth is not None]
@@ -60,11 +54,4 @@ def summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
                                figures=figures, truth=truth, paired=paired, notes=notes))
 
     truth = any(r.truth for r in rows)
-    return sorted(rows, key=lambda row: summary_key(row, truth))
-
-
-def _difference(coef: float, boot: Bootstrap, a: Any, b: Any) -> list[tuple[float, Bootstrap, Any]]:
-    """Terms of `coef * (a - b)`: per-example vectors subtract; a `PerDraw` stays a term of its own."""
-    if isinstance(a, PerDraw) or isinstance(b, PerDraw):
-        return [(coef, boot, a), (-coef, boot, b)]
-    return [(coef, boot, a - b)]
+    return sorted(rows, key=lambda row: summary_key(row, "headline", truth))

@@ -9,13 +9,13 @@ computed once by the analysis and `separability`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from locos_bench.names import head_name
-from locos_bench.report.display import cell, detector_label, fmt, fmt_ci, overlap_k, table
+from locos_bench.report.display import detector_label, fmt, fmt_ci, overlap_k, rank_text, table
 from locos_bench.report.notes import NO_STABILITY, STABILITY
-from locos_bench.report.results import GOLD, Comparison, RunStats, TaskResult
+from locos_bench.report.results import GOLD, RunStats, TaskResult
+from locos_bench.report.separability import summary_key
 
 RANKS_SHOWN = 10
 """The per-rank diagnostic shows at most this many ranks."""
@@ -83,66 +83,66 @@ def tasks_table(run: RunStats) -> str:
 
 
 def detectors_table(run: RunStats) -> str:
+    dets = run.manifest.detectors
+    adapts = any(d.adapts for d in dets)  # manifests before `adapts` was recorded keep their table
     rows = [[d.name, d.source, d.cost, "yes" if d.stochastic else "no",
-             json.dumps(d.params, sort_keys=True, separators=(", ", ": "), default=str)]
-            for d in run.manifest.detectors]
-    return table(rows, ["detector", "source", "cost (passes / example)", "stochastic", "params"])
+             json.dumps(d.params, sort_keys=True, separators=(", ", ": "), default=str),
+             *([d.adapts or "—"] if adapts else [])]
+            for d in dets]
+    return table(rows, ["detector", "source", "cost (passes / example)", "stochastic", "params",
+                        *(["adapts from its reference"] if adapts else [])])
 
 
-def comparisons_table(comparisons: Sequence[Comparison]) -> str | None:
-    if not comparisons:
-        return None
-    rows = []
-    for c in comparisons:
-        if c.figure == "equal":
-            verdict = "no: equal figures"
-        elif not c.tested:
-            verdict = "not tested (ground truth)" if c.separable else "no: no figure to test"
-        else:
-            verdict = "yes" if c.separable else "no: tie"
-        rows.append([f"{c.upper} / {c.lower}", c.figure if c.figure != "equal" else "—",
-                     fmt_ci(c.difference), fmt(c.p), fmt(c.p_holm), verdict])
-    return table(rows, ["adjacent pair (upper / lower)", "ordered by", "difference (upper − lower)",
-                         "p", "Holm p", "separable"])
+def _rank_sets(task: TaskResult) -> list[tuple[str, dict[str, tuple[int, int]] | None]]:
+    """A ranked table's rank-set columns (retrieval tasks: the headline, then logp); a family
+    that can separate nothing ranks nobody."""
+    if task.kind != "retrieval" or task.heads_from not in ("", task.name):
+        return []
+    out = []
+    for metric, label in ((task.headline, "rank (headline)"), (GOLD, "rank (logp)")):
+        fam = task.ranks.get(metric)
+        out.append((label, fam.ranks if fam is not None and fam.identified else None))
+    return out
 
 
 def task_table(run: RunStats, task: TaskResult) -> str:
+    """A task's table: retrieval tasks with their rank sets, controls in the run's order."""
     budgets = run.budgets
     kmax = budgets[-1]
     h = task.headline
-    headers = (["rank", "detector"] + [f"{h} k={k}" for k in budgets]
-               + [f"drop k={kmax}", "area", "drop-area", "logp drop-area", "specificity",
-                  "specificity (logp)", "seconds", "forward passes"])
+    ranks = _rank_sets(task)
+    headers = ([label for label, _ in ranks] + ["detector"] + [f"{h} k={k}" for k in budgets]
+               + [f"drop k={kmax}", "area", "drop-area", "logp drop-area", "specificity (logp)",
+                  "specificity (relative)", "seconds", "forward passes"])
+    lead = ["—"] * len(ranks)
     rows = []
     base = task.baseline
     if base.ok:
         bc = base.curves[h]
         bg = base.curves.get(GOLD)
-        rows.append(["—", "baseline (unablated)"] + [fmt_ci(bc.values[k]) for k in budgets]
+        rows.append(lead + ["baseline (unablated)"] + [fmt_ci(bc.values[k]) for k in budgets]
                     + [fmt_ci(bc.drops[kmax]), fmt_ci(bc.area), fmt_ci(bc.drop_area),
                        fmt_ci(bg.drop_area if bg else None), "—", "—", "—", "—"])
     else:
-        rows.append(["—", "baseline (unablated)", f"failed: {base.error}"]
-                    + ["—"] * (len(headers) - 3))
-    labels = task.rank_labels
+        rows.append(lead + ["baseline (unablated)", f"failed: {base.error}"]
+                    + ["—"] * (len(headers) - len(lead) - 2))
     for res in task.detectors.values():
         if not res.ok:
-            rows.append(["—", detector_label(res), "failed"] + ["—"] * (len(budgets) + 5)
+            rows.append(lead + [detector_label(res), "failed"] + ["—"] * (len(budgets) + 5)
                         + [fmt(res.seconds, 1), fmt(res.forward_passes, 0)])
             continue
-        rank = labels[res.name]
         c = res.curves[h]
         g = res.curves.get(GOLD)
         sp = c.spread or {}
         gsp = (g.spread or {}) if g else {}
         rows.append(
-            [rank, detector_label(res)]
+            [rank_text(sets.get(res.name)) if sets else "—" for _, sets in ranks] + [detector_label(res)]
             + [fmt_ci(c.values[k], sp.get(f"k={k}")) for k in budgets]
             + [fmt_ci(c.drops[kmax]), fmt_ci(c.area, sp.get("area")),
                fmt_ci(c.drop_area, sp.get("drop_area")),
                fmt_ci(g.drop_area, gsp.get("drop_area")) if g else "—",
-               fmt_ci(run.specificity(res.name, "headline")),
                fmt_ci(run.specificity(res.name, GOLD)),
+               fmt_ci(run.specificity(res.name, "headline")),
                fmt(res.seconds, 1), fmt(res.forward_passes, 0)])
     return table(rows, headers)
 
@@ -166,15 +166,14 @@ def ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
     sets = run.truth_sets or {}
     others = [(name, head_name(h)) for name, heads in sets.items() if name != "retrieval" for h in heads]
     n = rows_of[0].truth.n
-    headers = (["rank", "detector", f"precision@{n}"] + [f"prec. k={k}" for k in run.budgets]
+    headers = (["detector", f"precision@{n}"] + [f"prec. k={k}" for k in run.budgets]
                + ["AUROC", "retrieval heads' ranks"]
                + [f"{head} ({name.replace('_', ' ')})" for name, head in others])
-    labels = task.rank_labels  # the ranks of the task's own table, ties and all
     rows = []
     for res in rows_of:
         g = res.truth
         retrieval = ", ".join(f"{h} {_truth_rank(run, g, 'retrieval', h)}" for h in g.ranks["retrieval"])
-        rows.append([labels.get(res.name, "—"), detector_label(res), fmt(g.precision_at_n)]
+        rows.append([detector_label(res), fmt(g.precision_at_n)]
                     + [fmt(g.precision[k]) for k in run.budgets]
                     + [fmt(g.auroc), retrieval]
                     + [_truth_rank(run, g, name, head) for name, head in others])
@@ -243,9 +242,17 @@ def rank_table(task: TaskResult) -> str | None:
 
 
 def summary_table(run: RunStats, metric_key: str) -> str:
+    """One summary table (`headline` or the gold log-prob), in its own figure's order, with
+    its rank sets and the family's simultaneous differences from `locos` and `random`."""
+    fam = run.ranks.get(metric_key)
+    sets = fam.ranks if fam is not None and fam.identified else {}
+    level = fmt(100 * (1 - run.alpha), 0)
     headers = ["rank", "detector", "tasks (retrieval + control)", "retrieval drop-area",
-               "control drop-area", "specificity", "vs locos (retrieval)", "vs random (retrieval)"]
+               "control drop-area", "specificity", f"vs locos (simultaneous {level}%)",
+               f"vs random (simultaneous {level}%)"]
     relative = metric_key == "headline" and any(row.paired for row in run.summary)
+    if any(row.paired for row in run.summary):
+        headers[5] = "specificity (relative)" if metric_key == "headline" else "specificity (logp, nats)"
     if relative:
         headers[5:5] = ["relative retrieval drop", "relative control drop"]
     truth = any(row.truth for row in run.summary)
@@ -254,10 +261,9 @@ def summary_table(run: RunStats, metric_key: str) -> str:
     rows = []
     n_retr = sum(t.kind == "retrieval" for t in run.tasks)
     n_ctrl = len({t.name for t in run.tasks if t.kind == "control"})
-    labels = run.summary_rank_labels
-    for row in run.summary:
+    for row in sorted(run.summary, key=lambda r: summary_key(r, metric_key, truth)):
         f = row.figures[metric_key]
-        cells = [labels.get(row.detector, "—"), row.detector,
+        cells = [rank_text(sets.get(row.detector)), row.detector,
                  f"{row.retrieval_tasks}/{n_retr} + {row.control_tasks}/{n_ctrl}",
                  fmt_ci(f["retrieval"]), fmt_ci(f["control"]), fmt_ci(f["specificity"]),
                  fmt_ci(f["vs_locos"]), fmt_ci(f["vs_random"])]
@@ -288,82 +294,3 @@ def cross_run_table(runs: list[RunStats]) -> str:
                          fmt_ci(h["retrieval"]), fmt_ci(h["specificity"]),
                          fmt_ci(g["retrieval"]), fmt_ci(g["specificity"])])
     return table(rows, headers)
-
-
-def bottom_k_tables(run: RunStats) -> list[str]:
-    """The Bottom-k control (a run with `--bottom-k`): its note and one row per retrieval task
-    and detector."""
-    headers = ["task", "detector", "metric", *(f"k={k}" for k in run.budgets), "drop-area", "logp drop-area",
-               "vs random: drop-area", "vs random: logp drop-area", "top-k − bottom-k: drop-area"]
-    rows = []
-    for task in run.bottom_k:
-        for row in task.rows.values():
-            if not row.ok:
-                rows.append([task.task, detector_label(row), f"failed: {row.error}", *["—"] * (len(headers) - 3)])
-                continue
-            c, g = row.curves[task.headline], row.curves.get(GOLD)
-            rows.append([task.task, detector_label(row), task.headline, *(fmt_ci(c.values[k]) for k in run.budgets),
-                         fmt_ci(c.drop_area), fmt_ci(g.drop_area if g else None),
-                         fmt_ci(row.versus_random.get(task.headline)), fmt_ci(row.versus_random.get(GOLD)),
-                         fmt_ci(row.versus_top.get(task.headline))])
-    note = ("Each detector's bottom-k heads (the last k of its ranking) ablated, the control for its top k: "
-            "a ranking that orders heads by need leaves the task intact here. **vs random** = bottom-k "
-            "drop-area − random heads' drop-area (negative: the bottom heads matter less than random ones); "
-            "**top-k − bottom-k** = the detector's own top-k drop-area minus its bottom-k drop-area.")
-    return [note, table(rows, headers)]
-
-
-def sufficiency_tables(run: RunStats) -> list[str]:
-    """The Sufficiency tables (a run with `--sufficiency`): the summary, then each task with
-    its ceiling and floor."""
-    budgets = run.budgets
-    rows = []
-    for row in run.sufficiency_summary:
-        rows.append([row.detector, row.tasks, fmt_ci(row.area), fmt(row.kv_kept),
-                     fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos"))])
-    parts = ["Mean over retrieval tasks:",
-             table(rows, ["detector", "tasks", "retention area", f"KV kept @k={budgets[-1]}",
-                          "vs random", "vs locos"])]
-    for task in run.sufficiency:
-        intro = (f"`{task.task}`: unablated {task.headline} {fmt(task.unablated)} (the ceiling, retained 1); "
-                 f"every head streaming (the floor): retained {fmt_ci(task.floor)}, KV kept {fmt(task.floor_kv)}.")
-        if task.unaffected_layers:
-            intro += (f" Sliding-window layers {', '.join(map(str, task.unaffected_layers))} already attend within "
-                      f"{task.window} tokens: their heads are unaffected by streaming.")
-        rows = []
-        for row in task.rows.values():
-            if not row.ok:
-                rows.append([row.name, *["—"] * (len(budgets) + 4), cell(row.error or "")])
-                continue
-            rows.append([row.name, *(fmt_ci(row.retained.get(k)) for k in budgets), fmt_ci(row.area),
-                         " / ".join(fmt(row.kv_kept.get(k)) for k in budgets),
-                         fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos")), fmt_ci(row.gold_loss)])
-        headers = ["detector", *(f"retained @k={k}" for k in budgets), "area",
-                   f"KV kept @k={'/'.join(map(str, budgets))}", "vs random", "vs locos", "gold loss (nats)"]
-        parts += [intro, table(rows, headers)]
-    return parts
-
-
-def steering_tables(run: RunStats) -> list[str]:
-    """The Steering tables (a run with `--steer-alphas`): each detector at its best alpha, then
-    each task and heads' source at every alpha."""
-    budgets = run.budgets
-    rows = [[r.detector, "—" if r.best_alpha is None else f"{r.best_alpha:g}", fmt_ci(r.retrieval_gain),
-             fmt_ci(r.harder_gain), fmt_ci(r.control_cost), fmt_ci(r.vs_random)] for r in run.steering_summary]
-    parts = ["Per detector, at its best alpha:",
-             table(rows, ["detector", "best alpha", "retrieval gain (relative)", "harder gain (relative)",
-                          "control cost (relative)", "vs random"])]
-    for task in run.steering:
-        heads = "its own heads" if task.source == task.task else f"the heads of `{task.source}`"
-        parts.append(f"`{task.task}` ({task.kind}, {heads}): unablated {task.headline} {fmt(task.unablated)}.")
-        rows = []
-        for row in task.rows.values():
-            for alpha in sorted(row.area) or [None]:
-                if alpha is None:
-                    rows.append([row.name, "—", *["—"] * (len(budgets) + 2)])
-                    continue
-                rows.append([row.name, f"{alpha:g}", *(fmt_ci(row.gains[alpha].get(k)) for k in budgets),
-                             fmt_ci(row.area[alpha]), fmt_ci(row.gold_area.get(alpha))])
-        parts.append(table(rows, ["detector", "alpha", *(f"gain @k={k}" for k in budgets), "area",
-                                  "gold gain (nats)"]))
-    return parts

@@ -46,6 +46,11 @@ class RunConfig:
     n_ref: int | None = None
     n_eval: int | None = None
     random_draws: int | None = None
+    random_seed: int | None = None
+    """The seed of the `random` detector's draw 0 (draw d: `random_seed + d`), drawn as the
+    LOCOS authors draw random heads (Python's `random.Random(seed).sample`); None: every
+    stochastic detector's draws come from `seed` (`run.plan.detector_rng`). The paper preset
+    sets 42 (the authors' seeds 42, 43, 44 are draws 0-2)."""
     calibration_draws: int | None = None
     """R disjoint calibration subsets of `n_calib` examples each (None: the preset's, else 1):
     every detector chooses heads on each and each choice is evaluated; the report resamples
@@ -107,7 +112,7 @@ class RunConfig:
         alphas = _check_alphas(cfg.steer_alphas or [])
         detectors = _resolve_detectors(cfg.detectors, cfg.preset)
         from locos_bench.run.plan import need_retrieval
-        from locos_bench.tasks import context_tokens, load_task, resolve_tasks
+        from locos_bench.tasks import load_task, resolve_tasks, spec_tokens
 
         # Unknown names fail here, with did-you-mean; `--preset paper` takes a real benchmark
         # whose data is found in place of its synthetic twin.
@@ -139,10 +144,10 @@ class RunConfig:
         return ResolvedConfig(
             model=cfg.model, preset=cfg.preset, detectors=tuple(detectors), tasks=tuple(cfg.tasks),
             specs=(*specs, *variant_specs), fallbacks=tuple(fallbacks.items()),
-            context_tokens=context_tokens(list(cfg.tasks)), variants=tuple(variants.items()),
+            context_tokens=max(map(spec_tokens, specs)), variants=tuple(variants.items()),
             budgets=tuple(sorted(set(cfg.budgets))), ablation=ablation,
             n_calib=cfg.n_calib, n_ref=cfg.n_ref, n_eval=cfg.n_eval, random_draws=cfg.random_draws,
-            calibration_draws=calibration_draws, rank_diagnostic=cfg.rank_diagnostic, seed=cfg.seed,
+            random_seed=cfg.random_seed, calibration_draws=calibration_draws, rank_diagnostic=cfg.rank_diagnostic, seed=cfg.seed,
             output_dir=Path(output_dir), device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
             eval_head_sets=cfg.eval_head_sets, force=cfg.force, quiet=cfg.quiet, explain=cfg.explain,
             lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=None if cfg.data is None else Path(cfg.data),
@@ -183,6 +188,7 @@ class ResolvedConfig:
     n_ref: int
     n_eval: int
     random_draws: int
+    random_seed: int | None
     calibration_draws: int
     rank_diagnostic: int
     seed: int

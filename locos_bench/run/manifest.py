@@ -13,7 +13,7 @@ from locos_bench.models import describe_with_answer_key
 from locos_bench.run.config import ResolvedConfig
 from locos_bench.run.plan import EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
-from locos_bench.run.records import DetectorEntry, Manifest, Streaming
+from locos_bench.run.records import DetectorEntry, Manifest, Streaming, default_family
 
 
 def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any]) -> Manifest:
@@ -31,11 +31,14 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         model=config.model, model_info=model_info, tasks=[t.entry for t in tasks.values()],
         detectors=[detector_entry(name) for name in config.detectors], budgets=list(config.budgets),
         ablation=str(config.ablation), positionwise=config.ablation.positionwise, sink=config.ablation.sink,
-        random_draws=config.random_draws, calibration_draws=config.calibration_draws, seed=config.seed,
+        random_draws=config.random_draws, random_seed=config.random_seed, calibration_draws=config.calibration_draws, seed=config.seed,
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
-        steer_alphas=list(config.steer_alphas), bottom_k=list(config.bottom_k),
+        steer_alphas=list(config.steer_alphas), steer_calibration=bool(config.steer_alphas),
+        bottom_k=list(config.bottom_k),
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
+        family=default_family(list(config.detectors), sufficiency=bool(config.sufficiency),
+                              steering=bool(config.steer_alphas), bottom_k=list(config.bottom_k)),
     )
 
 
@@ -43,7 +46,8 @@ def detector_entry(name: str) -> DetectorEntry:
     """A detector as the manifest records it: its parameters, where it comes from, its cost."""
     cls = get_detector_class(name)
     return DetectorEntry(name=name, params=make_detector(name).get_params(), source=detector_source(name),
-                         cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)))
+                         cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)),
+                         adapts=str(getattr(cls, "adapts", "") or ""))
 
 
 def resumed(manifest: Manifest, old: Manifest) -> Manifest:
@@ -51,5 +55,7 @@ def resumed(manifest: Manifest, old: Manifest) -> Manifest:
     tie rule (None: ties broken by index) and timings the run directory already holds, and
     bottom-k for the detectors of either (units already computed are kept)."""
     bottom = [d.name for d in manifest.detectors if d.name in {*manifest.bottom_k, *old.bottom_k}]
+    family = default_family([d.name for d in manifest.detectors], sufficiency=manifest.sufficiency is not None,
+                            steering=bool(manifest.steer_alphas), bottom_k=bottom)
     return manifest.model_copy(update=dict(provenance=old.provenance, tie_seed=old.tie_seed,
-                                           timings=dict(old.timings), bottom_k=bottom))
+                                           timings=dict(old.timings), bottom_k=bottom, family=family))

@@ -120,6 +120,9 @@ class UnitKey:
     source: str = ""
     alpha: float = 0.0
     """The amplification of a `steer` unit (0 for every other kind)."""
+    split: str = ""
+    """`calibration` for a `steer` unit on the calibration examples its detector draw chose its
+    heads on (where each detector's alpha is chosen); empty: the evaluation split."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", UnitKind(self.kind))
@@ -141,8 +144,9 @@ class UnitKey:
         return cls(UnitKind.SUFF, task, detector, draw, k)
 
     @classmethod
-    def steer(cls, task: str, detector: str, draw: int, k: int, alpha: float, source: str = "") -> UnitKey:
-        return cls(UnitKind.STEER, task, detector, draw, k, source, float(alpha))
+    def steer(cls, task: str, detector: str, draw: int, k: int, alpha: float, source: str = "",
+              split: str = "") -> UnitKey:
+        return cls(UnitKind.STEER, task, detector, draw, k, source, float(alpha), split)
 
     @classmethod
     def bottom(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
@@ -155,6 +159,13 @@ def detector_rng(seed: int, key: UnitKey) -> Any:
     import numpy as np
 
     return np.random.default_rng([seed, key.draw, _stable_int(key.task), _stable_int(key.detector)])
+
+
+def draw_params(detector: str, draw: int, random_seed: int | None) -> dict[str, int]:
+    """The parameters a scores unit's detector is made with: under a run's `random_seed`
+    (the paper preset's 42), the `random` detector's draw d gets `seed = random_seed + d`,
+    the LOCOS authors' seeds 42, 43, 44 first; nothing otherwise."""
+    return {"seed": random_seed + draw} if random_seed is not None and detector == "random" else {}
 
 
 def _stable_int(text: str) -> int:
@@ -199,6 +210,9 @@ class RunPlan:
         steer_alphas: Amplifications of `steer` units: every task (controls and variants with
             their sources' heads) evaluated with each detector draw's top-k heads scaled by
             each alpha.
+        steer_calibration: Whether each retrieval task is also steered on each detector draw's
+            calibration examples (`steer_calibration_keys`), to choose each detector's alpha
+            away from the evaluation split.
         bottom_k: Detectors whose bottom-k heads each retrieval task also ablates (`bottom`
             units), at every budget and draw.
     """
@@ -213,6 +227,7 @@ class RunPlan:
     control_heads: str = EACH_RETRIEVAL
     sufficiency: bool = False
     steer_alphas: tuple[float, ...] = ()
+    steer_calibration: bool = False
     bottom_k: tuple[str, ...] = ()
 
     @classmethod
@@ -233,6 +248,7 @@ class RunPlan:
             control_heads=getattr(manifest, "control_heads", FIRST_RETRIEVAL),
             sufficiency=getattr(manifest, "sufficiency", None) is not None,
             steer_alphas=tuple(getattr(manifest, "steer_alphas", None) or ()),
+            steer_calibration=bool(getattr(manifest, "steer_calibration", False)),
             bottom_k=tuple(getattr(manifest, "bottom_k", None) or ()),
         )
 
@@ -347,6 +363,15 @@ class RunPlan:
         source = self._source(task, source)
         return [UnitKey.steer(task, detector, draw, k, a, source) for a in self.steer_alphas for k in self.budgets]
 
+    def steer_calibration_keys(self, task: str, detector: str, draw: int = 0) -> list[UnitKey]:
+        """A retrieval task's steering of one detector draw on the calibration examples that draw
+        chose its heads on (`steer_calibration`: each detector's alpha is chosen there), each
+        alpha and budget; none on other tasks."""
+        if not self.steer_calibration or self.task(task).kind != "retrieval":
+            return []
+        return [UnitKey.steer(task, detector, draw, k, a, split="calibration")
+                for a in self.steer_alphas for k in self.budgets]
+
     def task_units(self, task: str) -> Iterator[UnitKey]:
         """A task's evaluation and diagnostic units, in execution order (a variant's: its
         baseline and steering only)."""
@@ -375,6 +400,9 @@ class RunPlan:
             for d in self.detectors:
                 for draw in self.draws(d):
                     yield from self.steer_keys(task, d.name, draw, source)
+        for d in self.detectors:
+            for draw in self.draws(d):
+                yield from self.steer_calibration_keys(task, d.name, draw)
 
     def units(self) -> list[UnitKey]:
         """Every unit, in execution order: all scores first (controls borrow them), then
@@ -422,7 +450,8 @@ class RunPlan:
             if k.source and len(self.sources(k.task)) > 1:
                 draw = f" heads from {k.source}{draw}"
             if k.kind == UnitKind.STEER:
-                labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw} x{k.alpha:g}"), []).append(k.index)
+                on = f" on {k.split}" if k.split else ""
+                labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw} x{k.alpha:g}{on}"), []).append(k.index)
             elif k.kind.budgeted and k.detector != BASELINE:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), []).append(k.index)
             elif k.kind == UnitKind.RANK:

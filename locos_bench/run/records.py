@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
 from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey, UnitKind
 
@@ -65,6 +65,9 @@ class DetectorEntry(BaseModel):
     cost: str
     """Forward passes per calibration example, as the detector declares it."""
     stochastic: bool = False
+    adapts: str = ""
+    """What the detector takes from its reference and where it departs (`Detector.adapts`);
+    empty in manifests written before it was recorded."""
 
 
 class Streaming(BaseModel):
@@ -75,6 +78,46 @@ class Streaming(BaseModel):
 
     sink: int
     window: int
+
+
+REFERENCES = ("locos", "random")
+"""The detectors every other one is compared with in a run's family, when the run has them."""
+
+
+class Family(BaseModel):
+    """The pre-specified comparisons behind a run's verdicts, fixed when the run is made and
+    never by the page that shows it: for each figure, each (detector, reference) pair as the
+    difference detector - reference, with simultaneous intervals over the pairs (max-T).
+    Rank sets compare every pair of the run's detectors on the ablation figures. Definitions:
+    `docs/methodology.md` (Separability)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    figures: list[str]
+    """`ablation:headline` and `ablation:gold_logprob` (mean drop-area over retrieval tasks);
+    under `sufficiency` also `sufficiency:headline`, `sufficiency:gold_logprob` (kept minus
+    unablated), under `steer_alphas` `steering:headline`, `steering:gold_logprob` (steered minus
+    unablated), under `bottom_k` `bottom-k:headline`, `bottom-k:gold_logprob` (drop-areas of
+    each named detector's bottom-k heads: its pairs are not `pairs` but, per such detector,
+    bottom-k minus random and top-k minus bottom-k, `report.bottom_k`); each is a family of its
+    own."""
+    pairs: list[tuple[str, str]]
+    """(detector, reference): every other detector against each reference, and the references'
+    own pair once."""
+    level: float = 0.95
+
+
+def default_family(detectors: Sequence[str], *, sufficiency: bool = False, steering: bool = False,
+                   bottom_k: Sequence[str] = ()) -> Family:
+    """The family a run of `detectors` pre-specifies (`Family`): the same for a run directory
+    whose manifest predates the field, from its own configuration."""
+    refs = [r for r in REFERENCES if r in detectors]
+    pairs = [(d, r) for d in detectors if d not in refs for r in refs]
+    pairs += [(a, b) for i, a in enumerate(refs) for b in refs[i + 1:]]
+    figures = [f"{part}:{metric}" for part, on in (("ablation", True), ("sufficiency", sufficiency),
+                                                    ("steering", steering), ("bottom-k", bool(bottom_k))) if on
+               for metric in ("headline", "gold_logprob")]
+    return Family(figures=figures, pairs=pairs)
 
 
 class Manifest(BaseModel):
@@ -100,6 +143,9 @@ class Manifest(BaseModel):
     """What mean ablation wrote at a BOS sink (position 0): `keep` (left untouched) or `mean`
     (replaced like every position; manifests written before the option, which used it)."""
     random_draws: int
+    random_seed: int | None = None
+    """The `random` detector's draw d used Python's `random.Random(random_seed + d)`, as the
+    LOCOS authors draw random heads; None: its draws came from `seed`."""
     calibration_draws: int = 1
     """Disjoint calibration subsets (`calibration`, `calibration.1`, ... in `splits`): each
     deterministic detector's draw d scores heads on subset d; a stochastic one's on d mod R."""
@@ -129,15 +175,32 @@ class Manifest(BaseModel):
     steer_alphas: list[float] = Field(default_factory=list)
     """Amplifications of the steering units (`SteeringUnit`); empty: none."""
 
+    steer_calibration: bool = False
+    """Whether each retrieval task is also steered on each detector draw's calibration examples,
+    where each detector's alpha is chosen (`RunPlan.steer_calibration_keys`); False in manifests
+    written before. Not part of `config_key`: resuming such a run adds those units."""
+
     bottom_k: list[str] = Field(default_factory=list)
     """Detectors whose bottom-k heads each retrieval task also ablates (`BottomUnit`); empty:
     none. Not part of `config_key`: a resumed run adds the bottom-k units it lacks and keeps
     those it holds (`run.manifest.resumed`)."""
 
+    family: Family | None = None
+    """The comparisons behind the run's verdicts, written by the run. None in manifests
+    written before it: `verdict_family` derives the same from the run's configuration."""
+
+    def verdict_family(self) -> Family:
+        """The run's pre-specified family: as written, else derived from its detectors and
+        options (`default_family`), never from what a page shows."""
+        if self.family is not None:
+            return self.family
+        return default_family([d.name for d in self.detectors], sufficiency=self.sufficiency is not None,
+                              steering=bool(self.steer_alphas), bottom_k=self.bottom_k)
+
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
-                                        "positionwise", "sink", "random_draws", "calibration_draws",
+                                        "positionwise", "sink", "random_draws", "random_seed", "calibration_draws",
                                         "seed", "rank_diagnostic", "sufficiency", "steer_alphas"})
 
 
@@ -263,12 +326,23 @@ class SufficiencyUnit(UnitRecord):
 
 
 class SteeringUnit(UnitRecord):
-    """The evaluation split with a detector's top-k heads' outputs scaled by `alpha` (> 1
+    """The evaluation split (or, `split` `calibration`, the calibration examples its detector
+    draw chose its heads on) with a detector's top-k heads' outputs scaled by `alpha` (> 1
     amplifies; `Manifest.steer_alphas`)."""
 
     kind: Literal[UnitKind.STEER] = UnitKind.STEER
     k: int
     alpha: float
+    split: str = ""
+    """`calibration` (`Manifest.steer_calibration`), or empty: the evaluation split (then left
+    out of the record, so records written before the field read back byte for byte)."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_split(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("split"):
+            data.pop("split", None)
+        return data
     heads: list[list[int]] = Field(default_factory=list)
     """The scaled heads as `[layer, head]`, best first."""
     values: dict[str, list[float]] = Field(default_factory=dict)
@@ -280,12 +354,13 @@ class SteeringUnit(UnitRecord):
     @property
     def key(self) -> UnitKey:
         own = self.heads_from in (None, self.task)
-        return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from)
+        return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from,
+                             self.split)
 
     @classmethod
     def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
         return dict(super()._identity(key, heads, heads_from), k=key.index, alpha=key.alpha, heads=_heads(heads),
-                    heads_from=heads_from)
+                    heads_from=heads_from, split=key.split)
 
 
 class BottomUnit(UnitRecord):

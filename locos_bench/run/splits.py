@@ -156,7 +156,8 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
             short), or the task's items are too few for the sizes asked for.
     """
     draws = int(getattr(cfg, "calibration_draws", None) or 1)
-    sizes = {**{_draw_split(d): cfg.n_calib for d in range(draws)}, "reference": cfg.n_ref,
+    n_calib = cfg.n_calib if spec.calibration is None or spec.calibration.size is None else spec.calibration.size
+    sizes = {**{_draw_split(d): n_calib for d in range(draws)}, "reference": cfg.n_ref,
              "evaluation": cfg.n_eval}
     n_total = sum(sizes.values())
     window = n_total
@@ -166,6 +167,9 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         parts = assign_splits(examples, sizes, caps)
         missing = sum(sizes[name] - len(parts[name]) for name in sizes)
         if not missing:
+            if spec.for_calibration() is not spec:
+                parts.update(_calibration_stream(spec, {n: parts[n] for n in sizes if n.startswith("calibration")},
+                                                 model))
             return TaskData(spec, parts["calibration"], parts["reference"], parts["evaluation"],
                             [parts[_draw_split(d)] for d in range(1, draws)])
         if len(examples) < window or window >= LOOKAHEAD * n_total:
@@ -183,6 +187,30 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         grown = min(LOOKAHEAD * n_total, window + missing)
         examples += make_examples(spec, grown - window, start=window, model=model, skip_errors=True)
         window = grown
+
+
+def _calibration_stream(spec: TaskSpec, parts: dict[str, list[Example]], model: Any) -> dict[str, list[Example]]:
+    """The calibration subsets drawn again from the task's calibration stream
+    (`TaskSpec.for_calibration`: its own grid and source arguments), each on the items the
+    task's own stream gave it: as many examples as before, so no item crosses a split."""
+    cal = spec.for_calibration()
+    owner = {example_item(e): name for name, part in parts.items() for e in part}
+    wanted = {name: len(part) for name, part in parts.items()}
+    out: dict[str, list[Example]] = {name: [] for name in parts}
+    total, start = sum(wanted.values()), 0
+    limit = LOOKAHEAD * total * max(1, len(owner))  # the subsets' items are a share of the stream's
+    while any(len(out[n]) < wanted[n] for n in out) and start < limit:
+        chunk = make_examples(cal, min(total, limit - start), start=start, model=model, skip_errors=True)
+        start += min(total, limit - start)
+        for ex in chunk:
+            name = owner.get(example_item(ex))
+            if name is not None and len(out[name]) < wanted[name]:
+                out[name].append(ex)
+    short = {n: f"{len(out[n])} of {wanted[n]}" for n in out if len(out[n]) < wanted[n]}
+    if short:
+        raise LocosError(f"task {spec.name!r}: its calibration stream gave too few examples of the calibration "
+                         f"items ({', '.join(f'{n}: {v}' for n, v in short.items())}) in its first {start}")
+    return out
 
 
 def assign_splits(examples: list[Example], sizes: dict[str, int],

@@ -17,6 +17,9 @@ A loader has the generator signature `fn(spec, index, rng, **args) -> Example`.
   StonyBrookNLP/musique `download_data.sh`), one file, or `dgslibisey/MuSiQue` on the hub.
   Supporting paragraphs are needles; the other paragraphs are distractors.
 * `jsonl`: a user's own file (see `load_jsonl`).
+* `parametric-arithmetic`: the LOCOS authors' control, `aryopg/parametric-arithmetic-eval`
+  (City-Country, PopQA and arithmetic questions; `tasks.parametric`), from the hub or a local
+  copy in its layout.
 
 Every example names its underlying item in `metadata["item"]`, and `locos_bench.run.splits`
 keeps all examples of an item in one split, so no item is both calibrated on and evaluated:
@@ -44,14 +47,23 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.registry import Registry
-from locos_bench.tasks import babi
+from locos_bench.tasks import babi, parametric
 from locos_bench.tasks.nolima import (
     distractor_depth,
     haystack_units,
     needle_set_tests,
     place_inserts,
+    spread_order,
 )
-from locos_bench.tasks.reading import choose_split, read_files, read_hub, read_text, require
+from locos_bench.tasks.reading import (
+    data_tables,
+    dataset_rows,
+    local_path,
+    offline,
+    read_files,
+    read_text,
+    require,
+)
 from locos_bench.tasks.spec import Example, Span
 from locos_bench.tasks.text import TOKENS_PER_WORD, grid, raw_example
 
@@ -75,16 +87,6 @@ class Loader:
 
 # ---------------------------------------------------------------------------------------
 # Shared helpers
-
-
-def _local_path(args: dict[str, Any], where: str) -> Path | None:
-    path = args.get("path")
-    if path in (None, ""):
-        return None
-    p = Path(str(path)).expanduser()
-    if not p.exists():
-        raise LocosError(f"{where}: dataset path {str(p)!r} does not exist")
-    return p
 
 
 def _row(rows: tuple[dict[str, Any], ...], index: int, source: str) -> dict[str, Any]:
@@ -119,39 +121,6 @@ def _raw(spec: Any, index: int, context: str, question: str, answers: list[str],
                        needle_spans=needles, distractor_spans=distractors)
 
 
-def _offline(args: dict[str, Any], hub: str | None) -> tuple[bool, str]:
-    path = args.get("path")
-    if path and Path(str(path)).expanduser().exists():
-        return True, f"local copy at {path}"
-    if path:
-        return False, f"source.args.path {path} does not exist"
-    where = f"the Hugging Face hub ({args.get('hub', hub)})" if hub else "a local copy"
-    return False, f"needs {where} or source.args.path (--data PATH)"
-
-
-def _dataset_rows(args: dict[str, Any], where: str, *, hub: str, config: str | None, hub_split: str,
-                  key: str, layout: Callable[[Path], dict[str, list[Path]]],
-                  hint: str) -> tuple[tuple[dict[str, Any], ...], str]:
-    """(rows, source name): from the hub without `path`, from one file, or from the files
-    that a release directory's `layout` maps `key` (`config/split`) to."""
-    local = _local_path(args, where)
-    if local is None:
-        hub = args.get("hub", hub)
-        return read_hub(hub, config, hub_split, where, f"the release's layout: {hint}"), hub
-    if local.is_file():
-        return read_files([local]), str(local)
-    found = layout(local)
-    if not found:
-        raise LocosError(f"{local}: no {hint}")
-    files = choose_split(found, key, str(local))
-    return read_files(files), str(files[0]) if len(files) == 1 else str(local)
-
-
-def _tables(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*")
-                  if p.is_file() and p.suffix.lower() in (".json", ".jsonl", ".parquet"))
-
-
 # ---------------------------------------------------------------------------------------
 # BABILong
 
@@ -162,7 +131,7 @@ _QA = re.compile(r"^qa\d+$")
 def babilong_layout(root: Path) -> dict[str, list[Path]]:
     """`<length>/<qaN>` (config/split) -> files, for the raw and the parquet layouts."""
     found: dict[str, list[Path]] = {}
-    for path in _tables(root):
+    for path in data_tables(root):
         parent = path.parent.name
         stem = path.name.split(".")[0]
         head = re.split(r"-\d{5}-of-\d{5}$", stem)[0]
@@ -175,7 +144,7 @@ def babilong_layout(root: Path) -> dict[str, list[Path]]:
 
 def _babilong_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
     config, split = str(args.get("config", "0k")), str(args.get("split", "qa1"))
-    return _dataset_rows(args, where, hub="RMT-team/babilong", config=config, hub_split=split,
+    return dataset_rows(args, where, hub="RMT-team/babilong", config=config, hub_split=split,
                          key=f"{config}/{split}", layout=babilong_layout,
                          hint="BABILong files in the raw layout (<qaN>/<length>.json) or the hub's "
                               "parquet layout (<length>/<qaN>-*.parquet)")
@@ -206,7 +175,7 @@ def _babilong_available(args: dict[str, Any]) -> tuple[bool, str]:
     if split not in babi.SUPPORTED_TASKS:
         return False, (f"{split} has no supporting-fact rule (needles are computed for "
                        f"{', '.join(babi.SUPPORTED_TASKS)})")
-    return _offline(args, "RMT-team/babilong")
+    return offline(args, "RMT-team/babilong")
 
 
 # ---------------------------------------------------------------------------------------
@@ -225,7 +194,7 @@ def musique_layout(root: Path) -> dict[str, list[Path]]:
 
 def _musique_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
     variant, split = str(args.get("variant", "ans")), str(args.get("split", "dev"))
-    return _dataset_rows(args, where, hub="dgslibisey/MuSiQue", config=None,
+    return dataset_rows(args, where, hub="dgslibisey/MuSiQue", config=None,
                          hub_split=_HUB_SPLITS.get(split, split), key=f"{variant}/{split}",
                          layout=musique_layout,
                          hint="MuSiQue release files (musique_ans_v1.0_dev.jsonl ...)")
@@ -293,7 +262,7 @@ def _nolima_root(root: Path) -> Path:
 
 
 def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]], str]:
-    root = _local_path(args, where)
+    root = local_path(args, where)
     if root is None:
         raise LocosError(
             f"{where}: NoLiMa is not redistributable (Adobe Research License); download it "
@@ -317,18 +286,31 @@ def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]]
 
 def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
     """Example `index`: tests vary fastest, then haystack books (used in turn, as upstream's
-    outer loop), then the (context length, depth) grid of the task."""
+    outer loop), then the (context length, depth) grid of the task.
+
+    With `characters: K` (the LOCOS authors' `--max-characters-per-entry`), each test takes the
+    first K names of its character set instead of one drawn at random, and the book of its
+    entry (`row % books`, as theirs); after the tests, example `index` walks the K x cells
+    combinations in a golden-ratio stride (`nolima.spread_order`), so any prefix of the
+    stream covers names, lengths and depths evenly. `system_prompt: false` leaves out the
+    needle set's system prompt, as they do."""
     where = f"{spec.name}[{index}]"
     tests, books, source = _nolima_data(args, where)
     test = tests[index % len(tests)]
-    book_name, book = books[(index // len(tests)) % len(books)]
-    length_tokens, depth = grid(spec, index // (len(tests) * len(books)))
+    k = args.get("characters")
+    if k is None:
+        book_name, book = books[(index // len(tests)) % len(books)]
+        length_tokens, depth = grid(spec, index // (len(tests) * len(books)))
+    else:
+        book_name, book = books[test["row"] % len(books)]
+        char_no, cell = spread_order(index // len(tests), int(k), len(spec.context_lengths) * len(spec.depths))
+        length_tokens, depth = grid(spec, cell)
     needle, question = test["needle"], test["question"]
     if "{CHAR}" in needle:  # upstream evaluate(): the drawn character is the gold answer
         characters = test["character_set"]
         if not characters:
             raise LocosError(f"{source}: row {test['row']} has {{CHAR}} in its needle but no 'character_set'")
-        character = str(rng.choice(list(characters)))
+        character = str(rng.choice(list(characters)) if k is None else list(characters)[char_no % len(characters)])
         needle, question = needle.replace("{CHAR}", character), question.replace("{CHAR}", character)
         answers = [character]
     else:
@@ -359,12 +341,12 @@ def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Examp
         metadata={"seed": spec.seed, "task_version": spec.version, "context_length": length_tokens,
                   "depth": depth, "test": test["name"], "item": test["item"], "book": book_name,
                   "reasoning_type": test["reasoning_type"], "user_turn": True,
-                  "system_prompt": test["system_prompt"]},
+                  "system_prompt": test["system_prompt"] if args.get("system_prompt", True) else ""},
     )
 
 
 def _nolima_available(args: dict[str, Any]) -> tuple[bool, str]:
-    ok, note = _offline(args, None)
+    ok, note = offline(args, None)
     if not ok and not args.get("path"):
         note = ("not redistributable (Adobe Research License): download NoLiMa yourself and "
                 "pass --data DIR")
@@ -404,7 +386,7 @@ def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Exampl
     it (one question over several contexts, say) always land in the same split.
     """
     where = spec.name
-    local = _local_path(args, where)
+    local = local_path(args, where)
     if local is None:
         raise LocosError(f"{where}: the jsonl loader needs source.args.path (a .jsonl file)")
     rows = read_files([local])
@@ -440,8 +422,10 @@ LOADERS: Registry[Loader] = Registry("loader")
 for _loader in (
     Loader("nolima", load_nolima, _nolima_available),
     Loader("babilong", load_babilong, _babilong_available, hub="RMT-team/babilong"),
-    Loader("musique", load_musique, lambda a: _offline(a, "dgslibisey/MuSiQue"), hub="dgslibisey/MuSiQue"),
-    Loader("jsonl", load_jsonl, lambda a: _offline(a, None)),
+    Loader("musique", load_musique, lambda a: offline(a, "dgslibisey/MuSiQue"), hub="dgslibisey/MuSiQue"),
+    Loader("jsonl", load_jsonl, lambda a: offline(a, None)),
+    Loader("parametric-arithmetic", parametric.load_parametric_arithmetic,
+           lambda a: offline(a, parametric.HUB), hub=parametric.HUB),
 ):
     LOADERS.add(_loader.name, _loader, source="built-in")
 

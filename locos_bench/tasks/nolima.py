@@ -128,3 +128,21 @@ def needle_set_tests(entries: tuple[dict[str, Any], ...], qtypes: list[str] | No
     if not tests:
         raise LocosError(f"{source}: no test with a question of type {', '.join(qtypes or ['any'])}")
     return tests
+
+
+def spread_order(step: int, characters: int, cells: int) -> tuple[int, int]:
+    """(character number, grid cell) of a test's `step`-th example under `characters: K`: the
+    K x `cells` combinations visited in a stride near the golden ratio of their number and
+    prime to it, so consecutive steps differ in name, length and depth and any prefix covers
+    the grid evenly (the LOCOS authors run the whole grid; a run's calibration split takes a
+    prefix)."""
+    import math
+
+    if characters < 1:
+        raise LocosError(f"characters must be at least 1 (got {characters})")
+    n = characters * cells
+    stride = round(n * (math.sqrt(5) - 1) / 2) or 1
+    while math.gcd(stride, n) != 1:
+        stride += 1
+    combo = (step * stride) % n
+    return combo // cells, combo % cells

@@ -79,3 +79,34 @@ def test_bad_dtype_and_alias_without_config():
 def test_default_dtype_is_bfloat16_on_cuda():
     assert models.default_dtype("cuda") == "bfloat16" and models.default_dtype("cuda:1") == "bfloat16"
     assert models.default_dtype("cpu") == "float32"
+
+
+HEADLINE = {  # the LOCOS authors' six models: (layers, query heads, KV heads, d_head, d_model, sliding layers, window)
+    "qwen3-8b": (36, 32, 8, 128, 4096, 0, None, "Qwen/Qwen3-8B", 8.1e9, 8.3e9),
+    "qwen3-14b": (40, 40, 8, 128, 5120, 0, None, "Qwen/Qwen3-14B", 14.6e9, 14.9e9),
+    "qwen3-32b": (64, 64, 8, 128, 5120, 0, None, "Qwen/Qwen3-32B", 32.6e9, 32.9e9),
+    "gemma3-12b-it": (48, 16, 8, 256, 3840, 40, 1024, "google/gemma-3-12b-it", 11.6e9, 11.9e9),
+    "gemma3-27b-it": (62, 32, 16, 128, 5376, 52, 1024, "google/gemma-3-27b-it", 26.8e9, 27.2e9),
+    "olmo3.1-32b-instruct": (64, 40, 8, 128, 5120, 48, 4096, "allenai/Olmo-3.1-32B-Instruct", 32.0e9, 32.4e9),
+}
+
+
+@pytest.mark.parametrize("alias", sorted(HEADLINE))
+def test_the_papers_headline_models_have_their_geometry_offline(alias):
+    layers, heads, kv, d_head, d_model, n_sliding, window, hub, low, high = HEADLINE[alias]
+    info = models.estimate_memory(alias, preset_contexts())
+    assert (info["n_layers"], info["n_heads"], info["n_kv_heads"], info["d_head"], info["d_model"]) == \
+        (layers, heads, kv, d_head, d_model)
+    assert (len(info["sliding_layers"]), info["sliding_window"]) == (n_sliding, window)
+    assert info["resolves_to"] == hub and info["kind"] == "instruct" and low < info["parameters"] < high
+    # the paper preset's context (NoLiMa at 16k) has its KV cache and peak memory planned
+    paper = info["memory_by_preset"]["paper"]
+    assert paper["context_tokens"] == 16100 and paper["peak_gib_batch_1"] > info["weights_gib"]
+
+
+def test_models_json_prints_a_new_alias_offline():
+    out = cli("models", "olmo3.1-32b-instruct", "--json", env={"HF_ENDPOINT": "https://127.0.0.1:9", "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert (info["n_layers"], info["n_heads"], info["n_kv_heads"]) == (64, 40, 8)
+    assert models.resolve_spec("olmo3-32b-instruct").alias == "olmo3.1-32b-instruct"

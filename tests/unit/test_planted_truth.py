@@ -75,16 +75,16 @@ def test_the_truth_table_shows_tied_ranks_as_ties():
     stats = _stats("planted-reference", tie_seed=0)
     text = render_markdown([stats])
     lines = text.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("| rank") and "AUROC " in line
+    header = next(i for i, line in enumerate(lines) if line.startswith("| detector") and "AUROC " in line
                   and "L1H1 (read only decoy)" in line)
     cells = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
     columns = cells(lines[header])
-    row = next(cells(line) for line in lines[header + 2:] if cells(line)[1] == "retrieval-head")
+    row = next(cells(line) for line in lines[header + 2:] if cells(line)[0] == "retrieval-head")
     assert row[columns.index("retrieval heads' ranks")] == "L1H0 =1, L2H3 =1"
     assert row[columns.index("L1H1 (read only decoy)")] == "=1"
     assert row[columns.index("precision@2")] == "0.667"
     assert "**=R**" in text and "tie seed, 0" in text
-    locos = next(cells(line) for line in lines[header + 2:] if cells(line)[1] == "locos")
+    locos = next(cells(line) for line in lines[header + 2:] if cells(line)[0] == "locos")
     assert locos[columns.index("retrieval heads' ranks")] == "L1H0 1, L2H3 2", "untied ranks stay plain"
     legacy = render_markdown([_stats("planted-reference")])
     assert "L1H0 =1" not in legacy and "ties broken by layer, head" in legacy and "**=R**" not in legacy

@@ -129,7 +129,7 @@ def test_paper_falls_back_to_synthetic_twins_and_says_why(tmp_path):
     specs, fallbacks = resolve_tasks(PAPER, prefer_real=True)
     assert [s.name for s in specs] == PAPER
     assert set(fallbacks) == {"nolima-synth", "musique-synth", "babilong-synth"}
-    assert fallbacks["nolima-synth"].startswith("nolima: not redistributable")
+    assert fallbacks["nolima-synth"].startswith("nolima-locos: not redistributable")
     assert fallbacks["babilong-synth"].startswith("babilong: needs the Hugging Face hub")
 
 
