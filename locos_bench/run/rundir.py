@@ -4,7 +4,7 @@ A run directory holds:
 
 * `manifest.json` - the configuration and provenance (`Manifest`), written atomically;
 * `results.jsonl` - one line per finished unit (`ScoresUnit`, `EvalUnit`, `RankUnit`,
-  `SufficiencyUnit`, `SteeringUnit`), appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
+  `SufficiencyUnit`, `SteeringUnit`, `BottomUnit`), appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
   on reading, and duplicate keys keep the first, so a rerun resumes without recomputing,
   losing or duplicating a finished unit. A mangled line elsewhere (a disk or copy error) is
   named by file and line; a resuming run sets it aside in `results.corrupt.jsonl` and
