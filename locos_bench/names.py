@@ -63,6 +63,12 @@ def hook_z(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_z"
 
 
+def hook_q(layer: int) -> str:
+    """Queries as the q projection writes them, before QK-norm and the rotary embedding,
+    per query head: `[batch, pos, head, d_head]` (TransformerLens's alias of `attn.q.hook_out`)."""
+    return f"blocks.{layer}.attn.hook_q"
+
+
 def hook_v(layer: int) -> str:
     """Values, per key/value head: `[batch, pos, kv_head, d_head]`."""
     return f"blocks.{layer}.attn.hook_v"

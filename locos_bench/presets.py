@@ -9,9 +9,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # A smoke test: minutes on a laptop CPU.
     "quick": dict(tasks=["kv-retrieval", "arithmetic"], budgets=[1, 4], n_calib=2, n_ref=4,
                   n_eval=6, random_draws=2, rank_diagnostic=3),
-    # The embedded default on a 2-core CPU (its measured wall time: README, and docs/results/).
+    # The embedded default on a 2-core CPU (its measured wall time: README, and docs/results/). Both
+    # presets ablate locos's bottom-k heads too (the authors' control, `--bottom-k`).
     "default": dict(tasks=["kv-retrieval", "niah-literal", "arithmetic"], budgets=[1, 4, 8],
-                    n_calib=8, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3),
+                    n_calib=8, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3, bottom_k=["locos"]),
     # The LOCOS authors' protocol, for GPU machines (docs/paper-protocol.md lists every setting
     # against their files). NoLiMa and their parametric control run where --data holds them
     # (`nolima-locos`, `parametric-arithmetic`: the real twins), else the synthetic twins. 20 random
@@ -19,7 +20,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(tasks=["nolima-synth", "musique-synth", "babilong-synth", "parametric-recall"],
                   budgets=[1, 5, 10, 20, 50, 100], n_calib=200, n_ref=50, n_eval=250,
                   random_draws=20, random_seed=42, rank_diagnostic=10, calibration_draws=1,
-                  sufficiency=True),
+                  sufficiency=True, bottom_k=["locos"], ablation="mean-q"),
 }
 
 

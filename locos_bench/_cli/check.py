@@ -35,14 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.report.baselines import (
-        check_settings,
-        compare,
-        load_baselines,
-        run_figures,
-        update_records,
-        verdict_table,
-    )
+    from locos_bench.report import baselines
     from locos_bench.run import RunDir
 
     if args.against_heads is not None:
@@ -52,14 +45,14 @@ def main(args: argparse.Namespace) -> int:
     run_dir = RunDir(args.run_dir)
     if not run_dir.exists():
         raise LocosError(f"{args.run_dir} is not a run directory (no manifest.json)")
-    manifest, figures = run_figures(run_dir)
+    manifest, figures = baselines.run_figures(run_dir)
     if args.update:
         command = args.source_command or " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
-        n = update_records(args.update, manifest, figures, command=command)
+        n = baselines.update_records(args.update, manifest, figures, command=command)
         print(f"wrote {n} reference records for {manifest.model} into {args.update}")
         return 0
-    verdicts = compare(load_baselines(args.against), manifest, figures, tolerance=args.tolerance)
-    _settings(check_settings(verdicts, manifest), allow=args.allow_mismatch)
+    verdicts = baselines.compare(baselines.load_baselines(args.against), manifest, figures, tolerance=args.tolerance)
+    _settings(baselines.check_settings(verdicts, manifest), allow=args.allow_mismatch)
     checked = [v for v in verdicts if v.status != "not-in-run"]
     if args.json:
         from locos_bench._cli.common import print_json
@@ -72,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         if not verdicts:
             print(f"no baseline records match model {manifest.model!r} and this run's tasks")
         else:
-            print(verdict_table(verdicts))
+            print(baselines.verdict_table(verdicts))
             for v in verdicts:
                 if v.failed and v.message:
                     print(f"{v.status}: {v.record.label}: {v.message}")

@@ -3,8 +3,9 @@
 Either `--task T --index I` (example I of the task, in the model's prompt format) or
 `--prompt TEXT --answer TEXT --needle TEXT` (the prompt as is; `@FILE` reads a file). The page
 goes to `--output` (written atomically); `--json` also prints its numbers. `--ablate`
-mean-ablates the top heads over the task's reference split (as `locos-bench run --preset P`
-builds it) and shows the greedy answer before and after. Beside it, sufficiency: the answer
+ablates the top heads (`--ablation`: mean by default, or zero, mean-q, zero-q) with means over
+the task's reference split (as `locos-bench run --preset P` builds it) and shows the greedy
+answer before and after. Beside it, sufficiency: the answer
 with only the top heads full and every other head streaming (`--kv-sink`, `--kv-window`), and
 the floor with every head streaming; a model whose attention cannot stream (eager) gets a note
 on the page and on stderr instead. `--no-sufficiency` leaves it out (two greedy answers fewer).
@@ -38,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=Path("explain.html"), help="the page (default explain.html)")
     parser.add_argument("--json", action="store_true", help="also print the page's numbers as JSON")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="top heads shown and ablated (default 5)")
-    parser.add_argument("--ablate", action="store_true", help="mean-ablate the top heads; show the answer before and after")
+    parser.add_argument("--ablate", action="store_true", help="ablate the top heads; show the answer before and after")
+    parser.add_argument("--ablation", default=None, metavar="MODE",
+                        help="how --ablate ablates: mean (default), zero, mean-q or zero-q (the heads' queries)")
     parser.add_argument("--preset", default="default", choices=sorted(PRESETS),
                         help="run preset whose reference split --ablate uses (default default)")
     parser.add_argument("--max-new-tokens", type=int, help="greedy budget (default: the task's, else 16)")
@@ -120,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError("--kv-sink and --kv-window set the sufficiency answers, which --no-sufficiency leaves out")
     if args.steer_alpha is not None and not (math.isfinite(args.steer_alpha) and args.steer_alpha > 0):
         raise LocosError(f"--steer-alpha must be a finite number above 0, got {args.steer_alpha!r}")
+    ablation = _ablation(args)
     if (args.task is None) == (args.prompt is None):
         raise LocosError("give either --task T [--index I] or --prompt TEXT --answer TEXT --needle TEXT")
     spec = example = None
@@ -135,8 +139,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         if args.index is not None:
             raise LocosError("--index goes with --task")
-        if args.ablate:
-            raise LocosError("--ablate needs --task: mean ablation uses the task's reference prompts")
+        if args.ablate and ablation.needs_reference:
+            raise LocosError(f"--ablate needs --task: {ablation} ablation uses the task's reference prompts")
         if args.answer is None:
             raise LocosError("--prompt needs --answer")
         example = prompt_example(_read_prompt(args.prompt), args.answer, args.needle, args.distractor, args.question)
@@ -144,16 +148,16 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError(f"--output {args.output} is a directory")
 
     model = load_model(args.model, device=args.device, dtype=args.dtype)
-    reference = None
+    reference = [] if args.ablate else None  # filled where the ablation takes means
     if spec is not None:
         example = make_example(spec, index, model=model)
-        if args.ablate:
+        if args.ablate and ablation.needs_reference:
             reference = reference_split(spec, model, args.preset)
     budget = args.max_new_tokens or (spec.max_new_tokens if spec is not None else 16)
     result = explain(model, example, top=args.top, reference=reference, max_new_tokens=budget,
                      metric=headline_metric(spec) if spec is not None else "contains",
                      sufficiency=args.sufficiency, kv_sink=args.kv_sink, kv_window=args.kv_window,
-                     steer_alpha=args.steer_alpha)
+                     steer_alpha=args.steer_alpha, ablation=ablation)
     path = write_page(result, args.output)
     if args.json:
         print_json(result.to_json())
@@ -162,6 +166,20 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {path} (top head {head_name(result.top[0])}; {result.verdict['mean']['text']})",
           file=sys.stderr)
     return 0
+
+
+def _ablation(args: argparse.Namespace):
+    """The `--ablation` of `--ablate` (mean by default); a scaling is `--steer-alpha`'s."""
+    from locos_bench.interventions import AblationSpec
+
+    if args.ablation is None:
+        return AblationSpec.parse("mean")
+    if not args.ablate:
+        raise LocosError("--ablation says how --ablate ablates: give --ablate too")
+    ablation = AblationSpec.parse(args.ablation)
+    if ablation.mode == "scale":
+        raise LocosError(f"--ablation {args.ablation}: scaling the top heads is --steer-alpha")
+    return ablation
 
 
 def reference_split(spec, model, preset: str):

@@ -55,13 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local datasets: DATA/<task> in each release's layout (paper preset: "
                              "real benchmarks found there replace their synthetic twins)")
     parser.add_argument("--budgets", type=_int_list, help="numbers of ablated heads, e.g. 1,2,4,8,16")
-    parser.add_argument("--ablation", default="mean", help="mean, zero or scale:ALPHA (default mean)")
+    parser.add_argument("--ablation", default=None,
+                        help="mean, zero or scale:ALPHA on each head's output z; mean-q or zero-q on its query "
+                             "(before QK-norm and RoPE) (default: the preset's, else mean)")
     parser.add_argument("--positionwise", action="store_true",
-                        help="mean ablation per token position (each row's positions from its attention "
-                             "mask; the flat mean where fewer than 2 reference prompts reach)")
+                        help="mean ablation (mean, mean-q) per token position (each row's positions from its "
+                             "attention mask; the flat mean where fewer than 2 reference prompts reach)")
     parser.add_argument("--sink", default=None, metavar="keep|mean",
-                        help="mean ablation at a BOS sink (position 0): keep it untouched or write the mean "
-                             "there too (default mean; docs/methodology.md, Mean ablation and the sink)")
+                        help="mean ablation of z at a BOS sink (position 0): keep it untouched or write the mean "
+                             "there too (default mean; not with mean-q, zero-q; docs/methodology.md)")
     parser.add_argument("--n-calib", type=int, help="calibration (detection) examples per task")
     parser.add_argument("--n-ref", type=int, help="reference examples for mean activations")
     parser.add_argument("--n-eval", type=int, help="held-out evaluation examples per task")
@@ -101,6 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steer-alphas", type=_alpha_list, default=None, metavar="A[,A]",
                         help="also evaluate every task with each detector's top-k heads amplified by each "
                              "alpha (e.g. 1.5,2,4), plus each retrieval task's harder variant")
+    parser.add_argument("--bottom-k", type=lambda s: [t.strip() for t in s.split(",") if t.strip()], default=None,
+                        metavar="all|none|NAME[,NAME]",
+                        help="also ablate these detectors' bottom-k heads (the last k of each ranking) on each "
+                             "retrieval task, reported against random (default: the preset's, none)")
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
@@ -157,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
-        kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas,
+        kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas, bottom_k=args.bottom_k,
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():

@@ -12,7 +12,8 @@ detector's own methods (no second formula):
   attention row `A_h[q_t, s]` (`heads.attention_rows`);
 * a verdict: how much of the top heads' answer-direction write comes from the needle;
 * the model's greedy answer (`evaluation.generate_answers`) and, given reference prompts, the
-  greedy answer with the top heads mean-ablated (`interventions.HeadAblation`);
+  greedy answer with the top heads ablated (`interventions.HeadAblation`; `ablation`: mean by
+  default, or any ablation a run takes, `mean-q` replacing their queries);
 * sufficiency: the greedy answer with the top heads as the only full-attention heads and every
   other head streaming (`interventions.only_full`: its row's first `kv_sink` and last
   `kv_window` tokens), beside the floor where every head streams, with the KV-cache share each
@@ -81,8 +82,8 @@ class Explanation:
         gold_logprob: Mean log-prob of the gold answer tokens, teacher-forced.
         trial: The greedy answer `locos` scored: `generated`, `answer`, `steps`,
             `rouge1_recall`, `passed` (`detectors.locos.describe_rows`).
-        ablation: With `reference`, the top heads mean-ablated: heads, greedy answer, whether
-            it is correct, and gold log-prob before and after.
+        ablation: With `reference`, the top heads ablated: heads, `mode` (the ablation), greedy
+            answer, whether it is correct, and gold log-prob before and after.
         sufficiency: The top heads as the only full heads (`top`) and every head streaming
             (`floor`): each with its greedy answer, gold log-prob, correctness and `kv_kept`;
             `sink`, `window`, `unaffected_layers`, a `note` (or None) and a one-line `text`. On a
@@ -261,13 +262,14 @@ def explain(
     kv_sink: int = KV_SINK,
     kv_window: int = KV_WINDOW,
     steer_alpha: float | None = None,
+    ablation: Any = "mean",
 ) -> Explanation:
     """Explain `example`'s answer on `model` (see the module docstring).
 
     Args:
         top: Heads whose source tokens are shown and that `reference` ablates.
-        reference: Prompts of the same task whose mean `hook_z` replaces the top heads'
-            (the harness's reference split); None skips the ablation.
+        reference: Prompts of the same task whose mean `hook_z` (`hook_q` under `mean-q`)
+            replaces the top heads' (the harness's reference split); None skips the ablation.
         max_new_tokens: Generation budget of the greedy answers.
         locos_params: Parameters of the `locos` reading shown (default: the authors').
         metric: The text metric (`tasks.metrics`) whose score of 1 makes an answer correct.
@@ -276,6 +278,8 @@ def explain(
         kv_sink: First tokens of its row a streaming head keeps.
         kv_window: Last tokens a streaming head keeps.
         steer_alpha: Also answer with the top heads' outputs scaled by this factor (None: not).
+        ablation: How `reference` ablates the top heads: an `interventions.AblationSpec` or its
+            name (`mean`, `zero`, `mean-q`, `zero-q`, ...; default `mean`).
 
     Raises:
         LocosError: unsupported architecture, `top` out of range, an unknown or model-scored
@@ -301,6 +305,7 @@ def explain(
         _check_window(model, kv_sink, kv_window)
     if steer_alpha is not None and not (math.isfinite(steer_alpha) and steer_alpha > 0):
         raise LocosError(f"--steer-alpha must be a finite number above 0, got {steer_alpha!r}")
+    spec = _ablation_spec(ablation)
     reader = locos.Locos(**(locos_params or {}))
     reader.check_params()
     t = tokenize_checked(model, example)
@@ -342,7 +347,7 @@ def explain(
     gold = gold_logprobs(model, [t])[0]
     ablation = suff = steering = None
     if reference is not None:
-        ablation = _ablate(model, t, top_heads, reference, max_new_tokens, greedy, gold, judge)
+        ablation = _ablate(model, t, top_heads, reference, spec, max_new_tokens, greedy, gold, judge)
     if sufficiency:
         suff = _sufficiency(model, t, top_heads, max_new_tokens, judge, kv_sink, kv_window)
     if steer_alpha is not None:
@@ -399,20 +404,29 @@ def _answer(model: LoadedModel, t: TokenizedExample, max_new_tokens: int, judge:
             "gold_logprob": gold_logprobs(model, [t], hooks=hooks)[0]}
 
 
-def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
-            max_new_tokens: int, greedy: str, gold: float, judge: Any) -> dict[str, Any]:
-    """Greedy answer and gold log-prob with `top_heads` mean-ablated over `reference`."""
-    from locos_bench.interventions import AblationSpec, HeadAblation, reference_means
+def _ablation_spec(ablation: Any) -> Any:
+    """`ablation` as an `AblationSpec` (a name is parsed: one clear error for an unknown one)."""
+    from locos_bench.interventions import AblationSpec
 
-    if not reference:
-        raise LocosError("--ablate needs at least one reference prompt for the mean activations")
-    ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in reference]
-    means = reference_means(model, ids)
-    hooks = HeadAblation(list(top_heads), AblationSpec.parse("mean"), means).hooks()
+    return ablation if isinstance(ablation, AblationSpec) else AblationSpec.parse(str(ablation))
+
+
+def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
+            spec: Any, max_new_tokens: int, greedy: str, gold: float, judge: Any) -> dict[str, Any]:
+    """Greedy answer and gold log-prob with `top_heads` ablated by `spec` (means over `reference`)."""
+    from locos_bench.interventions import HeadAblation, reference_means
+
+    means = None
+    if spec.needs_reference:
+        if not reference:
+            raise LocosError("--ablate needs at least one reference prompt for the mean activations")
+        ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in reference]
+        means = reference_means(model, ids, positionwise=spec.positionwise, site=spec.site)
+    hooks = HeadAblation(list(top_heads), spec, means).hooks()
     after = _answer(model, t, max_new_tokens, judge, hooks)
     return {
         "heads": [list(h) for h in top_heads],
-        "mode": "mean",
+        "mode": str(spec),
         "reference": [f"{ex.task}[{ex.index}]" for ex in reference],
         "greedy_before": greedy,
         "greedy_after": after["greedy"],

@@ -54,17 +54,18 @@ PAGES_DIR = "explain"
 
 
 def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any], n: int, *, top: int = 5,
-                    sufficiency: Any = None) -> list[Path]:
+                    sufficiency: Any = None, ablation: Any = "mean") -> list[Path]:
     """Explain pages for the first `n` evaluation examples of each retrieval task of a run.
 
-    Each page ablates over the run's own reference split and judges answers by the task's
-    headline metric. A page that exists is kept (a resumed run does not redo it); an example
+    Each page ablates with the run's ablation over the run's own reference split and judges
+    answers by the task's headline metric. A page that exists is kept (a resumed run does not redo it); an example
     that cannot be explained warns and is skipped.
 
     Args:
         tasks: The run's `splits.TaskData` (spec, reference and evaluation examples).
         sufficiency: The run's `Manifest.sufficiency` (`records.Streaming`): the pages' streaming
             heads keep its sink and window; None: the defaults (`KV_SINK`, `KV_WINDOW`).
+        ablation: The run's ablation (`interventions.AblationSpec` or its name).
     """
     import warnings
 
@@ -82,7 +83,8 @@ def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any
                 try:
                     result = explain(model, example, top=min(top, model.geometry.n_total_heads),
                                      reference=data.reference, max_new_tokens=data.spec.max_new_tokens,
-                                     metric=headline_metric(data.spec), kv_sink=sink, kv_window=window)
+                                     metric=headline_metric(data.spec), kv_sink=sink, kv_window=window,
+                                     ablation=ablation)
                 except LocosError as exc:
                     warnings.warn(f"no explain page for {example.task}[{example.index}]: {exc}", stacklevel=2)
                     continue

@@ -183,6 +183,7 @@ class Run:
                 self.dir.clear()
             else:
                 manifest = self.manifest = resumed(manifest, old)
+                self.plan = RunPlan.from_manifest(manifest)  # bottom-k detectors the directory already holds
                 self._resume(comparison)
         merged = dict(manifest.timings)  # a resumed run adds this session's seconds
         for phase, seconds in self.timings.items():
@@ -249,7 +250,7 @@ class Run:
 
                 with self._timed("explain"):
                     write_run_pages(self.model, self.dir.path, list(tasks.values()), self.config.explain,
-                                    sufficiency=self.manifest.sufficiency)
+                                    sufficiency=self.manifest.sufficiency, ablation=self.config.ablation)
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
             self.dir.write_failures(self.failed())
@@ -283,8 +284,7 @@ class Run:
         if key.detector == BASELINE:
             return Job(key, [], source)
         ranking = rank_heads(self.done[self.plan.source_key(key)].scores, tie_seed=self.manifest.tie_seed)
-        heads = ranking[: key.index] if key.kind.top_k else [ranking[key.index - 1]]
-        return Job(key, heads, source)
+        return Job(key, key.kind.heads(ranking, key.index), source)
 
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
         """Dispatch the group's distinct head sets; copy the evaluation of a repeated one."""

@@ -39,6 +39,10 @@ def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
         timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
 
 
+_SHARED = (UnitKind.EVAL, UnitKind.STEER, UnitKind.BOTTOM)
+"""Kinds whose evaluations of one task share batches (`Worker.run_many`)."""
+
+
 @dataclass(frozen=True)
 class Job:
     """One unit to compute: its key and the heads it ablates (none for scores and baseline)."""
@@ -104,7 +108,7 @@ class Worker:
                 values = data.values(self.model, self._hooks(job, means), batch_size=self.config.batch_size)
                 return UnitRecord.for_key(key, job.heads, job.heads_from, values=values,
                                           seconds=time.perf_counter() - start)
-            if key.kind == UnitKind.EVAL:
+            if key.kind in (UnitKind.EVAL, UnitKind.BOTTOM):
                 return self._eval_unit(data, job, means)
             return self._rank_unit(data, job, means)
 
@@ -117,7 +121,7 @@ class Worker:
         groups: dict[tuple, list[int]] = {}
         for n, job in enumerate(jobs):
             external = isinstance(self.tasks[job.key.task], ExternalControl)
-            if job.key.kind in (UnitKind.EVAL, UnitKind.STEER) and self.config.eval_head_sets > 1 and not external:
+            if job.key.kind in _SHARED and self.config.eval_head_sets > 1 and not external:
                 examples = (job.key.split, job.key.draw if job.key.split else 0)  # one batch, one example set
                 groups.setdefault((job.key.task, job.key.kind, job.key.alpha, examples), []).append(n)
             else:
@@ -130,8 +134,9 @@ class Worker:
         return [out[n] for n in range(len(jobs))]
 
     def _eval_units(self, data: TaskData, jobs: Sequence[Job]) -> list[UnitRecord]:
-        """Several evaluations of one task in shared batches, all ablations or all steering at
-        one alpha (their heads scaled, `scale:ALPHA`); seconds are split evenly."""
+        """Several evaluations of one task and kind in shared batches, all ablations (top-k or
+        bottom-k) or all steering at one alpha (their heads scaled, `scale:ALPHA`); seconds are
+        split evenly."""
         from locos_bench.evaluation import evaluate_head_sets
 
         kind = jobs[0].key.kind
@@ -179,7 +184,7 @@ class Worker:
             if ablation.needs_reference:
                 with self._timed("reference"):
                     ids = [tokenize_example(ex, self.model.tokenizer).input_ids for ex in data.reference]
-                    means = reference_means(self.model, ids, positionwise=ablation.positionwise)
+                    means = reference_means(self.model, ids, positionwise=ablation.positionwise, site=ablation.site)
             self._means[name] = means
         return self._means[name]
 

@@ -6,7 +6,8 @@ The face::
 
 Modules, one intervention each (a new one is one more module beside them):
 `ablation` (mean, zero and scale ablation of a head's output `z`; `HeadSetAblation`: one head
-set per batch row), `streaming` (streaming heads: a head sees only its sinks and a window),
+set per batch row), `query` (mean-q and zero-q: the same hooks on a head's query, before
+QK-norm and RoPE), `streaming` (streaming heads: a head sees only its sinks and a window),
 `batched_heads` (attention knockout and activation patching, one head per batch row); and
 what they share: `means` (reference means, position-wise), `positions` (each token's position,
 bound around a forward for the hooks to read).

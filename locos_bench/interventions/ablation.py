@@ -1,4 +1,5 @@
-"""Output ablation: mean, zero and scale interventions on a head's `z` (`blocks.{L}.attn.hook_z`).
+"""Head ablation: mean, zero and scale interventions on a head's `z` (`blocks.{L}.attn.hook_z`),
+and mean and zero on its query (`query`).
 
 Mean ablation, zero ablation and scaling are one mechanism: replace head h's `z` (its
 attention-weighted values, before `W_O`) by `alpha * z + (1 - alpha) * value`, with
@@ -8,6 +9,10 @@ attention-weighted values, before `W_O`) by `alpha * z + (1 - alpha) * value`, w
   by default; per position with `positionwise=True`);
 * zero:  alpha = 0, value = 0;
 * scale: alpha = factor > 0, value = 0 (`scale:2.0` amplifies, `scale:0.5` damps; steering).
+
+The same hooks replace a head's query instead (`mean-q`, `zero-q`: `AblationSpec.target` `q`,
+the hook point `hook_q`, means over the same reference split at that site); what that means
+and which options apply is `interventions.query`'s.
 
 The hooks work for teacher-forced passes and for KV-cached generation (each new token's
 `z` is replaced as it is computed). `HeadSetAblation` is the same intervention with one head
@@ -39,7 +44,8 @@ from torch import Tensor
 from locos_bench.errors import LocosError
 from locos_bench.interventions.means import HeadMeans
 from locos_bench.interventions.positions import bound_positions
-from locos_bench.names import Head, hook_z
+from locos_bench.interventions.query import QUERY_MODES, query_options
+from locos_bench.names import Head, hook_q, hook_z
 
 SINK_RULES = ("keep", "mean")
 """What mean ablation writes at a BOS sink (position 0): `keep` leaves it untouched, `mean`
@@ -47,6 +53,9 @@ replaces it like any other position."""
 
 DEFAULT_SINK = "mean"
 """The sink rule of a run that names none, and of manifests written before the option."""
+
+ABLATIONS = "mean, zero, scale:ALPHA, mean-q or zero-q"
+"""The ablations `AblationSpec.parse` knows, as its error names them."""
 
 
 def check_sink(sink: str) -> str:
@@ -58,19 +67,29 @@ def check_sink(sink: str) -> str:
 
 @dataclass(frozen=True)
 class AblationSpec:
-    """How heads are intervened on: `mean`, `zero` or `scale:ALPHA`.
+    """How heads are intervened on: `mean`, `zero` or `scale:ALPHA` on a head's output `z`, or
+    `mean-q`, `zero-q` on its query (`target` `q`, `interventions.query`).
 
-    `sink` (mean only) is what is written at a BOS sink: `keep` leaves it, `mean` replaces it."""
+    `sink` (mean on `z` only) is what is written at a BOS sink: `keep` leaves it, `mean`
+    replaces it."""
 
     mode: str
     alpha: float = 0.0
     positionwise: bool = False
     sink: str = DEFAULT_SINK
+    target: str = "z"
+    """What is replaced: `z` (the head's output, before `W_O`) or `q` (its query)."""
 
     @classmethod
-    def parse(cls, text: str, *, positionwise: bool = False, sink: str = DEFAULT_SINK) -> AblationSpec:
+    def parse(cls, text: str, *, positionwise: bool = False, sink: str | None = None) -> AblationSpec:
+        """The ablation `text` names (`sink` None: `DEFAULT_SINK`; a query ablation takes none)."""
         text = text.strip()
-        check_sink(sink)
+        if sink is not None:
+            check_sink(sink)
+        if text in QUERY_MODES:
+            return cls(QUERY_MODES[text], 0.0, query_options(text, positionwise=positionwise, sink=sink),
+                       target="q")
+        sink = sink or DEFAULT_SINK
         if text in ("mean", "zero"):
             return cls(text, 0.0, positionwise and text == "mean", sink if text == "mean" else DEFAULT_SINK)
         if text.startswith("scale:"):
@@ -82,9 +101,11 @@ class AblationSpec:
                 raise LocosError(f"bad ablation {text!r}: ALPHA must be a finite number above 0 "
                                  "(scale:2.0 amplifies, scale:0.5 damps; ablation zero removes the heads)")
             return cls("scale", alpha)
-        raise LocosError(f"unknown ablation {text!r}; choose mean, zero or scale:ALPHA")
+        raise LocosError(f"unknown ablation {text!r}; choose {ABLATIONS}")
 
     def __str__(self) -> str:
+        if self.target == "q":
+            return f"{self.mode}-q"
         return f"scale:{self.alpha:g}" if self.mode == "scale" else self.mode
 
     @property
@@ -94,7 +115,12 @@ class AblationSpec:
     @property
     def keeps_sink(self) -> bool:
         """Whether a BOS sink at position 0 is left untouched."""
-        return self.mode == "mean" and self.sink == "keep"
+        return self.mode == "mean" and self.sink == "keep" and self.target == "z"
+
+    def site(self, layer: int) -> str:
+        """The hook point the intervention replaces in `layer`: `hook_z`, or `hook_q` for a
+        query ablation (also where `means.reference_means` averages)."""
+        return hook_q(layer) if self.target == "q" else hook_z(layer)
 
 
 @dataclass
@@ -118,7 +144,7 @@ class HeadAblation:
             self._by_layer.setdefault(int(layer), []).append(int(head))
 
     def hooks(self) -> list[tuple[str, Any]]:
-        return [(hook_z(layer), self._hook(layer, heads)) for layer, heads in sorted(self._by_layer.items())]
+        return [(self.spec.site(layer), self._hook(layer, heads)) for layer, heads in sorted(self._by_layer.items())]
 
     def _value(self, layer: int, heads: list[int], z: Tensor) -> Tensor:
         """Replacement `[B, T, len(heads), d]` for the ablated heads."""
@@ -144,6 +170,7 @@ class HeadAblation:
 
     def _hook(self, layer: int, heads: list[int]) -> Any:
         def fn(z: Tensor, hook: Any) -> Tensor:
+            _per_head(z, self.spec)
             z = z.clone()
             z[:, :, heads] = self._replaced(layer, heads, z)
             return z
@@ -174,7 +201,7 @@ class HeadSetAblation:
         for row, r in enumerate(rows):
             for layer, head in self.head_sets[r]:
                 per_layer.setdefault(layer, []).append((row, head))
-        return [(hook_z(layer), self._hook(layer, cells, len(rows)))
+        return [(self._one.spec.site(layer), self._hook(layer, cells, len(rows)))
                 for layer, cells in sorted(per_layer.items())]
 
     def _hook(self, layer: int, cells: list[tuple[int, int]], n_rows: int) -> Any:
@@ -189,6 +216,7 @@ class HeadSetAblation:
         chosen[rows_at, 0, heads_at, 0] = True
 
         def fn(z: Tensor, hook: Any) -> Tensor:
+            _per_head(z, one.spec)
             if z.shape[0] != n_rows:
                 raise LocosError(f"head-set hooks bound to {n_rows} rows ran on a batch of {z.shape[0]}")
             sub = chosen.to(z.device)  # [B, 1, h, 1]
@@ -198,3 +226,12 @@ class HeadSetAblation:
             return z
 
         return fn
+
+
+def _per_head(t: Tensor, spec: AblationSpec) -> None:
+    """Refuse a hooked tensor that is not split per head (`[batch, pos, head, d_head]`): a
+    query projection the bridge does not split would otherwise be indexed along the wrong axis."""
+    if t.ndim != 4:
+        raise LocosError(f"ablation {spec}: {spec.site(0).replace('0', 'L', 1)} gives a tensor of shape "
+                         f"{tuple(t.shape)}, not [batch, pos, head, d_head]: this model's attention "
+                         "does not split it per head")

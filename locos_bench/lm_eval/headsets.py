@@ -188,22 +188,24 @@ def _task_data(model: Any, task: str, *, preset: str) -> Any:
 
 def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, positionwise: bool = False,
                    sink: str | None = None, preset: str = "default", seed: int = 0) -> list:
-    """Forward hooks intervening on `head_set` (mean ablation over its task's reference split;
-    `sink` None: the head set's run's rule, else the default)."""
-    from locos_bench.interventions import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
+    """Forward hooks intervening on `head_set` (mean ablations over its task's reference split;
+    `sink` None: the head set's run's rule for `z`, none for a query ablation)."""
+    from locos_bench.interventions import AblationSpec, HeadAblation, reference_means
     from locos_bench.tasks.tokenize import tokenize_example
 
-    spec = AblationSpec.parse(ablation, positionwise=positionwise, sink=sink or head_set.sink or DEFAULT_SINK)
+    if sink is None and AblationSpec.parse(ablation).target == "z":
+        sink = head_set.sink
+    spec = AblationSpec.parse(ablation, positionwise=positionwise, sink=sink)
     if not head_set.heads:
         return []
     means = None
     if spec.needs_reference:
         if head_set.task is None:
             raise LocosError(
-                f"heads={head_set.source} with mean ablation needs reference=TASK (the task whose "
-                "reference split gives the mean activations), or ablation=zero"
+                f"heads={head_set.source} with {spec} ablation needs reference=TASK (the task whose "
+                "reference split gives the mean activations), or a zero ablation"
             )
         data = _task_data(model, head_set.task, preset=preset)
         ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in data.reference]
-        means = reference_means(model, ids, positionwise=spec.positionwise)
+        means = reference_means(model, ids, positionwise=spec.positionwise, site=spec.site)
     return HeadAblation(list(head_set.heads), spec, means).hooks()

@@ -77,14 +77,16 @@ class LocosLM(TemplateLM):
         model: Model alias, HF id or local HF directory (`models.load_model`).
         heads: `DETECTOR@TASK:K`, `L3H1;L7H2`, `RUN_DIR:DETECTOR@TASK:K`, or none.
         ablation: `mean` (default), `zero`, `scale:ALPHA` (ALPHA > 0: the heads' outputs
-            scaled, steering) or `streaming`: the head set's heads are the only full heads and
+            scaled, steering), `mean-q`, `zero-q` (the heads' queries replaced, before QK-norm
+            and RoPE: `interventions.query`) or `streaming`: the head set's heads are the only full heads and
             every other head streams (its row's first `kv_sink` real tokens and last
             `kv_window` tokens); `heads=none` then streams every head (the floor).
         kv_sink, kv_window: The streaming heads' sinks and window (`streaming` only; default
             4 and 64, as `locos-bench run --kv-sink --kv-window`).
-        positionwise: Mean ablation per position.
-        sink: `mean` or `keep`: what mean ablation writes at a BOS sink (position 0), as
-            `locos-bench run --sink`; default the run's rule for `RUN_DIR:` heads, else `mean`.
+        positionwise: Mean ablation (`mean`, `mean-q`) per position.
+        sink: `mean` or `keep`: what mean ablation of `z` writes at a BOS sink (position 0), as
+            `locos-bench run --sink`; default the run's rule for `RUN_DIR:` heads, else `mean`
+            (a query ablation takes none).
         reference: Task whose reference split gives the means (default: the head set's task).
         preset, seed: The run configuration whose splits (and detector seeding) to use.
         device, dtype, batch_size, max_length: As in lm-eval's `hf` backend. A CUDA device
@@ -109,10 +111,10 @@ class LocosLM(TemplateLM):
             )
         ablation = str(ablation).strip()
         stream = streaming_settings(ablation, kv_sink, kv_window)
-        if stream is None:
-            _check_ablation(ablation)
         if sink is not None and str(sink) not in SINK_RULES:
             raise LocosError(f"sink={sink!r} for locos: choose {' or '.join(SINK_RULES)}")
+        if stream is None:
+            _check_ablation(ablation, _flag(positionwise), None if sink is None else str(sink))
         if str(batch_size).startswith("auto"):
             raise LocosError("batch_size=auto is not supported by the locos model; give a number")
         try:
@@ -281,15 +283,16 @@ class LocosLM(TemplateLM):
         return info
 
 
-def _check_ablation(ablation: str) -> None:
-    """Refuse an unknown ablation before the model loads (the lm-eval names include streaming)."""
+def _check_ablation(ablation: str, positionwise: bool = False, sink: str | None = None) -> None:
+    """Refuse an unknown ablation, or an option it does not take, before the model loads (the
+    lm-eval names include streaming)."""
     from locos_bench.interventions import AblationSpec
+    from locos_bench.interventions.ablation import ABLATIONS
 
     try:
-        AblationSpec.parse(ablation)
+        AblationSpec.parse(ablation, positionwise=positionwise, sink=sink)
     except LocosError as exc:
-        raise LocosError(str(exc).replace("choose mean, zero or scale:ALPHA",
-                                          f"choose mean, zero, scale:ALPHA or {STREAMING}")) from None
+        raise LocosError(str(exc).replace(ABLATIONS, ABLATIONS.replace(" or ", ", ") + f" or {STREAMING}")) from None
 
 
 def _check_streaming(loaded: Any, full: list, sink: int, window: int) -> None:

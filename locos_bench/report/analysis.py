@@ -3,10 +3,10 @@
 `analyze` walks the run plan task by task: the unablated baseline, each detector's curves
 and paired differences (`curves`), selection stability (`stability`), the ground truth on a
 planted model (`truth`), each table's order; then the summary across tasks (`summary`,
-`specificity`), sufficiency and steering, and last the run's verdicts and rank sets from its
-pre-specified families (`separability` over `simultaneous`). Every figure is a mean over
-evaluation examples with a paired-bootstrap interval (`bootstrap`); the definitions live in
-`docs/methodology.md`.
+`specificity`), sufficiency, steering and the bottom-k control, and last the run's verdicts and
+rank sets from its pre-specified families (`separability` over `simultaneous`). Every figure is
+a mean over evaluation examples with a paired-bootstrap interval (`bootstrap`); the definitions
+live in `docs/methodology.md`.
 
 Units with `error` set never enter a statistic; they are listed as failures. Which units
 exist, and which tasks' scores chose a control task's heads, is the run plan's: a control
@@ -22,6 +22,7 @@ import numpy as np
 
 from locos_bench.names import rank_heads
 from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, curve_weights, task_seed
+from locos_bench.report.bottom_k import bottom_k
 from locos_bench.report.curves import add_versus, curve, detector_result
 from locos_bench.report.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.separability import rank_key, separability, truth_key
@@ -85,10 +86,12 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     suff, suff_summary, suff_verdicts = sufficiency(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
     steer, steer_summary, steer_verdicts = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
                                                     method=method, level=level)
+    bottom, bottom_verdicts = bottom_k(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
     run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
                    failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
                    truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
-                   steering=steer, steering_summary=steer_summary, verdicts={**suff_verdicts, **steer_verdicts})
+                   steering=steer, steering_summary=steer_summary, bottom_k=bottom,
+                   verdicts={**suff_verdicts, **steer_verdicts, **bottom_verdicts})
     separability(run, n_resamples=n_resamples)
     return run
 

@@ -35,8 +35,9 @@ def _replicates(stats: FamilyStats) -> str:
 def family_note(stats: FamilyStats) -> str:
     """What a family is, what it can detect, and whether anything can be separable at this n."""
     level = fmt(100 * stats.level, 0)
-    what = ("the run's pre-specified comparisons, each detector against `locos` and against `random`"
-            if stats.kind == "many-to-one" else "every pair of detectors (rank sets)")
+    what = {"many-to-one": "the run's pre-specified comparisons, each detector against `locos` and against `random`",
+            "bottom-k": "each named detector's bottom-k heads against `random`'s heads and its own top-k against "
+                        "its bottom-k"}.get(stats.kind, "every pair of detectors (rank sets)")
     text = (f"*Family:* {stats.size} comparison{'s' * (stats.size != 1)} on the {stats.figure}: {what}; "
             f"simultaneous {level}% intervals "
             f"(max-T). {stats.units} (task, example) units: {_replicates(stats)}. Smallest attainable p "

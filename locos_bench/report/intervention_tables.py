@@ -1,13 +1,16 @@
-"""The leaderboard's sufficiency and steering sections: the summary of each with its verdicts
-(the run's `sufficiency:` and `steering:` families), then each task. Tables only read the
-analysed results (`sufficiency`, `steering`). Definitions: `docs/methodology.md`
-(Sufficiency, Steering).
+"""The leaderboard's sufficiency, steering and bottom-k sections: the summary of each with its
+verdicts (the run's `sufficiency:`, `steering:` and `bottom-k:` families) and each task.
+Tables only read the analysed results (`sufficiency`, `steering`, `bottom_k`). Definitions:
+`docs/methodology.md` (Sufficiency, Steering, Bottom-k control).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from locos_bench.report.conclusion import family_note, verdict_table
-from locos_bench.report.display import cell, fmt, fmt_ci, table
+from locos_bench.report.display import cell, detector_label, fmt, fmt_ci, table
+from locos_bench.report.notes import BOTTOM_K
 from locos_bench.report.results import GOLD, RunStats
 
 
@@ -90,3 +93,39 @@ def steering_tables(run: RunStats) -> list[str]:
         parts.append(table(rows, ["detector", "alpha", *(f"gain @k={k}" for k in budgets), "area",
                                   "gold gain (nats)"]))
     return parts
+
+
+def _curve_cells(res: Any, headline: str, budgets: list[int]) -> list[str]:
+    c, g = res.curves[headline], res.curves.get(GOLD)
+    return [*(fmt_ci(c.values[k]) for k in budgets), fmt_ci(c.drop_area), fmt_ci(g.drop_area if g else None)]
+
+
+def bottom_k_tables(run: RunStats) -> list[str]:
+    """The Bottom-k control (a run with `--bottom-k`): per retrieval task, each named detector's
+    top-k and bottom-k heads beside random's; then the verdicts over retrieval tasks."""
+    budgets = run.budgets
+    headers = ["heads", *(f"k={k}" for k in budgets), "drop-area", "logp drop-area", "vs random: drop-area",
+               "vs random: logp drop-area", "top-k − bottom-k: drop-area", "top-k − bottom-k: logp drop-area"]
+    parts = [BOTTOM_K]
+    own = {t.name: t for t in run.tasks if t.kind == "retrieval" and t.heads_from in ("", t.name)}
+    for task in run.bottom_k:
+        top = own[task.task].detectors if task.task in own else {}
+        h = task.headline
+        rows = []
+        for name, row in task.rows.items():
+            res = top.get(name)
+            if res is not None and res.ok:
+                vs = res.versus.get("random", {})
+                rows.append([f"{detector_label(res)}: top k", *_curve_cells(res, h, budgets),
+                             fmt_ci(vs.get(h, {}).get("drop_area")), fmt_ci(vs.get(GOLD, {}).get("drop_area")), "", ""])
+            if not row.ok:
+                rows.append([f"{row.name}: bottom k", *["—"] * (len(headers) - 2), cell(f"failed: {row.error}")])
+                continue
+            rows.append([f"{detector_label(row)}: bottom k", *_curve_cells(row, h, budgets),
+                         fmt_ci(row.versus_random.get(h)), fmt_ci(row.versus_random.get(GOLD)),
+                         fmt_ci(row.versus_top.get(h)), fmt_ci(row.versus_top.get(GOLD))])
+        rand = top.get("random")
+        if rand is not None and rand.ok:
+            rows.append([f"{detector_label(rand)}: random heads", *_curve_cells(rand, h, budgets), "", "", "", ""])
+        parts += [f"`{task.task}` ({h}):", table(rows, headers)]
+    return parts + _verdicts(run, "bottom-k:")

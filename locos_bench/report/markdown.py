@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from locos_bench.report.conclusion import conclusion, family_note, verdict_table
 from locos_bench.report.display import fmt_ci
-from locos_bench.report.intervention_tables import steering_tables, sufficiency_tables
+from locos_bench.report.intervention_tables import bottom_k_tables, steering_tables, sufficiency_tables
 from locos_bench.report.notes import (
     STEERING,
     SUFFICIENCY,
@@ -97,6 +97,8 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
                               _image(f"{task.name}: top-k overlap", p.get("overlap"))) if x]
         if images:
             parts.append(" ".join(images))
+    if run.bottom_k:
+        parts += [f"{hashes}# Bottom-k control", *bottom_k_tables(run)]
     if run.sufficiency:
         first = run.sufficiency[0]
         parts += [f"{hashes}# Sufficiency (KV compression)", SUFFICIENCY.format(sink=first.sink, window=first.window),

@@ -125,6 +125,15 @@ did not steer them (choosing on the evaluation examples would be optimistic); **
 gain minus r's, simultaneous over the run's family."""
 
 
+
+BOTTOM_K = """Bottom-k control: each retrieval task evaluated again with a detector's **bottom-k** heads (the
+last k of its ranking, ties broken as for its top k) ablated, beside its top-k heads and random heads
+at the same budgets. A detector that ranks heads by what the task needs leaves the task nearly intact
+here. **vs random** = drop-area minus random heads' drop-area, paired on examples (and draws; negative:
+these heads matter less than random ones); **top-k − bottom-k** = the detector's top-k drop-area minus
+its bottom-k drop-area (positive: its top heads matter more than its bottom heads). Marginal in the
+task tables; over retrieval tasks, simultaneous over the run's `bottom-k` family."""
+
 def definitions(run: RunStats) -> str:
     """The *How to read* note, specificity as this run's records define it: a run recorded
     before controls were paired keeps the old rule and its old wording."""

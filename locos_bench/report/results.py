@@ -141,7 +141,8 @@ class FamilyStats(ResultModel):
     figure: str
     """What is compared, in words (`mean contains drop-area over 2 retrieval tasks`)."""
     kind: str
-    """`many-to-one` (the run's pre-specified pairs) or `all pairs` (rank sets)."""
+    """`many-to-one` (the run's pre-specified pairs), `bottom-k` (the bottom-k control's pairs,
+    `report.bottom_k`) or `all pairs` (rank sets)."""
     size: int
     """Comparisons in the family (those with data)."""
     units: int
@@ -381,6 +382,32 @@ class SteeringSummaryRow(ResultModel):
     (the run's `steering:` families)."""
 
 
+class BottomKRow(DetectorRow):
+    """A detector's bottom-k heads (the last k of its ranking) ablated on one retrieval task."""
+
+    curves: dict[str, Curve] = Field(default_factory=dict)
+    """Metric (the headline and the gold log-prob) -> curve of the bottom-k heads."""
+    versus_random: dict[str, Estimate] = Field(default_factory=dict)
+    """Metric -> paired drop-area difference, bottom-k heads - random heads (random's top k)."""
+    versus_top: dict[str, Estimate] = Field(default_factory=dict)
+    """Metric -> paired drop-area difference, this detector's top-k heads - its bottom-k heads."""
+    heads: dict[int, list[tuple[int, int]]] = Field(default_factory=dict)
+    """Ablated heads per budget (first complete draw), in ranking order."""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.curves)
+
+
+class BottomKTask(ResultModel):
+    """The bottom-k rows of one retrieval task (`Manifest.bottom_k`)."""
+
+    task: str
+    headline: str
+    rows: dict[str, BottomKRow] = Field(default_factory=dict)
+    """In the run's detector order."""
+
+
 class RunStats(ResultModel):
     """Everything the leaderboard shows for one run directory."""
 
@@ -411,6 +438,8 @@ class RunStats(ResultModel):
     steering: list[SteeringTask] = Field(default_factory=list)
     """Per task and heads' source, under `--steer-alphas` (`report.steering`); empty otherwise."""
     steering_summary: list[SteeringSummaryRow] = Field(default_factory=list)
+    bottom_k: list[BottomKTask] = Field(default_factory=list)
+    """Per retrieval task, under `--bottom-k` (`report.bottom_k`); empty otherwise."""
 
     @computed_field
     @property

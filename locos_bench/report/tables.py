@@ -30,7 +30,8 @@ def header_table(run: RunStats) -> str:
     if "n_layers" in info and "n_heads" in info:
         model += (f"; {info['n_layers']} layers × {info['n_heads']} heads = "
                   f"{int(info['n_layers']) * int(info['n_heads'])} heads")
-    ablation = m.ablation + (" (position-wise" if m.positionwise else " (position-agnostic")
+    query = "each head's query before QK-norm and RoPE, " if m.ablation.endswith("-q") else ""
+    ablation = m.ablation + (f" ({query}position-wise" if m.positionwise else f" ({query}position-agnostic")
     # The sink rule is named where it is `keep`: runs before the option wrote the mean there.
     ablation += ", BOS sink left untouched)" if m.sink == "keep" and m.ablation == "mean" else ")"
     p = m.provenance

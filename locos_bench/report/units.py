@@ -15,9 +15,9 @@ import numpy as np
 
 from locos_bench.errors import LocosError
 from locos_bench.report.bootstrap import Draws, PerDraw, draws_seed
-from locos_bench.run import EvalUnit, RankUnit, RunPlan, ScoresUnit, SteeringUnit, SufficiencyUnit
+from locos_bench.run import BottomUnit, EvalUnit, RankUnit, RunPlan, ScoresUnit, SteeringUnit, SufficiencyUnit
 
-Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit
+Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit
 
 
 def unit_label(unit: Unit) -> str:
@@ -28,6 +28,8 @@ def unit_label(unit: Unit) -> str:
         return f"sufficiency k={unit.k}"
     if isinstance(unit, SteeringUnit):
         return f"steer x{unit.alpha:g} k={unit.k}"
+    if isinstance(unit, BottomUnit):
+        return f"bottom k={unit.k}"
     if isinstance(unit, RankUnit):
         return f"rank r={unit.rank}"
     return "scores"
@@ -39,7 +41,7 @@ def first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def vector(unit: EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, metric: str, n: int) -> np.ndarray:
+def vector(unit: EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit, metric: str, n: int) -> np.ndarray:
     """The unit's `[n]` per-example values of `metric`, float64; a missing metric or a length
     other than the evaluation split's is an error naming the unit."""
     vals = unit.values.get(metric)

@@ -16,6 +16,7 @@ from locos_bench.presets import PRESETS
 from locos_bench.run.config import ResolvedConfig, RunConfig
 from locos_bench.run.plan import BASELINE, RunPlan, UnitKey, UnitKind
 from locos_bench.run.records import (
+    BottomUnit,
     EvalUnit,
     Manifest,
     RankUnit,
@@ -29,6 +30,7 @@ from locos_bench.run.rundir import RunDir, load_run
 __all__ = [
     "BASELINE",
     "PRESETS",
+    "BottomUnit",
     "EvalUnit",
     "Manifest",
     "RankUnit",

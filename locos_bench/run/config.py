@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from locos_bench.tasks import TaskSpec
 
 
+DEFAULT_ABLATION = "mean"
+"""The ablation of a run whose flags and preset name none."""
+
+
 @dataclass
 class RunConfig:
     """Everything that defines a run, as the user gives it (the CLI flags); `resolved()` turns
@@ -31,7 +35,9 @@ class RunConfig:
     preset: str = "default"
     tasks: list[str] | None = None
     budgets: list[int] | None = None
-    ablation: str = "mean"
+    ablation: str | None = None
+    """`mean`, `zero`, `scale:ALPHA`, `mean-q` or `zero-q` (`interventions.AblationSpec`); None:
+    the preset's, else `DEFAULT_ABLATION`."""
     positionwise: bool = False
     sink: str | None = None
     """What mean ablation writes at a BOS sink: `keep` or `mean` (`interventions.ablation`);
@@ -88,6 +94,10 @@ class RunConfig:
     variants: dict[str, str] = field(default_factory=dict)
     """Not read: the harder variants a run steers are resolved from its tasks
     (`ResolvedConfig.variants`)."""
+    bottom_k: list[str] | None = None
+    """Detectors whose bottom-k heads (the last k of each ranking) each retrieval task also
+    ablates, at every budget: names, `all` (every deterministic detector of the run) or
+    `none`. None: the preset's (those of the run's detectors it names), else none."""
 
     def resolved(self) -> ResolvedConfig:
         """The run these flags name, resolved once: unset fields filled from the preset, every
@@ -133,9 +143,10 @@ class RunConfig:
             raise LocosError(f"--data {cfg.data}: {why} (it holds DATA/<task> in each release's layout)")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
-        from locos_bench.interventions import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
+        bottom_k = _resolve_bottom_k(cfg.bottom_k or [], detectors, given=self.bottom_k is not None)
+        from locos_bench.interventions import AblationSpec  # torch: only once the names are checked
 
-        ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise, sink=cfg.sink or DEFAULT_SINK)
+        ablation = AblationSpec.parse(cfg.ablation or DEFAULT_ABLATION, positionwise=cfg.positionwise, sink=cfg.sink)
         output_dir = cfg.output_dir
         if output_dir is None:
             output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
@@ -151,7 +162,7 @@ class RunConfig:
             eval_head_sets=cfg.eval_head_sets, force=cfg.force, quiet=cfg.quiet, explain=cfg.explain,
             lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=None if cfg.data is None else Path(cfg.data),
             sufficiency=bool(cfg.sufficiency),
-            kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas),
+            kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas), bottom_k=tuple(bottom_k),
             default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
         )
 
@@ -207,6 +218,8 @@ class ResolvedConfig:
     kv_sink: int
     kv_window: int
     steer_alphas: tuple[float, ...]
+    bottom_k: tuple[str, ...] = ()
+    """Detectors whose bottom-k heads are also ablated (deterministic ones of `detectors`)."""
     batch_size_chosen: str | None = None
     """How `for_model` chose the batch size (`4 (cpu default)`); None when it was given. The
     manifest's `model_info` records it."""
@@ -269,7 +282,7 @@ class ResolvedConfig:
         for name in ("output_dir", "data"):
             if data[name] is not None:
                 data[name] = Path(data[name])
-        for name in ("detectors", "tasks", "budgets", "lm_eval_tasks", "steer_alphas"):
+        for name in ("detectors", "tasks", "budgets", "lm_eval_tasks", "steer_alphas", "bottom_k"):
             data[name] = tuple(data[name])
         for name in ("variants", "fallbacks"):
             data[name] = tuple(tuple(pair) for pair in data[name])
@@ -327,6 +340,36 @@ def check_streaming(sink: int, window: int) -> None:
     for label, value, low in (("--kv-sink", sink, 0), ("--kv-window", window, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise LocosError(f"{label} must be an integer of at least {low} (got {value!r})")
+
+
+def _resolve_bottom_k(requested: Sequence[str], detectors: Sequence[str], *, given: bool) -> list[str]:
+    """The detectors whose bottom-k heads are ablated, in the run's order: `requested` names
+    (comma-separated items), `all` (every deterministic detector) or `none`. A name the run
+    lacks, or a stochastic detector (its bottom k are random heads again, as its top k are), is
+    an error when the user `given` it, and left out when a preset names it."""
+    from locos_bench.detectors import get_detector_class
+
+    def stochastic(name: str) -> bool:
+        try:
+            return bool(getattr(get_detector_class(name), "stochastic", False))
+        except Exception:  # a detector that fails to import is left to the run, which records why
+            return False
+
+    names = [n.strip() for item in requested for n in item.split(",") if n.strip()]
+    if names == ["none"]:
+        return []
+    chosen = set()
+    for name in names:
+        if name == "all":
+            chosen.update(d for d in detectors if not stochastic(d))
+        elif name not in detectors or stochastic(name):
+            if given:
+                why = ("is stochastic: its bottom k are random heads, as its top k are" if name in detectors
+                       else f"is not one of this run's detectors ({', '.join(detectors)})")
+                raise LocosError(f"--bottom-k: {name!r} {why}")
+        else:
+            chosen.add(name)
+    return [d for d in detectors if d in chosen]
 
 
 def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:

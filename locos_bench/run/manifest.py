@@ -37,9 +37,10 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
         steer_alphas=list(config.steer_alphas), steer_calibration=bool(config.steer_alphas),
+        bottom_k=list(config.bottom_k),
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
         family=default_family(list(config.detectors), sufficiency=bool(config.sufficiency),
-                              steering=bool(config.steer_alphas)),
+                              steering=bool(config.steer_alphas), bottom_k=list(config.bottom_k)),
     )
 
 
@@ -53,9 +54,13 @@ def detector_entry(name: str) -> DetectorEntry:
 
 def resumed(manifest: Manifest, old: Manifest) -> Manifest:
     """The manifest of a resumed run: this session's, with the provenance (the run began then),
-    tie rule (None: ties broken by index) and timings the run directory already holds."""
+    tie rule (None: ties broken by index) and timings the run directory already holds, and
+    bottom-k for the detectors of either (units already computed are kept)."""
+    bottom = [d.name for d in manifest.detectors if d.name in {*manifest.bottom_k, *old.bottom_k}]
+    family = default_family([d.name for d in manifest.detectors], sufficiency=manifest.sufficiency is not None,
+                            steering=bool(manifest.steer_alphas), bottom_k=bottom)
     return manifest.model_copy(update=dict(provenance=old.provenance, tie_seed=old.tie_seed,
-                                           timings=dict(old.timings)))
+                                           timings=dict(old.timings), bottom_k=bottom, family=family))
 
 
 _SPLIT_FLAGS = {"calibration": "n_calib", "reference": "n_ref", "evaluation": "n_eval"}

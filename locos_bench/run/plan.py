@@ -5,8 +5,10 @@ head scores on a task (`scores`), an evaluation with a detector's top-k heads ab
 the unablated baseline is detector `baseline`, k = 0), or one of a detector's top heads ablated
 alone (`rank`, a diagnostic), under `--sufficiency` an evaluation with only a detector's top-k
 heads full and every other head streaming (`suff`; detector `baseline`, k = 0: every head
-streaming, the floor), and under `--steer-alphas` an evaluation with a detector's top-k heads
-amplified (`steer`). `RunPlan` enumerates them from a manifest: the harness executes
+streaming, the floor), under `--steer-alphas` an evaluation with a detector's top-k heads
+amplified (`steer`), and under `--bottom-k` an evaluation with a detector's bottom-k heads (the
+last k of its ranking) ablated (`bottom`, retrieval tasks only: the control that top-k heads
+matter more than the heads the detector ranks last). `RunPlan` enumerates them from a manifest: the harness executes
 `todo(done)`, the analysis walks `eval_keys`/`rank_keys`, and the resume and completeness
 checks compare against `missing(done)`. Nothing else spells a unit key.
 
@@ -48,6 +50,7 @@ class UnitKind(str, Enum):
     RANK = "rank"
     SUFF = "suff"
     STEER = "steer"
+    BOTTOM = "bottom"
 
     def __str__(self) -> str:
         return self.value
@@ -63,9 +66,27 @@ class UnitKind(str, Enum):
         a `rank` unit takes one head, a `scores` unit none."""
         return self in (UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER)
 
+    @property
+    def budgeted(self) -> bool:
+        """Whether a unit of this kind takes k heads of a detector's ranking (its `index` is k):
+        its top k, or under `bottom` its bottom k."""
+        return self.top_k or self is UnitKind.BOTTOM
+
+    def heads(self, ranking: Sequence[Any], index: int) -> list[Any]:
+        """The heads a unit of this kind with this `index` takes from a detector's `ranking`
+        (every head, best first): the top k, the bottom k (the last k, in ranking order) or the
+        one head of rank `index`."""
+        if self.top_k:
+            return list(ranking[:index])
+        if self is UnitKind.BOTTOM:
+            return list(ranking[len(ranking) - index:])
+        if self is UnitKind.RANK:
+            return [ranking[index - 1]]
+        raise LocosError(f"a {self} unit takes no heads from a ranking")
+
 
 _PHASES = {UnitKind.SCORES: "detect", UnitKind.EVAL: "evaluate", UnitKind.RANK: "rank_diagnostic",
-           UnitKind.SUFF: "sufficiency", UnitKind.STEER: "steering"}
+           UnitKind.SUFF: "sufficiency", UnitKind.STEER: "steering", UnitKind.BOTTOM: "bottom_k"}
 
 
 def need_retrieval(kinds: Iterable[str]) -> None:
@@ -85,8 +106,8 @@ class UnitKey:
         detector: Detector name, or `baseline` for the unablated evaluation.
         draw: Draw index: a stochastic detector's random draw, a deterministic detector's
             calibration subset (0 unless `--calibration-draws` > 1).
-        index: The budget k of an `eval` or `suff` unit, the 1-based rank of a `rank` unit, 0 for
-            `scores`.
+        index: The budget k of an `eval`, `suff`, `steer` or `bottom` unit, the 1-based rank of a
+            `rank` unit, 0 for `scores`.
         source: The retrieval task whose scores chose the heads of a control task's ablated
             `eval` unit; empty otherwise (a retrieval task ablates its own heads).
     """
@@ -126,6 +147,10 @@ class UnitKey:
     def steer(cls, task: str, detector: str, draw: int, k: int, alpha: float, source: str = "",
               split: str = "") -> UnitKey:
         return cls(UnitKind.STEER, task, detector, draw, k, source, float(alpha), split)
+
+    @classmethod
+    def bottom(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
+        return cls(UnitKind.BOTTOM, task, detector, draw, k)
 
 
 def detector_rng(seed: int, key: UnitKey) -> Any:
@@ -188,6 +213,8 @@ class RunPlan:
         steer_calibration: Whether each retrieval task is also steered on each detector draw's
             calibration examples (`steer_calibration_keys`), to choose each detector's alpha
             away from the evaluation split.
+        bottom_k: Detectors whose bottom-k heads each retrieval task also ablates (`bottom`
+            units), at every budget and draw.
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -201,6 +228,7 @@ class RunPlan:
     sufficiency: bool = False
     steer_alphas: tuple[float, ...] = ()
     steer_calibration: bool = False
+    bottom_k: tuple[str, ...] = ()
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -221,6 +249,7 @@ class RunPlan:
             sufficiency=getattr(manifest, "sufficiency", None) is not None,
             steer_alphas=tuple(getattr(manifest, "steer_alphas", None) or ()),
             steer_calibration=bool(getattr(manifest, "steer_calibration", False)),
+            bottom_k=tuple(getattr(manifest, "bottom_k", None) or ()),
         )
 
     # -- the rules -----------------------------------------------------------------------
@@ -322,6 +351,13 @@ class RunPlan:
             return []
         return [UnitKey.sufficiency(task, detector, draw, k) for k in self.budgets]
 
+    def bottom_keys(self, task: str, detector: str, draw: int = 0) -> list[UnitKey]:
+        """A retrieval task's bottom-k evaluations of one detector draw, smallest k first (none on
+        a control task, or for a detector outside `bottom_k`)."""
+        if detector not in self.bottom_k or self.task(task).kind != "retrieval":
+            return []
+        return [UnitKey.bottom(task, detector, draw, k) for k in self.budgets]
+
     def steer_keys(self, task: str, detector: str, draw: int = 0, source: str = "") -> list[UnitKey]:
         """A task's steering evaluations of one detector draw: each alpha, each budget."""
         source = self._source(task, source)
@@ -347,6 +383,9 @@ class RunPlan:
             for d in self.detectors:
                 for draw in self.draws(d):
                     yield from self.eval_keys(task, d.name, draw, source)
+        for d in self.detectors:
+            for draw in self.draws(d):
+                yield from self.bottom_keys(task, d.name, draw)
         for d in self.detectors:
             yield from self.rank_keys(task, d.name)
         if self.sufficiency_keys(task, BASELINE):
@@ -394,7 +433,7 @@ class RunPlan:
         for k in self.units():
             if k in done or k.kind == UnitKind.RANK:
                 continue
-            if k.kind.top_k and k.detector != BASELINE:
+            if k.kind.budgeted and k.detector != BASELINE:
                 source = done.get(self.source_key(k))
                 if source is None or source.error is not None:
                     continue  # its missing scores are reported; failed scores need no evaluation
@@ -413,7 +452,7 @@ class RunPlan:
             if k.kind == UnitKind.STEER:
                 on = f" on {k.split}" if k.split else ""
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw} x{k.alpha:g}{on}"), []).append(k.index)
-            elif k.kind.top_k and k.detector != BASELINE:
+            elif k.kind.budgeted and k.detector != BASELINE:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), []).append(k.index)
             elif k.kind == UnitKind.RANK:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}"), []).append(k.index)
@@ -421,6 +460,6 @@ class RunPlan:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), [])
         out = []
         for (kind, what), idx in labels.items():
-            at = " r=" if kind == UnitKind.RANK else " k=" if kind.top_k else ""
+            at = " r=" if kind == UnitKind.RANK else " k=" if kind.budgeted else ""
             out.append(f"{kind} {what}" + (at + ",".join(map(str, idx)) if idx else ""))
         return out

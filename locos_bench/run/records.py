@@ -97,21 +97,25 @@ class Family(BaseModel):
     """`ablation:headline` and `ablation:gold_logprob` (mean drop-area over retrieval tasks);
     under `sufficiency` also `sufficiency:headline`, `sufficiency:gold_logprob` (kept minus
     unablated), under `steer_alphas` `steering:headline`, `steering:gold_logprob` (steered minus
-    unablated); each is a family of its own."""
+    unablated), under `bottom_k` `bottom-k:headline`, `bottom-k:gold_logprob` (drop-areas of
+    each named detector's bottom-k heads: its pairs are not `pairs` but, per such detector,
+    bottom-k minus random and top-k minus bottom-k, `report.bottom_k`); each is a family of its
+    own."""
     pairs: list[tuple[str, str]]
     """(detector, reference): every other detector against each reference, and the references'
     own pair once."""
     level: float = 0.95
 
 
-def default_family(detectors: Sequence[str], *, sufficiency: bool = False, steering: bool = False) -> Family:
+def default_family(detectors: Sequence[str], *, sufficiency: bool = False, steering: bool = False,
+                   bottom_k: Sequence[str] = ()) -> Family:
     """The family a run of `detectors` pre-specifies (`Family`): the same for a run directory
     whose manifest predates the field, from its own configuration."""
     refs = [r for r in REFERENCES if r in detectors]
     pairs = [(d, r) for d in detectors if d not in refs for r in refs]
     pairs += [(a, b) for i, a in enumerate(refs) for b in refs[i + 1:]]
     figures = [f"{part}:{metric}" for part, on in (("ablation", True), ("sufficiency", sufficiency),
-                                                    ("steering", steering)) if on
+                                                    ("steering", steering), ("bottom-k", bool(bottom_k))) if on
                for metric in ("headline", "gold_logprob")]
     return Family(figures=figures, pairs=pairs)
 
@@ -131,7 +135,8 @@ class Manifest(BaseModel):
     budgets: list[int]
     """Numbers of ablated heads k, identical for every detector."""
     ablation: str
-    """`mean`, `zero` or `scale:ALPHA`."""
+    """`mean`, `zero` or `scale:ALPHA` on each head's output `z`; `mean-q` or `zero-q` on its
+    query (`interventions.query`)."""
     positionwise: bool = False
     """Mean ablation per position (True) or position-agnostic (False, default)."""
     sink: str = "mean"
@@ -175,6 +180,11 @@ class Manifest(BaseModel):
     where each detector's alpha is chosen (`RunPlan.steer_calibration_keys`); False in manifests
     written before. Not part of `config_key`: resuming such a run adds those units."""
 
+    bottom_k: list[str] = Field(default_factory=list)
+    """Detectors whose bottom-k heads each retrieval task also ablates (`BottomUnit`); empty:
+    none. Not part of `config_key`: a resumed run adds the bottom-k units it lacks and keeps
+    those it holds (`run.manifest.resumed`)."""
+
     family: Family | None = None
     """The comparisons behind the run's verdicts, written by the run. None in manifests
     written before it: `verdict_family` derives the same from the run's configuration."""
@@ -185,7 +195,7 @@ class Manifest(BaseModel):
         if self.family is not None:
             return self.family
         return default_family([d.name for d in self.detectors], sufficiency=self.sufficiency is not None,
-                              steering=bool(self.steer_alphas))
+                              steering=bool(self.steer_alphas), bottom_k=self.bottom_k)
 
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
@@ -364,6 +374,30 @@ class SteeringUnit(UnitRecord):
                     heads_from=heads_from, split=key.split)
 
 
+class BottomUnit(UnitRecord):
+    """The evaluation split with the bottom-k heads of a detector (the last k of its ranking)
+    ablated (`Manifest.bottom_k`): the control for its top-k heads."""
+
+    kind: Literal[UnitKind.BOTTOM] = UnitKind.BOTTOM
+    k: int
+    heads: list[list[int]] = Field(default_factory=list)
+    """The ablated heads as `[layer, head]`, in ranking order (the last is ranked last)."""
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    """Per-example values of every metric (+ `gold_logprob`), aligned with the evaluation split."""
+    generations: list[str] = Field(default_factory=list)
+    reused: bool = False
+    """True when another bottom-k unit of this task ablated the identical head set and its
+    values were copied."""
+
+    @property
+    def key(self) -> UnitKey:
+        return UnitKey.bottom(self.task, self.detector, self.draw, self.k)
+
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, heads=_heads(heads))
+
+
 class RankUnit(UnitRecord):
     """Diagnostic: a detector's rank-r head ablated alone."""
 
@@ -384,10 +418,11 @@ class RankUnit(UnitRecord):
 
 _RECORDS: dict[UnitKind, type[UnitRecord]] = {
     UnitKind.SCORES: ScoresUnit, UnitKind.EVAL: EvalUnit, UnitKind.RANK: RankUnit,
-    UnitKind.SUFF: SufficiencyUnit, UnitKind.STEER: SteeringUnit,
+    UnitKind.SUFF: SufficiencyUnit, UnitKind.STEER: SteeringUnit, UnitKind.BOTTOM: BottomUnit,
 }
 
-Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")]
+Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit,
+                 Field(discriminator="kind")]
 """Any unit record, told apart by its `kind` (one line of `results.jsonl`)."""
 
 _UNIT = TypeAdapter(Unit)

@@ -4,7 +4,7 @@ A run directory holds:
 
 * `manifest.json` - the configuration and provenance (`Manifest`), written atomically;
 * `results.jsonl` - one line per finished unit (`ScoresUnit`, `EvalUnit`, `RankUnit`,
-  `SufficiencyUnit`, `SteeringUnit`), appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
+  `SufficiencyUnit`, `SteeringUnit`, `BottomUnit`), appended with a single write and fsync. A torn last line (a kill mid-write) is ignored
   on reading, and duplicate keys keep the first, so a rerun resumes without recomputing,
   losing or duplicating a finished unit. A mangled line elsewhere (a disk or copy error) is
   named by file and line; a resuming run sets it aside in `results.corrupt.jsonl` and
@@ -83,25 +83,13 @@ class RunDir:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self.manifest_path = self.path / self.MANIFEST
+        self.results_path = self.path / self.RESULTS
+        self.corrupt_path = self.path / self.CORRUPT
+        self.failures_path = self.path / self.FAILURES
+        """The failed units of the run, each with its error and traceback (none: no file)."""
         self.set_aside: list[int] = []
         """Line numbers the last repairing `read_units` moved to `results.corrupt.jsonl`."""
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / self.MANIFEST
-
-    @property
-    def results_path(self) -> Path:
-        return self.path / self.RESULTS
-
-    @property
-    def corrupt_path(self) -> Path:
-        return self.path / self.CORRUPT
-
-    @property
-    def failures_path(self) -> Path:
-        """The failed units of the run, each with its error and traceback (none: no file)."""
-        return self.path / self.FAILURES
 
     def write_failures(self, failed: list[tuple[str, UnitRecord]]) -> None:
         """`failures.log` for the (label, unit) pairs given, or no such file when none failed."""

@@ -55,6 +55,7 @@ def protocol_settings() -> dict[str, object]:
         "calibration.characters": nolima.calibration.args["characters"],
         "characters": nolima.source.args["characters"], "system_prompt": nolima.source.args["system_prompt"],
         "max_new_tokens": [nolima.max_new_tokens, control.max_new_tokens],
+        "ablation": paper["ablation"], "bottom_k": paper["bottom_k"],
         "metrics[0]": [nolima.metrics[0], control.metrics[0]],
     }
 
