@@ -67,7 +67,9 @@ def test_run_evaluates_the_query_ablation(loaded, tmp_path, capsys, mode, positi
     assert run(tmp_path, *extra) == 0 and len(run_dir.read_units()) == n_units
     capsys.readouterr()
     assert run(tmp_path, "--ablation", "mean") == 2
-    assert "holds a run with a different configuration" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds a run with another configuration" in err
+    assert ("positionwise: True -> False" if positionwise else f"ablation: {mode} -> mean") in err
 
 
 @pytest.mark.parametrize("extra,message", [
