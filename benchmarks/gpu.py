@@ -86,7 +86,9 @@ def bench_context(model: Any, tokens: int, *, device: str, new_tokens: int, k: i
             model.bridge(ids, logits_to_keep=1)
 
     row["forward"] = _measure(forward, device)
-    row["locos"] = _measure(lambda: make_detector("locos").score(model, [example], rng=rng), device)
+    # Random weights never say the gold answer, so `locos`'s gate would drop the trial: its cost is
+    # measured with the gate off (greedy decoding to the 50-token budget, then the captured forward).
+    row["locos"] = _measure(lambda: make_detector("locos", gate=False).score(model, [example], rng=rng), device)
     row["activation_patching"] = _measure(
         lambda: make_detector("activation-patching").score(model, [example], rng=rng), device)
     means = reference_means(model, [tokenized.input_ids[: tokenized.prompt_len]])

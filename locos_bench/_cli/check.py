@@ -1,4 +1,9 @@
-"""`locos-bench check RUN_DIR`: verdicts against baselines, non-zero exit on any failure."""
+"""`locos-bench check RUN_DIR`: verdicts against baselines, non-zero exit on any failure.
+
+`--against-heads FILE` instead sets the run's `locos` ranking beside a head list the LOCOS
+authors released (`report.released_heads`): overlap@k for each budget and rank correlation per
+retrieval task; exit 0 when it ran, 1 when `--min-overlap` is given and not met.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--update", type=Path, metavar="FILE",
                         help="write this run's figures as reference records into FILE instead of checking")
     parser.add_argument("--source-command", dest="source_command", help="the command recorded as the source of updated records")
+    parser.add_argument("--against-heads", dest="against_heads", type=Path, metavar="FILE",
+                        help="compare the run's locos ranking with the authors' released head list "
+                             "(retrieval_heads/<Model>_logit_contrib_nolima.json, a local copy)")
+    parser.add_argument("--min-overlap", dest="min_overlap", type=float, metavar="F",
+                        help="with --against-heads: exit 1 when overlap@k is below F (0-1) at any budget")
     parser.add_argument("--allow-mismatch", action="store_true",
                         help="compare with a baseline made with other settings (n-eval, seed, ablation, ...) "
                              "instead of refusing; a warning names them")
@@ -28,6 +38,10 @@ def main(args: argparse.Namespace) -> int:
     from locos_bench.report import baselines
     from locos_bench.run import RunDir
 
+    if args.against_heads is not None:
+        return _against_heads(args)
+    if args.min_overlap is not None:
+        raise LocosError("--min-overlap needs --against-heads FILE")
     run_dir = RunDir(args.run_dir)
     if not run_dir.exists():
         raise LocosError(f"{args.run_dir} is not a run directory (no manifest.json)")
@@ -65,6 +79,29 @@ def main(args: argparse.Namespace) -> int:
               f"`locos-bench check {args.run_dir} --update FILE`", file=sys.stderr)
         return 1
     return 1 if failed else 0
+
+
+def _against_heads(args: argparse.Namespace) -> int:
+    from locos_bench.report.released_heads import agreement_table, compare_run
+
+    floor = args.min_overlap
+    if floor is not None and not 0 <= floor <= 1:
+        raise LocosError(f"--min-overlap must be between 0 and 1, got {floor:g}")
+    released, rows = compare_run(args.run_dir, args.against_heads)
+    if args.json:
+        from locos_bench._cli.common import print_json
+
+        print_json([{"task": r.task, "overlap": {str(k): v for k, v in r.overlap.items()}, "spearman": r.spearman,
+                     "kendall": r.kendall, "heads": r.heads, "draws": r.draws,
+                     "top": {"run": r.top[0], "released": r.top[1]}} for r in rows])
+    else:
+        print(agreement_table(released, rows))
+    if floor is None:
+        return 0
+    low = [f"{r.task} overlap@{k} {v:.2f}" for r in rows for k, v in r.overlap.items() if v < floor]
+    if low:
+        print(f"\nbelow --min-overlap {floor:g}: {'; '.join(low)}", file=sys.stderr)
+    return 1 if low else 0
 
 
 def _settings(checks, *, allow: bool) -> None:

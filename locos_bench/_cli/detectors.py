@@ -42,7 +42,7 @@ def collect() -> list[dict[str, Any]]:
             params=parameters(cls),
             cost=getattr(cls, "cost", "?"),
             stochastic=bool(getattr(cls, "stochastic", False)),
-            presets=list(getattr(cls, "presets", None) or []) or None,
+            presets=None if getattr(cls, "presets", None) is None else list(cls.presets),
             description=(inspect.getdoc(cls) or "").split("\n")[0],
         )
         rows.append(row)
@@ -63,7 +63,7 @@ def _table_row(r: dict[str, Any]) -> list[Any]:
     params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items()) or "-"
     cost = r["cost"] if r["available"] else "unavailable"
     note = r["description"] if r["available"] else r["error"]
-    in_all = ", ".join(r["presets"]) if r.get("presets") else "every"
+    in_all = "every" if r.get("presets") is None else ", ".join(r["presets"]) or "none (named only)"
     return [r["name"], r["source"], cost, in_all, params, note]
 
 

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_params(items: list[str], cls: type | None = None) -> dict[str, Any]:
     """`--param KEY=VALUE` items as the detector's parameters: each VALUE read as the type of
-    its default in `cls.__init__` (`final_norm=false` a bool, `batch_size=8` an int,
+    its default in `cls.__init__` (`gate=false` a bool, `batch_size=8` an int,
     `answer_tokens=first` a string as typed), else as JSON, else as a string. A VALUE that is
     not of its default's type is one line naming the parameter, the type and the default."""
     from locos_bench._cli.detectors import parameters

@@ -32,6 +32,7 @@ DETECTORS: Registry[Any] = Registry("detector")
 
 _BUILTINS = {
     "locos": "locos_bench.detectors.locos:Locos",
+    "locos-teacher-forced": "locos_bench.detectors.locos:LocosTeacherForced",
     "locos-argmax": "locos_bench.detectors.locos:LocosArgmax",
     "dla": "locos_bench.detectors.locos:DirectLogitAttribution",
     "attention": "locos_bench.detectors.attention:AttentionMass",

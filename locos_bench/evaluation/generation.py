@@ -131,3 +131,53 @@ def generate_from_ids(
             for i, text in zip(batch, texts):
                 outputs[i] = text
     return outputs
+
+
+def newline_token_ids(tokenizer: Any) -> set[int]:
+    """Ids of the newline token: the last id of `"\\n"` encoded alone, and SentencePiece's
+    byte token `<0x0A>` where the vocabulary has one (a tokenizer that drops whitespace,
+    like the planted models' word-level one, has none)."""
+    ids = set()
+    encoded = tokenizer.encode("\n", add_special_tokens=False)
+    if encoded:
+        ids.add(int(encoded[-1]))
+    byte = tokenizer.get_vocab().get("<0x0A>")
+    if byte is not None:
+        ids.add(int(byte))
+    return ids
+
+
+def greedy_token_ids(
+    model: Any, prompt_ids: Sequence[int], *, max_new_tokens: int, stop_before: set[int],
+) -> list[int]:
+    """The greedy continuation of one prompt as token ids, KV-cached, no hooks.
+
+    Decoding stops *before* any token of `stop_before` (it is not returned) or after
+    `max_new_tokens` tokens, whichever comes first. Unlike `generate_answers`, which cuts text at
+    a newline anywhere in a token, this stops on whole tokens: what `detectors.locos` scores
+    are the steps the model took, token by token.
+    """
+    torch = _torch()
+    bridge, device = model.bridge, getattr(model, "device", "cpu")
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+    mask = torch.ones_like(ids)
+    positions = torch.arange(ids.shape[1], device=device)[None]
+    generated: list[int] = []
+    with torch.inference_mode():
+        with token_positions(positions):
+            logits, cache = bridge(ids, attention_mask=mask, position_ids=positions,
+                                   return_type="logits_and_cache", logits_to_keep=1)
+        while len(generated) < max_new_tokens:
+            token = int(logits[0, -1].argmax())
+            if token in stop_before:
+                break
+            generated.append(token)
+            if len(generated) == max_new_tokens:
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            positions = positions[:, -1:] + 1
+            with token_positions(positions):
+                logits, cache = bridge(torch.tensor([[token]], device=device), attention_mask=mask,
+                                       position_ids=positions, past_key_values=cache,
+                                       return_type="logits_and_cache", logits_to_keep=1)
+    return generated

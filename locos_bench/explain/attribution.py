@@ -1,13 +1,15 @@
 """Explain one answer: which heads wrote it, from which source tokens.
 
-`explain(model, example)` runs the example once, teacher-forced, with the hooks LOCOS caches
-and computes, with the detectors' own functions (no second formula):
+`explain(model, example)` answers the example as `locos` does (the model's own greedy
+decoding, `detectors.locos.Locos.rows`: the steps that produce the gold answer), runs the
+prompt and the generated tokens once with the hooks LOCOS caches and computes, with the
+detector's own methods (no second formula):
 
-* the layer x head map of LOCOS for this one example (`detectors.locos.token_scores`), and
-  the read-side attention-mass map beside it (`detectors.attention.token_scores`), per answer
-  token and averaged over them (the detectors' default);
-* for the top heads, `c_h(j, s)` for every source token s (`detectors.locos.contributions`)
-  and the attention row `A_h[q_j, s]` (`heads.attention_rows`);
+* the layer x head map of LOCOS for this one example (`Locos.step_scores`), and the read-side
+  attention-mass map beside it (`detectors.attention.token_scores`) at the same rows, per
+  answer step and averaged over them (the detectors' default);
+* for the top heads, `phi_h(t, s)` for every source token s (`Locos.contributions`) and the
+  attention row `A_h[q_t, s]` (`heads.attention_rows`);
 * a verdict: how much of the top heads' answer-direction write comes from the needle;
 * the model's greedy answer (`evaluation.generate_answers`) and, given reference prompts, the
   greedy answer with the top heads ablated (`interventions.HeadAblation`; `ablation`: mean by
@@ -19,6 +21,11 @@ and computes, with the detectors' own functions (no second formula):
   eager path) gets a note saying why instead, never a silently full-attention answer;
 * optionally steering: the greedy answer with the top heads' outputs scaled by alpha
   (`AblationSpec.parse("scale:ALPHA")`).
+
+A trial the gate would drop (the answer not found, or ROUGE-1 recall at most 50) is still
+shown, at every generated step when no answer step exists (as with `gate=false`); `trial`
+says which. The `attention` map equals the `attention` detector's score only where the model's
+answer tokens are the gold target's (that detector teacher-forces the gold target).
 
 Each answer is judged by one text metric (`metric`, the task's headline metric where there is
 a task): `correct` is that metric scoring 1.
@@ -54,9 +61,11 @@ class Explanation:
     Attributes:
         model: Model alias.
         example: The explained example.
-        tokens: Text of each token of prompt + gold answer (what each highlight covers).
-        prompt_len: Prompt tokens; gold answer tokens follow.
-        answer_positions: `q_j`, the positions predicting each answer token.
+        tokens: Text of each token of the prompt and the generated tokens up to the last
+            answer step (what each highlight covers).
+        prompt_len: Prompt tokens; generated tokens follow.
+        answer_positions: `q_j`, the positions predicting each answer step's token.
+        answer_tokens: Text of each answer step's token.
         locos: `[L][H][P]` LOCOS of this example per answer token.
         attention: `[L][H][P]` attention-mass contrast per answer token.
         locos_mean: `[L][H]` LOCOS averaged over answer tokens (what `locos` scores).
@@ -71,6 +80,8 @@ class Explanation:
         metric: The text metric that judges answers (`tasks.metrics`).
         correct: Whether `greedy` is correct (`metric` scores 1).
         gold_logprob: Mean log-prob of the gold answer tokens, teacher-forced.
+        trial: The greedy answer `locos` scored: `generated`, `answer`, `steps`,
+            `rouge1_recall`, `passed` (`detectors.locos.describe_rows`).
         ablation: With `reference`, the top heads ablated: heads, `mode` (the ablation), greedy
             answer, whether it is correct, and gold log-prob before and after.
         sufficiency: The top heads as the only full heads (`top`) and every head streaming
@@ -100,6 +111,8 @@ class Explanation:
     sources: dict[str, dict[str, list[list[float]]]]
     verdict: dict[str, Any]
     greedy: str
+    answer_tokens: list[str] | None = None
+    trial: dict[str, Any] | None = None
     metric: str = "contains"
     correct: bool | None = None
     gold_logprob: float | None = None
@@ -122,7 +135,8 @@ class Explanation:
             "tokens": self.tokens,
             "prompt_len": self.prompt_len,
             "answer_positions": self.answer_positions,
-            "answer_tokens": self.tokens[self.prompt_len:],
+            "answer_tokens": self.answer_tokens,
+            "trial": self.trial,
             "needle": self.needle,
             "distractors": self.distractors,
             "question": self.question,
@@ -183,8 +197,9 @@ def tokenize_checked(model: LoadedModel, example: Example) -> TokenizedExample:
     return t
 
 
-def token_texts(model: LoadedModel, t: TokenizedExample) -> list[str]:
-    """The prompt text each prompt token covers (up to the next token), then each answer token."""
+def token_texts(model: LoadedModel, t: TokenizedExample, continuation: Sequence[int] | None = None) -> list[str]:
+    """The prompt text each prompt token covers (up to the next token), then each token of
+    `continuation` (default: the gold answer's)."""
     prompt = t.example.prompt
     enc = model.tokenizer(prompt, return_offsets_mapping=True)
     starts = [a if b > a else None for a, b in enc["offset_mapping"]]
@@ -195,7 +210,8 @@ def token_texts(model: LoadedModel, t: TokenizedExample) -> list[str]:
             continue
         end = next((s for s in starts[i + 1:] if s is not None), len(prompt))
         texts.append(prompt[start:end])
-    return texts + [model.tokenizer.decode([a]) for a in t.answer_ids]
+    after = t.answer_ids if continuation is None else continuation
+    return texts + [model.tokenizer.decode([a]) for a in after]
 
 
 def _floats(values: Any, digits: int | None = None) -> Any:
@@ -240,7 +256,7 @@ def explain(
     top: int = 5,
     reference: Sequence[Example] | None = None,
     max_new_tokens: int = 16,
-    final_norm: bool = True,
+    locos_params: dict[str, Any] | None = None,
     metric: str = "contains",
     sufficiency: bool = True,
     kv_sink: int = KV_SINK,
@@ -255,7 +271,7 @@ def explain(
         reference: Prompts of the same task whose mean `hook_z` (`hook_q` under `mean-q`)
             replaces the top heads' (the harness's reference split); None skips the ablation.
         max_new_tokens: Generation budget of the greedy answers.
-        final_norm: As `locos`'s parameter of that name.
+        locos_params: Parameters of the `locos` reading shown (default: the authors').
         metric: The text metric (`tasks.metrics`) whose score of 1 makes an answer correct.
         sufficiency: Also answer with only the top heads full and every other head streaming,
             and with every head streaming (the floor).
@@ -290,10 +306,17 @@ def explain(
     if steer_alpha is not None and not (math.isfinite(steer_alpha) and steer_alpha > 0):
         raise LocosError(f"--steer-alpha must be a finite number above 0, got {steer_alpha!r}")
     spec = _ablation_spec(ablation)
+    reader = locos.Locos(**(locos_params or {}))
+    reader.check_params()
     t = tokenize_checked(model, example)
-    positions, ids = t.answer_positions, t.answer_ids
-    _, cache = heads.run_and_capture(model, t.input_ids, locos.capture_names(model), logits_at=positions[-1:])
-    write_scores = locos.token_scores(model, cache, t, positions, ids, final_norm=final_norm)  # [L, H, P]
+    rows, _ = reader.rows(model, t, keep_failed=True)
+    if rows is None:
+        raise LocosError(f"{example.task}[{example.index}]: the model's greedy answer is empty "
+                         "(it stops at once): there is no answer step to explain")
+    positions = rows.positions
+    _, cache = heads.run_and_capture(model, rows.input_ids, reader.capture(model), logits_at=positions[-1:])
+    n_layers = model.geometry.n_layers
+    write_scores = torch.stack([reader.step_scores(model, cache, t, layer, rows) for layer in range(n_layers)])
     read_scores = attention.token_scores(model, cache, t, positions)  # [L, H, P]
     write_mean, read_mean = write_scores.mean(-1), read_scores.mean(-1)
     top_heads = validate_scores(HeadScores(write_mean, "locos"), model, "locos").top_k(top)
@@ -301,12 +324,17 @@ def explain(
 
     sources: dict[str, dict[str, Any]] = {}
     top_writes = {}
+    # Shown: the forwarded tokens and the one the last answer step produces (no key yet: 0).
+    shown = rows.input_ids[t.prompt_len:]
+    if len(rows.input_ids) == positions[-1] + 1:
+        shown = [*shown, rows.token_ids[-1]]
+    pad = t.prompt_len + len(shown) - len(rows.input_ids)
     for layer in sorted({h[0] for h in [*top_heads, *top_read]}):
-        c = locos.contributions(model, cache, layer, positions, ids, final_norm=final_norm)  # [H, P, T]
-        rows = heads.attention_rows(model, cache, layer, positions)  # [H, P, T]
+        c = torch.nn.functional.pad(reader.contributions(model, cache, layer, rows), (0, pad))  # [H, P, T]
+        attn = torch.nn.functional.pad(heads.attention_rows(model, cache, layer, positions), (0, pad))
         for head in range(model.geometry.n_heads):
             if (layer, head) in top_heads or (layer, head) in top_read:
-                sources[head_name((layer, head))] = {"write": _per_token(c[head]), "read": _per_token(rows[head])}
+                sources[head_name((layer, head))] = {"write": _per_token(c[head]), "read": _per_token(attn[head])}
             if (layer, head) in top_heads:
                 top_writes[(layer, head)] = c[head]
     del cache
@@ -315,7 +343,6 @@ def explain(
         "mean": _verdict(stacked.mean(1), t, top),
         "tokens": [_verdict(stacked[:, j], t, top) for j in range(len(positions))],
     }
-
     greedy = generate_answers(model, [t], max_new_tokens=max_new_tokens)[0]
     gold = gold_logprobs(model, [t])[0]
     ablation = suff = steering = None
@@ -326,12 +353,13 @@ def explain(
     if steer_alpha is not None:
         steering = _steer(model, t, top_heads, max_new_tokens, judge, steer_alpha)
     return Explanation(
-        model=model.name, example=example, tokens=token_texts(model, t), prompt_len=t.prompt_len,
+        model=model.name, example=example, tokens=token_texts(model, t, shown), prompt_len=t.prompt_len,
         answer_positions=positions, needle=t.needle_positions, distractors=t.distractors,
         question=t.question, off_needle=t.off_needle,
         locos=_floats(write_scores), attention=_floats(read_scores),
         locos_mean=_floats(write_mean), attention_mean=_floats(read_mean),
         top=top_heads, top_attention=top_read, sources=sources, verdict=verdict, greedy=greedy,
+        answer_tokens=[model.tokenizer.decode([a]) for a in rows.token_ids], trial=locos.describe_rows(rows),
         metric=metric, correct=judge(greedy, example.answers), gold_logprob=gold,
         ablation=ablation, sufficiency=suff, steering=steering,
     )

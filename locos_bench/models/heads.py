@@ -285,10 +285,24 @@ def attention_rows(
     cap = getattr(model.bridge.original_model.config, "attn_logit_softcapping", None)
     if cap:
         scores = torch.tanh(scores / cap) * cap
-    keys = torch.arange(k.shape[0], device=device)
-    allowed = keys[None, :] <= pos[:, None]
-    window = getattr(attn, "sliding_window", None)
-    if window and layer in geo.sliding_layers:
-        allowed &= (pos[:, None] - keys[None, :]) < window
+    allowed = visible_keys(model, layer, pos, k.shape[0])
     scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1)
+
+
+def visible_keys(model: LoadedModel, layer: int, query_positions: Sequence[int] | Tensor, n_keys: int,
+                 *, device: Any = None) -> Tensor:
+    """`[P, T]` bool: the keys each query row of `layer` attends to (`T = n_keys`).
+
+    Causal, and on a sliding-window layer only the last `sliding_window` positions up to and
+    including the query's own (the rule transformers' masks apply: `q - k < window`)."""
+    if isinstance(query_positions, Tensor):
+        pos = query_positions.long()
+    else:
+        pos = torch.tensor(list(query_positions), dtype=torch.long, device=device)
+    keys = torch.arange(n_keys, device=pos.device)
+    allowed = keys[None, :] <= pos[:, None]
+    window = getattr(model.bridge.blocks[layer].attn.original_component, "sliding_window", None)
+    if window and layer in model.geometry.sliding_layers:
+        allowed &= (pos[:, None] - keys[None, :]) < window
+    return allowed

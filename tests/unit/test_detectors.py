@@ -86,9 +86,10 @@ def reference_locos(model, t, answer_tokens="mean"):
     return out
 
 
-def test_locos_equals_brute_force_definition(model, examples):
-    """Guards the GQA mapping, the recomputed rows and the needle/off-needle means."""
-    result = make_detector("locos").score(model, examples[:2], rng=RNG(0))
+def test_locos_teacher_forced_equals_brute_force_definition(model, examples):
+    """The project's first reading: guards the GQA mapping, the recomputed rows and the
+    needle/off-needle means (the authors' `locos` is checked in test_locos_authors.py)."""
+    result = make_detector("locos-teacher-forced").score(model, examples[:2], rng=RNG(0))
     tokenized = [tokenize_example(e, model.tokenizer) for e in examples[:2]]
     expected = sum(reference_locos(model, t) for t in tokenized) / 2
     torch.testing.assert_close(result.scores, expected, atol=1e-5, rtol=1e-4)
@@ -101,7 +102,8 @@ def test_contributions_sum_to_the_heads_direct_write(model):
     _, cache = heads.run_and_capture(model, t.input_ids, names)
     u = heads.answer_directions(model, t.answer_ids)
     for layer in range(model.geometry.n_layers):
-        c = contributions(model, cache, layer, t.answer_positions, t.answer_ids)  # [H, P, T]
+        c = contributions(model, cache, layer, t.answer_positions, t.answer_ids,
+                          direction="folded", post_norm="linearised")  # [H, P, T]
         write = heads.head_writes(model, cache, layer, t.answer_positions)  # [P, H, D]
         direct = torch.einsum("phD,pD->hp", write, u)
         torch.testing.assert_close(c.sum(-1), direct, atol=1e-5, rtol=1e-4)
@@ -112,16 +114,18 @@ def test_multi_token_answers_mean_or_first(model):
     example = planted_example(f"f1 f2 k3 v5 {FILLER} f3 ? k3", "k3 v5", "v5 v7")
     t = tokenize_example(example, model.tokenizer)
     assert len(t.answer_ids) == 2
-    mean = make_detector("locos").score(model, [example], rng=RNG(0)).scores
-    first = make_detector("locos", answer_tokens="first").score(model, [example], rng=RNG(0)).scores
+    mean = make_detector("locos-teacher-forced").score(model, [example], rng=RNG(0)).scores
+    first = make_detector("locos-teacher-forced", answer_tokens="first").score(model, [example], rng=RNG(0)).scores
     torch.testing.assert_close(mean, reference_locos(model, t, "mean"), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(first, reference_locos(model, t, "first"), atol=1e-5, rtol=1e-4)
     assert not torch.allclose(mean, first)
 
 
-def test_locos_is_one_narrow_forward_per_example(model, examples, monkeypatch):
-    """The cost contract: one pass, no full pattern, no z, logits at one position, and each
-    layer scored from its own captures alone (so they can be dropped before the next)."""
+@pytest.mark.parametrize("name", ["locos", "locos-teacher-forced"])
+def test_locos_is_one_narrow_forward_per_example(model, examples, monkeypatch, name):
+    """The cost contract: one captured pass per scored example (after `locos`'s greedy
+    decoding), no full pattern, no z, logits at one position, and each layer scored from its
+    own captures alone (so they can be dropped before the next)."""
     calls, handed = [], []
     real = heads.run_layer_by_layer
 
@@ -139,15 +143,17 @@ def test_locos_is_one_narrow_forward_per_example(model, examples, monkeypatch):
     monkeypatch.setattr(heads, "run_and_capture", None)  # the whole-cache path must not run
     from locos_bench.detectors import run_detector
 
-    result = run_detector(make_detector("locos"), model, examples, rng=RNG(0))  # timed by the caller
-    assert len(calls) == len(examples) == result.forward_passes
+    detector = make_detector(name)
+    result = run_detector(detector, model, examples, rng=RNG(0))  # timed by the caller
+    decoded = len(examples) if name == "locos" else 0  # the decoding's prefill
+    assert len(calls) == len(examples) == result.forward_passes - decoded == result.per_example.shape[0]
     for names, logits_at in calls:
         assert not any(n.endswith(("hook_pattern", "hook_attn_scores", "hook_z", "hook_result")) for n in names)
         assert logits_at is not None and len(logits_at) == 1
     n_layers = model.geometry.n_layers
     assert [layer for layer, _ in handed] == list(range(n_layers)) * len(examples)
     for layer, names in handed:
-        assert names == sorted(n for n in capture_names(model) if n.startswith(f"blocks.{layer}."))
+        assert names == sorted(n for n in detector.capture(model) if n.startswith(f"blocks.{layer}."))
     assert result.seconds > 0
 
 
@@ -173,14 +179,14 @@ def test_one_pass_detector_scores_layers_it_captures_nothing_for(model, examples
     assert (scores[:-1] == -1).all() and (scores[-1] > 0).all()
 
 
-def test_final_norm_parameter_changes_the_direction(model, examples):
-    """The planted final norm weights the answer dims only, so `u` is the same either way:
-    both settings must agree there (and the parameter must reach the result)."""
-    on = make_detector("locos").score(model, examples[:1], rng=RNG(0))
-    off = make_detector("locos", final_norm=False).score(model, examples[:1], rng=RNG(0))
-    assert on.params == {"answer_tokens": "mean", "final_norm": True}
-    assert off.params["final_norm"] is False
-    torch.testing.assert_close(on.scores, off.scores, atol=1e-6, rtol=1e-5)
+def test_direction_parameter_reaches_the_result(model, examples):
+    """The planted final norm weights the answer dims only and each answer's unembedding row
+    is a unit vector there, so raw, unit and folded `u` are the same direction and length:
+    all three must agree (and the parameter must reach the result)."""
+    scores = {d: make_detector("locos", direction=d).score(model, examples[:1], rng=RNG(0)) for d in ("raw", "unit", "folded")}
+    assert scores["raw"].params["direction"] == "raw" and scores["folded"].params["direction"] == "folded"
+    torch.testing.assert_close(scores["raw"].scores, scores["unit"].scores, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(scores["raw"].scores, scores["folded"].scores, atol=1e-6, rtol=1e-5)
 
 
 def reference_argmax(model, t):
@@ -262,7 +268,7 @@ def test_random_depends_only_on_the_seed(model, examples):
 # Bad input: one clear error naming the detector and the example, before any forward pass
 
 NEEDLE_USERS = ["locos", "locos-argmax", "attention", "retrieval-head"]
-CONTRAST_USERS = ["locos", "locos-argmax", "attention"]
+CONTRAST_USERS = ["locos-teacher-forced", "locos-argmax", "attention"]
 
 
 @pytest.mark.parametrize("name", CONTRAST_USERS)
@@ -270,6 +276,15 @@ def test_no_off_needle_positions_is_an_error(model, name):
     example = planted_example("f1 k3 v5 f2 ? k3", "k3 v5", "v5", index=7)
     with pytest.raises(LocosError, match=rf"detector '{name}': example hand\[7\] has no off-needle"):
         make_detector(name).score(model, [HAND, example], rng=RNG(0))
+
+
+def test_locos_needs_no_context_off_the_needle(model):
+    """The authors' off-needle set is every other key the step attends to (BOS, the question,
+    the current token), so a prompt with no context beside the needle still scores."""
+    example = planted_example("f1 k3 v5 f2 ? k3", "k3 v5", "v5", context=False)
+    result = make_detector("locos").score(model, [example], rng=RNG(0))
+    truth = {tuple(h) for h in planted_ground_truth(model.name)["ground_truth"]["retrieval"]}
+    assert set(result.ranking()[:2]) == truth
 
 
 def test_retrieval_head_needs_no_off_needle(model):

@@ -19,7 +19,7 @@ from locos_bench.detectors.registry import DETECTORS, register_detector
 from locos_bench.models.planted import planted_ground_truth
 
 BUILTINS = {
-    "locos", "locos-argmax", "dla", "attention", "retrieval-head", "qrhead", "headkv", "echo",
+    "locos", "locos-teacher-forced", "locos-argmax", "dla", "attention", "retrieval-head", "qrhead", "headkv", "echo",
     "attention-knockout", "activation-patching", "path-patching", "attribution-patching", "eap-ig", "random",
 }
 
@@ -52,8 +52,12 @@ def test_detectors_json_lists_every_builtin(capsys):
     assert rows["eap-ig"]["presets"] == ["paper"] and rows["qrhead"]["presets"] == ["paper"]
     assert rows["dla"]["presets"] is None
     assert rows["locos"]["source"] == "built-in"
-    assert rows["locos"]["params"] == {"answer_tokens": "mean", "final_norm": True}
-    assert rows["locos"]["cost"] == "1" and rows["random"]["stochastic"] is True
+    assert rows["locos"]["params"] == {"decoding": "greedy", "gate": True, "direction": "raw", "post_norm": "raw",
+                                       "off_needle": "attended", "contrast": "span", "answer_tokens": "mean",
+                                       "max_steps": 50, "rouge_threshold": 50.0}
+    assert rows["locos-teacher-forced"]["params"]["decoding"] == "teacher-forced"
+    assert rows["locos-teacher-forced"]["presets"] == []  # named only, never in `--detector all`
+    assert rows["locos"]["cost"] == "1 + greedy decoding" and rows["random"]["stochastic"] is True
 
 
 def test_detectors_table(capsys):
@@ -70,7 +74,7 @@ def test_score_json_puts_planted_retrieval_heads_first(capsys, planted):
     assert {"detector", "params", "scores", "top", "seconds", "forward_passes"} <= set(data)
     truth = sorted(planted_ground_truth(planted.name)["ground_truth"]["retrieval"])
     assert sorted(data["top"][:2]) == truth and len(data["top"]) == 10
-    assert data["forward_passes"] == 4 and data["examples"] == 4
+    assert data["forward_passes"] == 8 and data["examples"] == 4  # each: the decoding's prefill, the capture
     assert torch.tensor(data["scores"]).shape == (3, 4)
 
 
@@ -174,15 +178,14 @@ def test_sdk_detectors_returning_numpy_or_a_wrong_shape_are_one_line(capsys, pla
 
 
 @pytest.mark.parametrize("param, message", [
-    (["locos", "final_norm=abc"], r"--param final_norm=abc: detector 'locos': final_norm must be true or false "
-                                  r"\(default true\)$"),
-    (["locos", "final_norm=1"], r"--param final_norm=1: detector 'locos': final_norm must be true or false"),
+    (["locos", "gate=abc"], r"--param gate=abc: detector 'locos': gate must be true or false \(default true\)$"),
+    (["locos", "gate=1"], r"--param gate=1: detector 'locos': gate must be true or false"),
     (["echo", "length=4.5"], r"--param length=4.5: detector 'echo': length must be a whole number \(default 32\)$"),
     (["qrhead", "sigmas=two"], r"--param sigmas=two: detector 'qrhead': sigmas must be a number \(default 2.0\)$"),
     (["locos", "answer_tokens=3"], r"detector 'locos': answer_tokens must be one of \['mean', 'first'\], got '3'$"),
 ])
 def test_params_are_read_as_the_type_of_their_default(capsys, planted, param, message):
-    """`final_norm=abc` was the string 'abc' (truthy) for a boolean; a string parameter keeps
+    """`gate=abc` was the string 'abc' (truthy) for a boolean; a string parameter keeps
     its text as typed (`answer_tokens=3` is '3')."""
     detector, param = param
     code, out, err = run(capsys, "score", "--model", "planted", "--task", "planted-kv", "--n", "1",

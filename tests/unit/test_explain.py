@@ -49,13 +49,24 @@ def cli_model(monkeypatch, model):
     return model
 
 
-def two_token_example() -> Example:
-    """A prompt-mode example whose gold answer is two tokens (`v5 v6`)."""
+def hand_example(answer: str = "v5 v6") -> Example:
+    """A prompt-mode example of PROMPT (needle `k3 v5 v6`) with the gold `answer`."""
     start = PROMPT.index("k3 v5 v6")
     q = PROMPT.index("? k3")
-    return Example(task="hand", index=0, prompt=PROMPT, answers=["v5 v6"],
+    return Example(task="hand", index=0, prompt=PROMPT, answers=[answer],
                    needle_spans=[(start, start + len("k3 v5 v6"))], question_span=(q, len(PROMPT)),
                    context_span=(0, q))
+
+
+def two_token_example(model) -> Example:
+    """`hand_example` whose gold answer is the model's own first two greedy tokens (`v5` and
+    what the planted model writes next), so both are answer steps of `locos`."""
+    from locos_bench.evaluation.generation import greedy_token_ids
+
+    said = greedy_token_ids(model, model.tokenizer(PROMPT)["input_ids"], max_new_tokens=2, stop_before=set())
+    answer = model.tokenizer.decode(said)
+    assert len(said) == 2 and answer.startswith("v5 ")
+    return hand_example(answer)
 
 
 def scores(model, name, example, **params):
@@ -73,9 +84,9 @@ def test_page_numbers_are_the_detectors_scores_on_that_example(model, example, p
 
 
 def test_each_answer_token_is_the_first_token_mode_for_j0(model):
-    ex = two_token_example()
+    ex = two_token_example(model)
     data = explain(model, ex, top=2).to_json()
-    assert len(data["answer_tokens"]) == 2
+    assert len(data["answer_tokens"]) == 2 and data["trial"]["steps"] == [0, 1] and data["trial"]["passed"]
     for name, key in (("locos", "locos"), ("attention", "attention")):
         first = scores(model, name, ex, answer_tokens="first").scores
         per_token = torch.tensor(data[key], dtype=torch.float64)  # [L, H, P]
@@ -93,9 +104,15 @@ def test_source_tokens_and_verdict_add_up(model, page):
     top = data["top"][0]
     locos_h = data["locos_mean"][top[0]][top[1]]
     row = data["sources"]["L{}H{}".format(*top)]["write"]["mean"]
-    needle = np.mean([row[s] for s in data["needle"]])
-    off = np.mean([row[s] for s in data["off_needle"]])
-    assert needle - off == pytest.approx(locos_h, rel=1e-4)  # the map cell is this head's contrast
+    # One answer step, whose row attends to every forwarded key: the map cell is the needle's
+    # sum minus the rest's, rescaled to the needle's length (the authors' contrast).
+    keys = data["answer_positions"][0] + 1
+    assert len(data["answer_positions"]) == 1 and len(row) == len(data["tokens"]) == keys + 1
+    assert row[keys:] == [0.0]  # the answer token itself, shown but not yet a key
+    row, n = row[:keys], len(data["needle"])
+    needle = sum(row[s] for s in data["needle"])
+    off = (sum(row) - needle) * n / (len(row) - n)
+    assert needle - off == pytest.approx(locos_h, rel=1e-4)
     v = data["verdict"]["mean"]
     assert v["needle"] + v["distractors"] + v["elsewhere"] == pytest.approx(v["total"])
     total = sum(sum(data["sources"]["L{}H{}".format(*h)]["write"]["mean"]) for h in data["top"])
@@ -239,7 +256,7 @@ def test_page_is_self_contained(page):
 
 
 def test_markup_in_the_prompt_cannot_end_the_data_script(model):
-    ex = two_token_example()
+    ex = two_token_example(model)
     evil = ex.model_copy(update={"prompt": ex.prompt.replace("f1 f2", "f1 </script><b>"), "index": 1})
     evil = evil.model_copy(update={"needle_spans": [(evil.prompt.index("k3 v5 v6"),
                                                      evil.prompt.index("k3 v5 v6") + 8)]})
@@ -347,7 +364,7 @@ def test_answer_that_tokenises_to_nothing(model):
 
     tokenizer = copy.deepcopy(model.tokenizer)
     tokenizer.backend_tokenizer.normalizer = normalizers.Replace(Regex("\u200b"), "")
-    ex = two_token_example().model_copy(update={"answers": ["\u200b"], "target_prefix": ""})
+    ex = hand_example().model_copy(update={"answers": ["\u200b"], "target_prefix": ""})
     with pytest.raises(LocosError, match=r"hand\[0\]: the answer '\\u200b' tokenises to zero tokens"):
         explain(dataclasses.replace(model, tokenizer=tokenizer), ex)
 
@@ -374,4 +391,4 @@ def test_unsupported_architecture(tmp_path):
     tok.save_pretrained(tmp_path)
     gpt2 = models.load_model(str(tmp_path))
     with pytest.raises(LocosError, match=r"\(GPT2LMHeadModel\) is not supported by the per-head primitives"):
-        explain(gpt2, two_token_example())
+        explain(gpt2, hand_example())
