@@ -96,6 +96,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from locos_bench.models.aliases import MODELS
+
 # =======================================================================================
 # Planted model
 # =======================================================================================
@@ -367,8 +369,8 @@ def build_planted_tokenizer(config: PlantedConfig | None = None) -> Any:
     )
 
 
-PLANTED_TASKS = {"planted": "planted-kv", "planted-nonliteral": "planted-assoc"}
-"""Each planted alias and the one task its vocabulary speaks."""
+PLANTED_TASKS = {alias: MODELS.get(alias).tasks[0] for alias in ("planted", "planted-nonliteral")}
+"""Each planted alias and the one task its vocabulary speaks (`ModelSpec.tasks`)."""
 
 
 def planted_ground_truth(alias: str) -> dict[str, Any] | None:

@@ -75,10 +75,10 @@ class RunConfig:
         if self.preset not in PRESETS:
             raise unknown("preset", self.preset, PRESETS)
         defaults = dict(PRESETS[self.preset])
-        from locos_bench.models.planted import PLANTED_TASKS
+        from locos_bench.models.aliases import MODELS
 
-        if self.model in PLANTED_TASKS:  # its toy vocabulary only speaks its own task
-            defaults["tasks"] = [PLANTED_TASKS[self.model]]
+        if self.model in MODELS and MODELS.get(self.model).tasks:  # a toy vocabulary speaks only its own
+            defaults["tasks"] = list(MODELS.get(self.model).tasks)
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
         cfg = replace(self, **filled)
         if cfg.calibration_draws is None:
