@@ -31,8 +31,8 @@ import torch
 
 from locos_bench.detectors import make_detector
 from locos_bench.evaluation import generate_answers
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
-from locos_bench.models import planning, shipped_config, wrap_model
+from locos_bench.interventions import AblationSpec, HeadAblation, reference_means
+from locos_bench.models import memory, shipped_config, wrap_model
 from locos_bench.models.miniature import byte_tokenizer, random_model, scale_down
 from locos_bench.tasks import load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
@@ -57,7 +57,7 @@ def _measure(fn: Any, device: str) -> dict[str, Any]:
         torch.cuda.synchronize()
     out = {"seconds": round(time.perf_counter() - start, 4), "result": result}
     if device.startswith("cuda"):
-        out["peak_gib"] = round((torch.cuda.max_memory_allocated() - base) / planning.GIB, 3)
+        out["peak_gib"] = round((torch.cuda.max_memory_allocated() - base) / memory.GIB, 3)
     return out
 
 

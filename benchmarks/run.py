@@ -11,7 +11,7 @@ than its window) prints `n/a (why)`. Wall-clock ratios on a shared machine are n
 sides of a ratio run alternately, the faster of `--repeats` runs each.
 
 `--section streaming` times one forward plainly and with streaming heads
-(`lean_attention.only_full`: every head streams but `--full-heads` k of them) at each of
+(`interventions.only_full`: every head streams but `--full-heads` k of them) at each of
 `--lengths`, records each call's peak memory and the KV cache kept, and prints a Markdown table
 (written to `--output` only when that is given).
 """
@@ -40,10 +40,11 @@ from locos_bench.evaluation import (
     evaluate_task,
     generate_answers,
 )
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means  # noqa: E402
+from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblation, only_full, reference_means  # noqa: E402
 from locos_bench.models import load_model  # noqa: E402
 from locos_bench.models.architecture import kv_kept_share  # noqa: E402
-from locos_bench.models.lean_attention import eager, only_full  # noqa: E402
+from locos_bench.models.lean_attention import eager  # noqa: E402
+from locos_bench.names import head_name  # noqa: E402
 from locos_bench.run import RunConfig  # noqa: E402
 from locos_bench.tasks import load_task, make_examples  # noqa: E402
 from locos_bench.tasks.tokenize import tokenize_example  # noqa: E402
@@ -332,7 +333,7 @@ def streaming_section(model: Any, lengths: list[int], ks: list[int], repeats: in
     warm = _ordinary_ids(model, min(lengths), np.random.default_rng(seed + 1))
     for k in (None, *ks):
         forward(warm, k)()  # the first calls pay one-off set-up; no figure should
-    heads = ", ".join(f"L{layer}H{head}" for layer, head in full[max(ks)]) or "none"
+    heads = ", ".join(head_name(h) for h in full[max(ks)]) or "none"
     lines = [
         f"Streaming heads vs a plain forward (issue #24): `{model.name}` ({getattr(model, 'dtype', '?')}, "
         f"device {model.device}), on {_cpu()}, torch threads: {torch.get_num_threads()}.", "",

@@ -19,7 +19,7 @@ import json
 import numpy as np
 
 from locos_bench.evaluation import evaluate_head_sets, evaluate_task
-from locos_bench.evaluation.ablation import AblationSpec, HeadSetAblation, reference_means
+from locos_bench.interventions import AblationSpec, HeadSetAblation, reference_means
 from locos_bench.models import load_model
 from locos_bench.names import head_name
 from locos_bench.tasks import load_task, make_examples

@@ -19,6 +19,7 @@ import numpy as np
 from locos_bench.detectors import make_detector, run_detector
 from locos_bench.models import load_model
 from locos_bench.models.planted import PLANTED_TASKS, planted_ground_truth
+from locos_bench.names import head_name
 from locos_bench.tasks import load_task, make_examples
 
 VARIANTS = {
@@ -47,7 +48,7 @@ def main() -> None:
             row = {}
             for label, top in tops.items():
                 ref = set(tops["locos"])
-                row[label] = {"top": [f"L{layer}H{head}" for layer, head in top],
+                row[label] = {"top": [head_name(h) for h in top],
                               f"jaccard@{k}": round(len(set(top) & ref) / len(set(top) | ref), 3)}
                 if planted:
                     truth = {tuple(h) for h in planted_ground_truth(model.name)["ground_truth"]["retrieval"]}

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def print_rows(rows: list[dict[str, Any]], *, as_json: bool, headers: list[str],
+               cells: Callable[[dict[str, Any]], list[Any]]) -> None:
+    """What a listing command prints: its rows as JSON (`--json`), else a table with one line of
+    `cells(row)` per row."""
+    if as_json:
+        print_json(rows)
+        return
+    from tabulate import tabulate
+
+    print(tabulate([cells(r) for r in rows], headers=headers))
 
 
 def add_model_options(parser: Any, *, default: str | None = "gemma3") -> None:

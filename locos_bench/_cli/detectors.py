@@ -10,7 +10,7 @@ import sys
 import warnings
 from typing import Any
 
-from locos_bench._cli.common import print_json
+from locos_bench._cli.common import print_rows
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,20 +58,15 @@ def parameters(cls: type) -> dict[str, Any]:
     return out
 
 
-def main(args: argparse.Namespace) -> int:
-    from tabulate import tabulate
+def _table_row(r: dict[str, Any]) -> list[Any]:
+    params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items()) or "-"
+    cost = r["cost"] if r["available"] else "unavailable"
+    note = r["description"] if r["available"] else r["error"]
+    in_all = ", ".join(r["presets"]) if r.get("presets") else "every"
+    return [r["name"], r["source"], cost, in_all, params, note]
 
-    rows = collect()
-    if args.json:
-        print_json(rows)
-        return 0
-    table = []
-    for r in rows:
-        params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items()) or "-"
-        cost = r["cost"] if r["available"] else "unavailable"
-        note = r["description"] if r["available"] else r["error"]
-        in_all = ", ".join(r["presets"]) if r.get("presets") else "every"
-        table.append([r["name"], r["source"], cost, in_all, params, note])
-    print(tabulate(table, headers=["detector", "source", "forward passes / example", "in `all` of presets",
-                                   "parameters", ""]))
+
+def main(args: argparse.Namespace) -> int:
+    print_rows(collect(), as_json=args.json, cells=_table_row,
+               headers=["detector", "source", "forward passes / example", "in `all` of presets", "parameters", ""])
     return 0

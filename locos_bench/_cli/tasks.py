@@ -7,7 +7,7 @@ import sys
 import warnings
 from typing import Any
 
-from locos_bench._cli.common import add_model_options, print_json
+from locos_bench._cli.common import add_model_options, print_json, print_rows
 from locos_bench.errors import LocosError
 
 
@@ -76,28 +76,22 @@ def task_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def _list(args: argparse.Namespace) -> int:
-    rows = task_rows()
-    if args.json:
-        print_json(rows)
-        return 0
-    from tabulate import tabulate
+def _table_row(r: dict[str, Any]) -> list[Any]:
+    if "error" in r:
+        return [r["name"], "?", "?", "?", "no", f"ERROR: {r['error']}"]
+    return [r["name"], r["kind"], r["source"], r["version"], "yes" if r["offline"] else "no",
+            "" if r["offline"] else r["availability"]]
 
-    table = []
-    for r in rows:
-        if "error" in r:
-            table.append([r["name"], "?", "?", "?", "no", f"ERROR: {r['error']}"])
-        else:
-            table.append([r["name"], r["kind"], r["source"], r["version"],
-                          "yes" if r["offline"] else "no",
-                          "" if r["offline"] else r["availability"]])
-    print(tabulate(table, headers=["task", "kind", "source", "version", "offline", "note"]))
+
+def _list(args: argparse.Namespace) -> int:
+    print_rows(task_rows(), as_json=args.json, cells=_table_row,
+               headers=["task", "kind", "source", "version", "offline", "note"])
     return 0
 
 
 def _spec_with_data(name: str, data: str | None) -> Any:
     from locos_bench.tasks import load_task
-    from locos_bench.tasks.registry import with_data
+    from locos_bench.tasks.files import with_data
 
     spec = load_task(name)
     return with_data(spec, data) if data else spec

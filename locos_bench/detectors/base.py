@@ -21,7 +21,7 @@ from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
 from locos_bench.names import Head, head_name, rank_heads
 from locos_bench.tasks import Example
-from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+from locos_bench.tasks.tokenize import TokenizedExample, tokenize_examples
 
 
 @dataclass
@@ -37,7 +37,7 @@ class HeadScores:
         per_example: `[n_examples, n_layers, n_heads]` each calibration example's scores, in
             the order given, whose mean is `scores`; None where a detector cannot split its
             scores by example. They let the report measure how stable the selection is under
-            resampling of the calibration examples (`report.analysis.selection_stability`).
+            resampling of the calibration examples (`report.stability.selection_stability`).
     """
 
     scores: Tensor
@@ -86,12 +86,16 @@ class Detector:
         presets: The presets whose `--detector all` includes it (None: every preset). A
             detector too slow for the CPU default run names `("paper",)`; naming it in
             `--detector` runs it under any preset.
+        adapts: One line on what it takes from its reference and where it departs (empty: it
+            is its reference, or has none); the manifest records it and the leaderboard's
+            detector table shows it.
     """
 
     name: ClassVar[str] = ""
     cost: ClassVar[str] = "?"
     stochastic: ClassVar[bool] = False
     presets: ClassVar[tuple[str, ...] | None] = None
+    adapts: ClassVar[str] = ""
 
     def get_params(self) -> dict[str, Any]:
         """Constructor parameters and their current values (scikit-learn's rule)."""
@@ -117,13 +121,7 @@ def check_params_serialisable(detector: Detector) -> dict[str, Any]:
 
 def tokenize_for(model: LoadedModel, examples: Sequence[Example], detector: str) -> list[TokenizedExample]:
     """Tokenise calibration examples, naming the detector in any error."""
-    out = []
-    for example in examples:
-        try:
-            out.append(tokenize_example(example, model.tokenizer))
-        except LocosError as exc:
-            raise LocosError(f"detector {detector!r}: {exc}") from None
-    return out
+    return tokenize_examples(examples, model.tokenizer, reword=lambda error: f"detector {detector!r}: {error}")
 
 
 def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> HeadScores:

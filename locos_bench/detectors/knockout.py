@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import InterventionDetector
+from locos_bench.interventions import knockout_hooks
 from locos_bench.models import LoadedModel
 
 
@@ -34,10 +35,13 @@ class AttentionKnockout(InterventionDetector):
     """
 
     cost = "2 + ceil(n_heads_total / batch_size) (the batched passes cover only the answer positions)"
+    adapts = ("Geva et al. 2023's attention knockout, per head instead of every head of a window of layers: "
+              "the answer positions may not read the needle; score = drop in the gold log-prob, not in the "
+              "predicted token's probability")
 
     def intervention(self, model: LoadedModel, prep: iv.Prepared, chunk: list[iv.Head], state: Any,
                      end: int) -> list[iv.Hook]:
-        return iv.knockout_hooks(chunk, prep.positions, prep.needle_positions, end)
+        return knockout_hooks(chunk, prep.positions, prep.needle_positions, end)
 
 
 def knockout_drops(model: LoadedModel, prep: iv.Prepared, chunks: list[list[iv.Head]], *, prefix_cache: bool) -> iv.Drops:

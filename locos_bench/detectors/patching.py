@@ -2,7 +2,7 @@
 
 All three compare the clean run with a *corrupted* run in which every needle is replaced by a
 same-length neutral span (the first run of off-needle tokens of the example's own context
-that holds no gold-answer token; see `_interventions.corrupt_needles`), and score a head by
+that holds no gold-answer token; see `_drops.corrupt_needles`), and score a head by
 the drop in the teacher-forced mean gold-answer log-prob when its output at the answer
 positions `q_j` takes its corrupted value, averaged over examples. Higher = more important.
 
@@ -33,11 +33,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
 from locos_bench.detectors.sdk import InterventionDetector
 from locos_bench.errors import LocosError
+from locos_bench.interventions import patch_z_hooks
 from locos_bench.models import LoadedModel
 from locos_bench.models import heads as H
 from locos_bench.names import HOOK_EMBED, HOOK_FINAL_SCALE, hook_resid_post, hook_z
@@ -71,7 +72,7 @@ class ActivationPatching(InterventionDetector):
 
     def intervention(self, model: LoadedModel, prep: iv.Prepared, chunk: list[iv.Head], state: Any,
                      end: int) -> list[iv.Hook]:
-        return iv.patch_z_hooks(chunk, state, prep.positions, end)
+        return patch_z_hooks(chunk, state, prep.positions, end)
 
 
 def activation_patching_drops(
@@ -98,6 +99,9 @@ class PathPatching(Detector):
     """
 
     cost = "2"
+    adapts = ("Wang et al. 2023's path patching with one receiver, the logits: the head's corrupted-minus-clean "
+              "write goes straight to the final residual stream at the answer positions, no path through later "
+              "heads; corrupted = the needle replaced; score = drop in the gold log-prob, not a logit difference")
 
     def __init__(self, final_norm: str = "recompute", batch_size: int = 16, answer_tokens: str = "mean") -> None:
         self.final_norm = final_norm
@@ -267,7 +271,7 @@ class EapIG(Detector):
     intervention detector here measures), negated so that higher means more important.
     `z` is the head's `hook_z`; `z @ W_O^h` is the reference's `hook_result` slice, and
     the product with the gradient is the same. The corrupted prompt is the patching
-    detectors' (`_interventions.corrupt_needles`).
+    detectors' (`_drops.corrupt_needles`).
 
     Positions before the first token the corruption changes are the same in every
     interpolated input, so they run once (`prefix_cache`) and contribute nothing.

@@ -36,6 +36,7 @@ _BUILTINS = {
     "qrhead": "locos_bench.detectors.qrhead:QRHead",
     "headkv": "locos_bench.detectors.headkv:HeadKV",
     "echo": "locos_bench.detectors.echo:EchoHeads",
+    "razor-attention": "locos_bench.detectors.echo:RazorAttentionHeads",
     "random": "locos_bench.detectors.random:RandomHeads",
 }
 for _name, _target in _BUILTINS.items():

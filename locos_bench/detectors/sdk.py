@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from locos_bench.detectors import _common
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.models import LoadedModel, heads
 from locos_bench.names import Head, Hook

@@ -1,16 +1,15 @@
-"""Evaluation: greedy generation, teacher-forced log-probs, clean prefixes, and head ablation.
+"""Evaluation: greedy generation, teacher-forced log-probs and clean prefixes, under any hooks.
 
 The face::
 
     from locos_bench.evaluation import evaluate_task, generate_answers, gold_logprobs
 
 Modules: `generation`, `logprobs`, `clean_prefix` (start ablated runs at their lowest ablated
-layer), `task_eval` (answers plus every metric a task lists), `ablation` (mean, zero and
-scaling hooks; reference means). `token_positions` binds each token's position for
-position-wise ablation around a forward run outside these functions.
+layer), `task_eval` (answers plus every metric a task lists). The hooks they run under (mean,
+zero and scale ablation, streaming heads) are `locos_bench.interventions`; every forward here
+binds its token positions (`interventions.token_positions`) for the hooks to read.
 """
 
-from locos_bench.evaluation._batching import token_positions
 from locos_bench.evaluation.clean_prefix import CleanPrefix
 from locos_bench.evaluation.generation import generate_answers, generate_from_ids, stop_token_ids
 from locos_bench.evaluation.logprobs import continuation_logprobs, gold_logprobs, token_logprobs
@@ -27,5 +26,4 @@ __all__ = [
     "gold_logprobs",
     "stop_token_ids",
     "token_logprobs",
-    "token_positions",
 ]

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from locos_bench.evaluation._batching import _positions, token_positions
+from locos_bench.interventions.positions import positions_from_mask, token_positions
 from locos_bench.names import Hook
 
 
@@ -134,7 +134,7 @@ def _forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Ho
     `with_cache`), starting at the lowest hooked layer when `prefix` holds (or can take) the
     batch's clean run. Without `positions` (a right-padded batch) the model numbers each row
     from 0, and so do the hooks."""
-    with token_positions(positions if positions is not None else _positions(mask)):
+    with token_positions(positions if positions is not None else positions_from_mask(mask)):
         return _hooked_forward(model, ids, mask, positions, hooks, prefix, with_cache=with_cache,
                                logits_to_keep=logits_to_keep)
 

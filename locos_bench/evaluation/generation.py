@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch, token_positions
+from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch
+from locos_bench.interventions import token_positions
 from locos_bench.names import Hook
 from locos_bench.tasks import Example
 from locos_bench.tasks.metrics import cut_answer

@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from locos_bench.errors import LocosError
-from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch, token_positions
+from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch
 from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
 from locos_bench.evaluation.generation import _greedy
 from locos_bench.evaluation.logprobs import token_logprobs
+from locos_bench.interventions import token_positions
 from locos_bench.names import Hook
 from locos_bench.tasks import Example, TaskSpec
 from locos_bench.tasks.metrics import METRICS
-from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+from locos_bench.tasks.tokenize import TokenizedExample, tokenize_examples
 
 
 def answers_and_logprobs(
@@ -178,13 +178,7 @@ def evaluate_head_sets(
 
 
 def _tokenize_all(model: Any, examples: Sequence[Example]) -> list[TokenizedExample]:
-    tokenized = []
-    for ex in examples:
-        try:
-            tokenized.append(tokenize_example(ex, model.tokenizer))
-        except LocosError as exc:
-            raise LocosError(f"{exc} (while tokenising for {model.name})") from None
-    return tokenized
+    return tokenize_examples(examples, model.tokenizer, reword=lambda error: f"{error} (while tokenising for {model.name})")
 
 
 def _metric_rows(spec: TaskSpec, examples: Sequence[Example], tokenized: Sequence[TokenizedExample],

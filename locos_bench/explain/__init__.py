@@ -7,6 +7,6 @@ The face::
 """
 
 from locos_bench.explain.attribution import Explanation, explain
-from locos_bench.explain.page import render_html, write_page
+from locos_bench.explain.page import render_html, write_page, write_run_pages
 
-__all__ = ["Explanation", "explain", "render_html", "write_page"]
+__all__ = ["Explanation", "explain", "render_html", "write_page", "write_run_pages"]

@@ -10,9 +10,9 @@ and computes, with the detectors' own functions (no second formula):
   and the attention row `A_h[q_j, s]` (`heads.attention_rows`);
 * a verdict: how much of the top heads' answer-direction write comes from the needle;
 * the model's greedy answer (`evaluation.generate_answers`) and, given reference prompts, the
-  greedy answer with the top heads mean-ablated (`evaluation.ablation.HeadAblation`);
+  greedy answer with the top heads mean-ablated (`interventions.HeadAblation`);
 * sufficiency: the greedy answer with the top heads as the only full-attention heads and every
-  other head streaming (`models.lean_attention.only_full`: its row's first `kv_sink` and last
+  other head streaming (`interventions.only_full`: its row's first `kv_sink` and last
   `kv_window` tokens), beside the floor where every head streams, with the KV-cache share each
   keeps (`models.architecture.kv_kept_share`). A model whose attention cannot stream (the
   eager path) gets a note saying why instead, never a silently full-attention answer;
@@ -34,7 +34,7 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.models import LoadedModel
-from locos_bench.names import Head
+from locos_bench.names import Head, head_name
 from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
@@ -374,7 +374,7 @@ def _answer(model: LoadedModel, t: TokenizedExample, max_new_tokens: int, judge:
 def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
             max_new_tokens: int, greedy: str, gold: float, judge: Any) -> dict[str, Any]:
     """Greedy answer and gold log-prob with `top_heads` mean-ablated over `reference`."""
-    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
+    from locos_bench.interventions import AblationSpec, HeadAblation, reference_means
 
     if not reference:
         raise LocosError("--ablate needs at least one reference prompt for the mean activations")
@@ -399,8 +399,8 @@ def _sufficiency(model: LoadedModel, t: TokenizedExample, top_heads: list[Head],
                  judge: Any, sink: int, window: int) -> dict[str, Any]:
     """The answer with only `top_heads` full and every other head streaming, and the floor
     (every head streaming); a note instead where the model cannot stream."""
+    from locos_bench.interventions import only_full
     from locos_bench.models.architecture import kv_kept_share
-    from locos_bench.models.lean_attention import only_full
 
     entry: dict[str, Any] = {"heads": [list(h) for h in top_heads], "sink": sink, "window": window}
     runs = {}
@@ -424,7 +424,7 @@ def _sufficiency(model: LoadedModel, t: TokenizedExample, top_heads: list[Head],
 
 def _sufficiency_text(e: dict[str, Any]) -> str:
     """One sentence: what the top heads alone answer, and what the window alone answers."""
-    names = " ".join(f"L{layer}H{head}" for layer, head in e["heads"])
+    names = " ".join(head_name(h) for h in e["heads"])
     top, floor = e["top"], e["floor"]
 
     def said(run: dict[str, Any]) -> str:
@@ -445,7 +445,7 @@ def _sufficiency_text(e: dict[str, Any]) -> str:
 def _steer(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], max_new_tokens: int,
            judge: Any, alpha: float) -> dict[str, Any]:
     """The answer with the top heads' outputs (`hook_z`) scaled by `alpha`."""
-    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation
+    from locos_bench.interventions import AblationSpec, HeadAblation
 
     hooks = HeadAblation(list(top_heads), AblationSpec.parse(f"scale:{float(alpha)!r}")).hooks()
     return {"heads": [list(h) for h in top_heads], "alpha": float(alpha),

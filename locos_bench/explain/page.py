@@ -1,6 +1,6 @@
 """The explain page: one self-contained HTML file per answer (`locos_bench/data/explain.html`:
-inline CSS, JS and data, nothing fetched when opened), and the pages a run links from its
-leaderboard.
+inline CSS, JS and data, nothing fetched when opened), and the pages a run writes into its
+directory for the leaderboard to link (`report.links` reads them from the files).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def page_data(html_text: str) -> dict[str, Any]:
 
 
 PAGES_DIR = "explain"
+"""The run directory's folder of explain pages (the leaderboard links them: `report.links`)."""
 
 
 def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any], n: int, *, top: int = 5,
@@ -88,22 +89,3 @@ def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any
                 write_page(result, path)
             out.append(path)
     return out
-
-
-def leaderboard_section(run_dirs: Sequence[Path | str], out_dir: Path | str) -> str:
-    """Markdown links from a leaderboard in `out_dir` to the runs' explain pages ('' if none)."""
-    import os
-
-    lines = []
-    for run_dir in run_dirs:
-        pages = sorted(Path(run_dir, PAGES_DIR).glob("*.html"),
-                       key=lambda p: (p.stem.rsplit("-", 1)[0], int(p.stem.rsplit("-", 1)[-1])
-                                      if p.stem.rsplit("-", 1)[-1].isdigit() else -1))
-        for page in pages:
-            task, _, index = page.stem.rpartition("-")
-            link = Path(os.path.relpath(page, out_dir)).as_posix()
-            lines.append(f"- `{task}[{index}]` (`{Path(run_dir).resolve().name}`): [{link}]({link})")
-    if not lines:
-        return ""
-    return ("## Explained examples\n\nWhich heads wrote each answer, from which tokens "
-            "(`locos-bench explain`; self-contained HTML, open in a browser):\n\n" + "\n".join(lines) + "\n")

@@ -22,85 +22,64 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from locos_bench.detectors import detector_source, get_detector_class, make_detector
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.ablation import (
-    DEFAULT_SINK,
-    AblationSpec,
-    check_positionwise_reference,
-)
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
-from locos_bench.harness.worker import Job, Worker, resolve_batch_size, run_tasks, timed
-from locos_bench.models import describe_with_answer_key
+from locos_bench.harness.worker import Job, Worker, run_tasks, timed
+from locos_bench.interventions import check_positionwise_reference
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
-from locos_bench.run.plan import EACH_RETRIEVAL
-from locos_bench.run.provenance import provenance
-from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, RankUnit, ScoresUnit, Streaming
-from locos_bench.run.splits import TaskData
-
-_PHASES = {"scores": "detect", "eval": "evaluate", "rank": "rank_diagnostic", "suff": "sufficiency", "steer": "steering"}
+from locos_bench.run.config import ResolvedConfig
+from locos_bench.run.manifest import build_manifest, resumed
+from locos_bench.run.plan import UnitKind
+from locos_bench.run.records import RankUnit, UnitRecord
+from locos_bench.run.splits import ExternalControl, RunTask
 
 
 class Run:
-    """One benchmark run bound to a run directory: the driver.
+    """One benchmark run bound to a model and a run directory: the driver.
 
-    It builds the plan, opens (or resumes) the directory, turns each unit still to do into a
-    `Job` (the unit key and the heads it ablates), hands jobs to an executor and alone
-    writes what comes back. An evaluation whose head set was already evaluated on the task
-    is copied rather than dispatched, so records are the same whichever executor ran them.
+    It binds the resolved configuration to the model (the one place the batch size and the
+    budgets' cap are decided), builds the plan, opens (or resumes) the directory, turns each
+    unit still to do into a `Job` (the unit key and the heads it ablates), hands jobs to an
+    executor and alone writes what comes back. An evaluation whose head set was already
+    evaluated on the task is copied rather than dispatched, so records are the same whichever
+    executor ran them.
     """
 
-    def __init__(self, cfg: RunConfig, model: Any, progress: Progress, executor: Any = None) -> None:
-        resolve_batch_size(cfg, model)
-        self.cfg = cfg
+    def __init__(self, config: ResolvedConfig | RunConfig, model: Any, progress: Progress, executor: Any = None) -> None:
+        self.config = config.resolved().for_model(model)
         self.model = model
         self.progress = progress
         self.executor = executor
-        self.dir = RunDir(cfg.output_dir)
-        self.ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise, sink=cfg.sink or DEFAULT_SINK)
+        self.dir = RunDir(self.config.output_dir)
         self.timings: dict[str, float] = {}
-        self.done: dict[UnitKey, Any] = {}
-        self._evaluated: dict[tuple, Any] = {}
+        self.done: dict[UnitKey, UnitRecord] = {}
+        self._evaluated: dict[tuple, UnitRecord] = {}
         """(kind, task, head set) -> the unit that evaluated it first."""
 
     # -- setup -----------------------------------------------------------------------------
 
-    def prepare(self) -> dict[str, TaskData]:
+    def prepare(self) -> dict[str, RunTask]:
         """Build the splits, the manifest and the plan (nothing is written yet)."""
-        cfg = self.cfg
+        config = self.config
+        if config.budgets_capped_at is not None:
+            self.progress.log(f"warning: budgets above the model's {config.budgets_capped_at} heads are capped")
         with self._timed("prepare"):
-            tasks, fallbacks = run_tasks(cfg, self.model)
-        if not any(t.spec.kind == "retrieval" for t in tasks.values()):
-            raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
-        max_heads = self.model.geometry.n_total_heads
-        if max(cfg.budgets) > max_heads:
-            self.progress.log(f"warning: budgets above the model's {max_heads} heads are capped")
-            cfg.budgets = sorted({min(k, max_heads) for k in cfg.budgets})
-        if self.ablation.positionwise:
+            tasks = run_tasks(config, self.model)
+        if config.positionwise:
             self._check_reference(tasks)
-        self.manifest = Manifest(
-            model=cfg.model, model_info=describe_with_answer_key(self.model),
-            tasks=[t.entry for t in tasks.values()],
-            detectors=[self._detector_entry(n) for n in cfg.detectors], budgets=cfg.budgets,
-            ablation=str(self.ablation), positionwise=self.ablation.positionwise, sink=self.ablation.sink,
-            random_draws=cfg.random_draws, calibration_draws=cfg.calibration_draws, seed=cfg.seed,
-            tie_seed=cfg.seed, rank_diagnostic=cfg.rank_diagnostic,
-            batch_size=cfg.batch_size, provenance=provenance(cfg.device), fallbacks=fallbacks,
-            control_heads=EACH_RETRIEVAL, steer_alphas=list(cfg.steer_alphas or []),
-            sufficiency=Streaming(sink=cfg.kv_sink, window=cfg.kv_window) if cfg.sufficiency else None,
-        )
-        if cfg.sufficiency:
+        self.manifest = build_manifest(config, self.model, tasks)
+        if config.sufficiency:
             self._check_streaming(tasks)
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
 
-    def _check_reference(self, tasks: dict[str, Any]) -> None:
+    def _check_reference(self, tasks: dict[str, RunTask]) -> None:
         """Position-wise means: refuse a reference split too short for a task's evaluation
         prompts, and say how many prompt tokens fall back to the flat mean."""
         for name, data in tasks.items():
-            if hasattr(data, "values"):  # an lm-eval control: its prompts are lm-eval's
+            if isinstance(data, ExternalControl):  # its prompts are another harness's
                 continue
             prompts = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
             flat = check_positionwise_reference(
@@ -109,20 +88,20 @@ class Run:
                 self.progress.log(f"warning: --positionwise: {flat} of {sum(prompts)} evaluation prompt tokens "
                                   f"of {name} lie past its reference prompts (flat mean there)")
 
-    def _check_streaming(self, tasks: dict[str, Any]) -> None:
+    def _check_streaming(self, tasks: dict[str, RunTask]) -> None:
         """Refuse a sufficiency run the model cannot stream (an eager attention path, an
         architecture the lean path does not take) or whose window exceeds its context; warn
         when every evaluation prompt of a retrieval task fits the sinks and window (streaming
         changes nothing there)."""
+        from locos_bench.interventions import only_full
         from locos_bench.models.heads import context_length
-        from locos_bench.models.lean_attention import only_full
 
-        cfg = self.cfg
+        sink, window = self.config.kv_sink, self.config.kv_window
         longest = context_length(self.model)
-        if longest is not None and cfg.kv_window > longest:
-            raise LocosError(f"--kv-window {cfg.kv_window} is longer than {cfg.model}'s context of {longest} tokens")
+        if longest is not None and window > longest:
+            raise LocosError(f"--kv-window {window} is longer than {self.config.model}'s context of {longest} tokens")
         try:
-            with only_full(self.model.bridge, [], sink=cfg.kv_sink, window=cfg.kv_window):
+            with only_full(self.model.bridge, [], sink=sink, window=window):
                 pass
         except LocosError as exc:
             raise LocosError(f"--sufficiency: {exc}") from None
@@ -130,16 +109,9 @@ class Run:
             if data.spec.kind != "retrieval":
                 continue
             prompts = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
-            if prompts and max(prompts) <= cfg.kv_sink + cfg.kv_window:
+            if prompts and max(prompts) <= sink + window:
                 self.progress.log(f"warning: --sufficiency: every evaluation prompt of {name} fits "
-                                  f"{cfg.kv_sink} sink + {cfg.kv_window} window tokens, so streaming "
-                                  "changes nothing there")
-
-    def _detector_entry(self, name: str) -> DetectorEntry:
-        cls = get_detector_class(name)
-        det = make_detector(name)
-        return DetectorEntry(name=name, params=det.get_params(), source=detector_source(name),
-                             cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)))
+                                  f"{sink} sink + {window} window tokens, so streaming changes nothing there")
 
     def _open(self) -> None:
         """Start the directory, or resume it when it holds the same configuration."""
@@ -148,11 +120,11 @@ class Run:
             try:
                 old = self.dir.read_manifest()
             except LocosError:
-                if not self.cfg.force:
+                if not self.config.force:
                     raise
                 old = None
             same = old is not None and old.config_key() == manifest.config_key()
-            if old is not None and not same and not self.cfg.force:
+            if old is not None and not same and not self.config.force:
                 raise LocosError(
                     f"{self.dir.path} holds a run with a different configuration; use another "
                     "--output-dir, rerun the original command to resume it, or pass --force to overwrite"
@@ -160,9 +132,7 @@ class Run:
             if not same:
                 self.dir.clear()
             else:
-                manifest.provenance = old.provenance  # the run began then
-                manifest.tie_seed = old.tie_seed  # and ranked with its tie rule (None: by index)
-                manifest.timings = old.timings
+                manifest = self.manifest = resumed(manifest, old)
                 for unit in self.dir.read_units(repair=True):
                     self.done[unit.key] = unit
                 if self.dir.set_aside:
@@ -177,13 +147,13 @@ class Run:
         self.timings = merged
         self.dir.write_manifest(manifest)
         for unit in self.done.values():  # resumed units seed the identical-head-set cache
-            if not isinstance(unit, ScoresUnit) and not unit.error:
+            if unit.kind != UnitKind.SCORES and not unit.error:
                 self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
 
     def _timed(self, phase: str) -> Any:
         return timed(self.timings, phase)
 
-    def _save(self, unit: Any) -> Any:
+    def _save(self, unit: UnitRecord) -> UnitRecord:
         self.dir.append(unit)
         self.done[unit.key] = unit
         return unit
@@ -193,10 +163,11 @@ class Run:
     def execute(self) -> RunDir:
         """Execute every unit the plan still needs; the directory is locked meanwhile."""
         tasks = self.prepare()
-        executor = self.executor or LocalExecutor(Worker(self.cfg, self.model, tasks, self.progress.log))
+        executor = self.executor or LocalExecutor(Worker(self.config, self.model, tasks, self.progress.log))
         command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         with self.dir.lock(command):
             self._open()
+            executor.start(self.config)
             todo = self.plan.todo(self.done)
             for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
                 keys = [k for k in group if not self.plan.blocked(k, self.done)]
@@ -204,24 +175,24 @@ class Run:
                 with self.progress.phase(label, len(keys)) as advance:
                     self._run_group(executor, [self._job(k) for k in keys], advance)
             self.timings = _add(self.timings, executor.timings())
-            if self.cfg.explain:
-                from locos_bench.explain.page import write_run_pages
+            if self.config.explain:
+                from locos_bench.explain import write_run_pages
 
                 with self._timed("explain"):
-                    write_run_pages(self.model, self.dir.path, list(tasks.values()), self.cfg.explain,
+                    write_run_pages(self.model, self.dir.path, list(tasks.values()), self.config.explain,
                                     sufficiency=self.manifest.sufficiency)
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
         return self.dir
 
     def _job(self, key: UnitKey) -> Job:
-        if key.kind == "scores":
+        if key.kind == UnitKind.SCORES:
             return Job(key, [])
         source = self.plan.heads_from(key)
         if key.detector == BASELINE:
             return Job(key, [], source)
         ranking = rank_heads(self.done[self.plan.source_key(key)].scores, tie_seed=self.manifest.tie_seed)
-        heads = ranking[: key.index] if key.kind in ("eval", "suff", "steer") else [ranking[key.index - 1]]
+        heads = ranking[: key.index] if key.kind.top_k else [ranking[key.index - 1]]
         return Job(key, heads, source)
 
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
@@ -229,7 +200,7 @@ class Run:
         fresh, seen = [], set()
         for job in jobs:
             jk = _job_key(job.key, job.heads)
-            if job.key.kind == "scores" or (jk not in self._evaluated and jk not in seen):
+            if job.key.kind == UnitKind.SCORES or (jk not in self._evaluated and jk not in seen):
                 fresh.append(job)
                 seen.add(jk)
         by_key = {job.key: job for job in fresh}
@@ -243,40 +214,24 @@ class Run:
             if source is None:  # the identical head set's unit failed
                 self._keep(job, next(iter(executor.run([job]))))
             else:  # an identical head set was evaluated: copy its values
-                self._save(_reused(job, source))
+                self._save(source.reused_as(job.key, job.heads, job.heads_from))
             advance(1)
 
-    def _keep(self, job: Job, unit: Any) -> None:
-        if job.key.kind != "scores" and not unit.error:
+    def _keep(self, job: Job, unit: UnitRecord) -> None:
+        if job.key.kind != UnitKind.SCORES and not unit.error:
             self._evaluated.setdefault(_job_key(job.key, job.heads), unit)
         self._save(unit)
 
 
 def _job_key(key: UnitKey, heads: Sequence[Sequence[int]]) -> tuple:
-    """What makes two evaluations identical: kind, task, amplification and the set of heads."""
-    return (key.kind, key.task, key.alpha, tuple(sorted(tuple(int(x) for x in h) for h in heads)))
+    """What makes two evaluations identical: kind, task, amplification, the examples (a
+    calibration steering unit's are its draw's) and the set of heads."""
+    return (key.kind, key.task, key.alpha, key.split, key.draw if key.split else 0,
+            tuple(sorted(tuple(int(x) for x in h) for h in heads)))
 
 
-def _unit_heads(unit: Any) -> list[list[int]]:
+def _unit_heads(unit: UnitRecord) -> list[list[int]]:
     return [unit.head] if isinstance(unit, RankUnit) else list(unit.heads)
-
-
-def _reused(job: Job, source: Any) -> Any:
-    """The unit of `job`, with the per-example values of an identical head set's unit."""
-    key = job.key
-    if key.kind == "rank":
-        return RankUnit(task=key.task, detector=key.detector, rank=key.index, head=list(job.heads[0]),
-                        values=source.values)
-    if key.kind == "suff":
-        return source.model_copy(update=dict(detector=key.detector, draw=key.draw, k=key.index,
-                                             heads=[list(h) for h in job.heads], seconds=0.0, reused=True))
-    if key.kind == "steer":
-        return source.model_copy(update=dict(detector=key.detector, draw=key.draw, k=key.index,
-                                             heads=[list(h) for h in job.heads], heads_from=job.heads_from,
-                                             seconds=0.0, reused=True))
-    return EvalUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
-                    heads=[list(h) for h in job.heads], heads_from=job.heads_from,
-                    values=source.values, generations=source.generations, seconds=0.0, reused=True)
 
 
 def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
@@ -286,30 +241,30 @@ def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def phase_label(kind: str, task: str) -> str:
+def phase_label(kind: UnitKind | str, task: str) -> str:
     """A progress bar's label: the phase, padded to the longest, a space, then the task."""
-    width = max(len(p) for p in _PHASES.values())
-    return f"{_PHASES[kind].replace('_', '-'):<{width}} {task}"
+    width = max(len(k.phase) for k in UnitKind)
+    return f"{UnitKind(kind).phase.replace('_', '-'):<{width}} {task}"
 
 
-def run_benchmark(cfg: RunConfig, *, model: Any = None, executor: Any = None) -> RunDir:
+def run_benchmark(cfg: RunConfig | ResolvedConfig, *, model: Any = None, executor: Any = None) -> RunDir:
     """Resolve `cfg`, load the model (unless given), run every unit, write the leaderboard.
 
-    `executor` runs the jobs (default: this process, `LocalExecutor`); a
+    A configuration that cannot run fails before the model loads. `cfg` itself is left as
+    it was. `executor` runs the jobs (default: this process, `LocalExecutor`); a
     `locos_bench.harness.executors.RayExecutor` spreads them over a Ray cluster.
     """
     from locos_bench.models import load_model
     from locos_bench.report import write_leaderboard
-    from locos_bench.tasks import context_tokens
 
-    cfg = cfg.resolved()
-    progress = Progress(cfg.quiet)
+    config = cfg.resolved()
+    progress = Progress(config.quiet)
     start = time.perf_counter()
     if model is None:
-        progress.log(f"loading {cfg.model} ...")
-        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                           context_tokens=context_tokens(cfg.tasks))
-    run = Run(cfg, model, progress, executor=executor)
+        progress.log(f"loading {config.model} ...")
+        model = load_model(config.model, device=config.device, dtype=config.dtype,
+                           context_tokens=config.context_tokens)
+    run = Run(config, model, progress, executor=executor)
     run.timings["load_model"] = round(model.load_seconds, 3)
     run_dir = run.execute()
     run.manifest.timings = dict(run.timings, total=round(time.perf_counter() - start + model.load_seconds, 3))

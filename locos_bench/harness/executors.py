@@ -1,15 +1,18 @@
 """Executors: this process (`LocalExecutor`, the default) or Ray actors that hold the model and
 compute jobs.
 
-An executor has one contract with the driver (`harness.driver.Run`): `run(jobs)` yields
-one unit per job, in any order (the driver matches them by key), and `timings()` gives the
-workers' seconds per phase. The driver alone writes the run directory, so a Ray run's records,
-their resume rule and its leaderboard are exactly those of a local run.
+An executor has one contract with the driver (`harness.driver.Run`): `start(config)` hands
+it the run's resolved configuration, bound to the model, before the first job; `run(jobs)`
+yields one unit per job, in any order (the driver matches them by key); and `timings()` gives
+the workers' seconds per phase. The driver alone writes the run directory, so a Ray run's
+records, their resume rule and its leaderboard are exactly those of a local run.
 
-Each Ray worker is an actor that loads the model once and builds the task splits itself from
-the resolved `RunConfig`; jobs and units travel as JSON. A worker that dies mid-job (killed,
-out of memory, node lost) is replaced and its job retried, up to `max_retries` times; then
-the unit is recorded with an error, as a failing detector is, and the run goes on.
+Each Ray worker is an actor that loads the model as soon as the executor is made, then builds
+the task splits itself from the run's configuration (`run.config.ResolvedConfig`, the
+driver's own: same batch size, same splits); configuration, jobs and units travel as JSON. A
+worker that dies mid-job (killed, out of memory, node lost) is replaced and its job retried,
+up to `max_retries` times; then the unit is recorded with an error, as a failing detector
+is, and the run goes on.
 
 Ray is an optional extra: `pip install 'locos-bench[ray]'`.
 """
@@ -23,12 +26,14 @@ import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.harness.worker import Job, Worker
 from locos_bench.run import RunConfig, UnitKey
+from locos_bench.run.config import ResolvedConfig
+from locos_bench.run.plan import UnitKind
+from locos_bench.run.records import UnitRecord, unit_from_json
 
 EXECUTORS = ("local", "ray")
 INSTALL_HINT = "pip install 'locos-bench[ray]'"
@@ -86,12 +91,6 @@ def ray_session(address: str | None = None) -> Iterator[None]:
             import_ray().shutdown()
 
 
-def _config_json(cfg: RunConfig) -> str:
-    data = dataclasses.asdict(cfg)
-    data["output_dir"] = str(data["output_dir"]) if data["output_dir"] is not None else None
-    return json.dumps(data)
-
-
 def _job_json(job: Any) -> str:
     return json.dumps({"key": dataclasses.asdict(job.key), "heads": [list(h) for h in job.heads],
                        "heads_from": job.heads_from})
@@ -103,9 +102,12 @@ class LocalExecutor:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
 
-    def run(self, jobs: Sequence[Job]) -> Iterator[Any]:
+    def start(self, config: ResolvedConfig) -> None:
+        """Nothing to hand over: the worker holds the run's configuration already."""
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[UnitRecord]:
         # A chunk at a time, so the driver records units as they finish (a kill loses one chunk).
-        size = max(1, self.worker.cfg.eval_head_sets)
+        size = max(1, self.worker.config.eval_head_sets)
         for start in range(0, len(jobs), size):
             yield from self.worker.run_many(jobs[start:start + size])
 
@@ -118,18 +120,20 @@ class LocalExecutor:
 class _RayWorker:
     """A Ray actor: the model and the task splits of one run, loaded once; computes jobs."""
 
-    def __init__(self, cfg_json: str) -> None:
-        from locos_bench.harness.worker import Worker, run_tasks
+    def __init__(self, load_json: str) -> None:
         from locos_bench.models import load_model
 
-        data = json.loads(cfg_json)
-        for name in ("output_dir", "data"):  # the config's paths travel as text
-            if data.get(name) is not None:
-                data[name] = Path(data[name])
-        cfg = RunConfig(**data)
-        model = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-        tasks, _ = run_tasks(cfg, model)  # the driver's own rule: same splits, same names
-        self.worker = Worker(cfg, model, tasks, lambda message: print(message, file=sys.stderr, flush=True))
+        load = json.loads(load_json)
+        self.model = load_model(load["model"], device=load["device"], dtype=load["dtype"])
+
+    def prepare(self, config_json: str) -> None:
+        """Build the run's tasks from its configuration (the driver's own rule: same splits,
+        same names) and the worker that computes its jobs."""
+        from locos_bench.harness.worker import Worker, run_tasks
+
+        config = ResolvedConfig.from_json(config_json)
+        tasks = run_tasks(config, self.model)
+        self.worker = Worker(config, self.model, tasks, lambda message: print(message, file=sys.stderr, flush=True))
 
     def run(self, job_json: str) -> tuple[str, dict[str, float]]:
         from locos_bench.harness.worker import Job
@@ -145,7 +149,8 @@ class RayExecutor:
     """Runs jobs on Ray actors, one model per actor, `workers` actors at once.
 
     Args:
-        cfg: The resolved run configuration (each actor rebuilds the run's splits from it).
+        cfg: The run's configuration: each actor loads its `model` on its `device` in its
+            `dtype` at once, and builds the run's splits when the driver starts the run.
         address: Ray cluster address (`auto`, `HOST:PORT`), None for a local cluster; an
             already connected process keeps its connection.
         workers: Actors to start; default as many as the cluster fits (its GPUs divided by
@@ -156,7 +161,7 @@ class RayExecutor:
             unit is recorded with an error.
     """
 
-    def __init__(self, cfg: RunConfig, *, address: str | None = None, workers: int | None = None,
+    def __init__(self, cfg: RunConfig | ResolvedConfig, *, address: str | None = None, workers: int | None = None,
                  gpus_per_worker: float = 0.0, cpus_per_worker: float = 1.0, max_retries: int = 2) -> None:
         if gpus_per_worker < 0 or cpus_per_worker <= 0:
             raise LocosError("--gpus-per-worker must be at least 0 and CPUs per worker above 0")
@@ -164,7 +169,7 @@ class RayExecutor:
             raise LocosError(f"--workers must be at least 1 (got {workers})")
         if max_retries < 0:
             raise LocosError(f"max_retries must be at least 0 (got {max_retries})")
-        self.cfg = cfg
+        self._load = {"model": cfg.model, "device": cfg.device, "dtype": cfg.dtype}
         self.ray = import_ray()
         self._owns = connect(address)
         try:
@@ -175,7 +180,7 @@ class RayExecutor:
         self.max_retries = max_retries
         self._actor_cls = self.ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker,
                                           max_restarts=0, max_task_retries=0)(_RayWorker)
-        self._cfg_json = _config_json(cfg)
+        self._config_json: str | None = None
         self._actors = [self._start() for _ in range(self.n_workers)]
         self._timings: dict[str, float] = {}
         self.deaths = 0
@@ -196,7 +201,27 @@ class RayExecutor:
         return max(1, workers if workers is not None else fit)
 
     def _start(self) -> Any:
-        return self._actor_cls.remote(self._cfg_json)
+        actor = self._actor_cls.remote(json.dumps(self._load))
+        if self._config_json is not None:  # a replacement: prepared before its first job (actor calls keep their order)
+            actor.prepare.remote(self._config_json)
+        return actor
+
+    def start(self, config: ResolvedConfig) -> None:
+        """Hand every worker the run's configuration and wait until each holds the run's tasks."""
+        load = {"model": config.model, "device": config.device, "dtype": config.dtype}
+        if load != self._load:
+            raise LocosError(f"this Ray executor's workers hold {self._load['model']} on {self._load['device']}, "
+                             f"not this run's {config.model} on {config.device}: make one executor per run")
+        self._config_json = config.to_json()
+        died = self._died()
+        for actor, prepared in [(a, a.prepare.remote(self._config_json)) for a in self._actors]:
+            try:
+                self.ray.get(prepared)
+            except died:  # lost while loading: replaced, and its jobs meet the retry rule as any worker's
+                self.deaths += 1
+                self._replace(actor)
+            except self.ray.exceptions.RayTaskError as exc:  # a bad task or split: as locally, it propagates
+                raise exc.as_instanceof_cause() from None
 
     def _died(self) -> tuple[type, ...]:
         exc = self.ray.exceptions
@@ -204,10 +229,10 @@ class RayExecutor:
                                                      "NodeDiedError", "ActorUnavailableError")
                      if hasattr(exc, name))
 
-    def run(self, jobs: Sequence[Any]) -> Iterator[Any]:
+    def run(self, jobs: Sequence[Any]) -> Iterator[UnitRecord]:
         """Yield one unit per job as workers finish them (any order)."""
-        from locos_bench.run.records import _UNIT
-
+        if self._config_json is None:
+            raise LocosError("RayExecutor.run before start: the driver hands over the run's configuration first")
         queue = deque((job, 0) for job in jobs)
         idle = deque(self._actors)
         running: dict[Any, tuple[Any, Any, int]] = {}  # future -> (actor, job, attempt)
@@ -235,7 +260,7 @@ class RayExecutor:
             idle.append(actor)
             for phase, seconds in timings.items():
                 self._timings[phase] = round(self._timings.get(phase, 0.0) + seconds, 3)
-            yield _UNIT.validate_json(unit_json)
+            yield unit_from_json(unit_json)
 
     def _replace(self, actor: Any) -> Any:
         try:
@@ -270,31 +295,18 @@ class RayExecutor:
         self.close()
 
 
-def _lost_unit(job: Any, attempts: int, exc: BaseException) -> Any:
+def _lost_unit(job: Any, attempts: int, exc: BaseException) -> UnitRecord:
     """The error unit of a job whose worker died on every attempt."""
     from locos_bench.detectors import make_detector
-    from locos_bench.run import EvalUnit, RankUnit, ScoresUnit, SteeringUnit, SufficiencyUnit
 
     reason = " ".join(str(exc).split())[:200]
     error = f"worker died {attempts} time(s) running this unit ({type(exc).__name__}: {reason})"
-    key = job.key
-    if key.kind == "scores":
-        return ScoresUnit(task=key.task, detector=key.detector, draw=key.draw,
-                          params=make_detector(key.detector).get_params(), error=error)
-    if key.kind == "eval":
-        return EvalUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
-                        heads=[list(h) for h in job.heads], heads_from=job.heads_from, error=error)
-    if key.kind == "steer":
-        return SteeringUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index, alpha=key.alpha,
-                            heads=[list(h) for h in job.heads], heads_from=job.heads_from, error=error)
-    if key.kind == "suff":
-        return SufficiencyUnit(task=key.task, detector=key.detector, draw=key.draw, k=key.index,
-                               heads=[list(h) for h in job.heads], error=error)
-    return RankUnit(task=key.task, detector=key.detector, draw=key.draw, rank=key.index,
-                    head=list(job.heads[0]), error=error)
+    if job.key.kind == UnitKind.SCORES:
+        return UnitRecord.for_key(job.key, params=make_detector(job.key.detector).get_params(), error=error)
+    return UnitRecord.for_key(job.key, job.heads, job.heads_from, error=error)
 
 
-def make_executor(name: str, cfg: RunConfig, *, address: str | None = None, workers: int | None = None,
+def make_executor(name: str, cfg: RunConfig | ResolvedConfig, *, address: str | None = None, workers: int | None = None,
                   gpus_per_worker: float | None = None) -> RayExecutor | None:
     """The executor named on the command line: None for `local` (the harness's default)."""
     if name not in EXECUTORS:

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from locos_bench.errors import LocosError, did_you_mean, read_yaml_mapping
+from locos_bench.errors import LocosError, did_you_mean
 from locos_bench.run import RunConfig
+from locos_bench.run.config import ResolvedConfig
+from locos_bench.yaml_files import read_yaml_mapping
 
 Names = list[str]
 
@@ -96,11 +98,11 @@ _FIELDS = {"": SweepFile, "grid": Grid, "fixed": Settings}
 
 @dataclass
 class Sweep:
-    """The expanded sweep: one resolved `RunConfig` per grid point, and the shared directory."""
+    """The expanded sweep: one resolved configuration per grid point, and the shared directory."""
 
     path: Path
     output_dir: Path
-    runs: list[RunConfig]
+    runs: list[ResolvedConfig]
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -135,7 +137,7 @@ def _one_line(path: Path, exc: ValidationError) -> LocosError:
     return LocosError(f"{path}: {'.'.join(loc)}: {err['msg']} (got {err.get('input')!r})")
 
 
-def _expand(path: Path, spec: SweepFile, base: Path) -> list[RunConfig]:
+def _expand(path: Path, spec: SweepFile, base: Path) -> list[ResolvedConfig]:
     axes = {name: values for name, values in spec.grid if values is not None}
     if not axes:
         raise LocosError(f"{path}: grid has no axis; give at least one of: {', '.join(Grid.model_fields)}")
@@ -169,7 +171,7 @@ def _run_name(settings: dict[str, Any], indices: dict[str, int]) -> str:
     return name + "".join(f"-{axis}{i}" for axis, i in indices.items())
 
 
-def run_sweep(sweep: Sweep, *, executor: Callable[[RunConfig], Any] | None = None,
+def run_sweep(sweep: Sweep, *, executor: Callable[[ResolvedConfig], Any] | None = None,
               quiet: bool = False, log: Callable[[str], None] = print) -> Path:
     """Run every run of `sweep` in turn, then write the combined leaderboard.
 
@@ -184,7 +186,7 @@ def run_sweep(sweep: Sweep, *, executor: Callable[[RunConfig], Any] | None = Non
     from locos_bench.report import write_leaderboard
 
     for number, cfg in enumerate(sweep.runs, 1):
-        cfg.quiet = quiet
+        cfg = replace(cfg, quiet=quiet)
         log(f"sweep {number}/{len(sweep.runs)}: {cfg.output_dir}")
         ex = executor(cfg) if executor is not None else None
         try:

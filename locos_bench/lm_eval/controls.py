@@ -11,6 +11,8 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.lm_eval.lm import LocosLM, check_lm_eval_version
+from locos_bench.run.records import TaskEntry
+from locos_bench.run.splits import ExternalControl
 
 
 def task_values(loaded: Any, hooks: list, task: str, *, limit: int | None = None, batch_size: int = 4,
@@ -77,10 +79,10 @@ def describe_task(task: str, *, limit: int | None = None, include_path: str | Pa
 
 
 @dataclass
-class LmEvalControl:
-    """An lm-eval task as a control task of a benchmark run, shaped like the harness's
-    `TaskData`: `spec.name`/`spec.kind`, `entry`, and `reference` (the retrieval task's
-    reference split, since mean ablation needs prompts of the heads' own task)."""
+class LmEvalControl(ExternalControl):
+    """An lm-eval task as a control task of a benchmark run (`run.splits.ExternalControl`):
+    lm-eval evaluates its documents; `reference` is the run's first retrieval task's
+    reference split, since mean ablation needs prompts of the heads' own task."""
 
     task: str
     reference: list
@@ -95,15 +97,13 @@ class LmEvalControl:
         return SimpleNamespace(name=f"lm-eval:{self.info['name']}", kind="control")
 
     @property
-    def entry(self) -> Any:
-        from locos_bench.run.records import TaskEntry
-
+    def entry(self) -> TaskEntry:
         return TaskEntry(name=self.spec.name, version=self.info["version"], kind="control",
                          metrics=self.info["metrics"], splits={"evaluation": list(range(self.info["n_docs"]))},
                          data_hash=self.info["data_hash"])
 
-    def values(self, loaded: Any, hooks: list, *, batch_size: int = 4) -> dict[str, list[float]]:
-        return task_values(loaded, hooks, self.task, limit=self.info["n_docs"], batch_size=batch_size,
+    def values(self, model: Any, hooks: list, *, batch_size: int = 4) -> dict[str, list[float]]:
+        return task_values(model, hooks, self.task, limit=self.info["n_docs"], batch_size=batch_size,
                            include_path=self.include_path)
 
 

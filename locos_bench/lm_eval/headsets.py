@@ -7,7 +7,7 @@
 
 Mean ablation uses the reference split of the head set's task (or of `reference=`).
 `ablation=streaming` turns the set around: its heads are the only full heads and every other
-head streams (`streaming_settings`, `models.lean_attention.only_full`); `heads=none` then
+head streams (`streaming_settings`, `interventions.only_full`); `heads=none` then
 streams every head (the floor of a sufficiency run).
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.names import Head
+from locos_bench.names import Head, head_name
 
 _HEAD = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -113,10 +113,10 @@ def resolve_heads(text: str, model: Any, *, preset: str = "default", seed: int =
         for layer, head in parts["heads"]:
             if layer >= geo.n_layers or head >= geo.n_heads:
                 raise LocosError(
-                    f"head L{layer}H{head} is outside the model: {model.name} has "
-                    f"{geo.n_layers} layers x {geo.n_heads} heads (L0H0 .. L{geo.n_layers - 1}H{geo.n_heads - 1})"
+                    f"head {head_name((layer, head))} is outside the model: {model.name} has "
+                    f"{geo.n_layers} layers x {geo.n_heads} heads (L0H0 .. {head_name((geo.n_layers - 1, geo.n_heads - 1))})"
                 )
-        return HeadSet(parts["heads"], reference, ";".join(f"L{l}H{h}" for l, h in parts["heads"]))
+        return HeadSet(parts["heads"], reference, ";".join(head_name(h) for h in parts["heads"]))
     k = parts["k"]
     if k > geo.n_total_heads:
         raise LocosError(f"head spec {text!r}: K={k} is more than the model's {geo.n_total_heads} heads")
@@ -135,7 +135,7 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
 
     if parts["detector"] not in detector_names():
         raise unknown("detector", parts["detector"], detector_names())
-    data, cfg = _task_data(model, parts["task"], preset=preset, seed=seed)
+    data = _task_data(model, parts["task"], preset=preset)
     if data.spec.kind != "retrieval":
         raise LocosError(f"task {parts['task']!r} is a {data.spec.kind} task: detectors score heads on a retrieval task")
     from locos_bench.detectors import make_detector, run_detector
@@ -144,7 +144,7 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
     # The harness's own scoring call and seeding rule (`run.plan.detector_rng`); nothing is written.
     key = UnitKey.scores(data.spec.name, parts["detector"], 0)
     try:
-        return run_detector(make_detector(key.detector), model, data.calibration, rng=detector_rng(cfg.seed, key))
+        return run_detector(make_detector(key.detector), model, data.calibration, rng=detector_rng(seed, key))
     except LocosError as exc:
         raise LocosError(f"detector {parts['detector']!r} failed on {parts['task']}: {exc}") from None
 
@@ -177,22 +177,20 @@ def _head_scores(unit: Any) -> Any:
     return HeadScores(scores=torch.tensor(unit.scores, dtype=torch.float64), detector=unit.detector)
 
 
-def _task_data(model: Any, task: str, *, preset: str, seed: int) -> tuple[Any, Any]:
-    """The harness's splits of `task` for `preset` and `seed`."""
-    from locos_bench.run import RunConfig
-    from locos_bench.run.splits import build_task_data
+def _task_data(model: Any, task: str, *, preset: str) -> Any:
+    """The harness's splits of `task` in a run of `preset`."""
+    from locos_bench.run.splits import SplitSizes, build_task_data
     from locos_bench.tasks import load_task
 
-    spec = load_task(task)
-    cfg = RunConfig(model=model.name, preset=preset, seed=seed, tasks=[task], quiet=True).resolved()
-    return build_task_data(spec, cfg, model), cfg
+    sizes = SplitSizes.of_preset(preset)
+    return build_task_data(load_task(task), sizes, model)
 
 
 def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, positionwise: bool = False,
                    sink: str | None = None, preset: str = "default", seed: int = 0) -> list:
     """Forward hooks intervening on `head_set` (mean ablation over its task's reference split;
     `sink` None: the head set's run's rule, else the default)."""
-    from locos_bench.evaluation.ablation import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
+    from locos_bench.interventions import DEFAULT_SINK, AblationSpec, HeadAblation, reference_means
     from locos_bench.tasks.tokenize import tokenize_example
 
     spec = AblationSpec.parse(ablation, positionwise=positionwise, sink=sink or head_set.sink or DEFAULT_SINK)
@@ -205,7 +203,7 @@ def ablation_hooks(model: Any, head_set: HeadSet, ablation: str = "mean", *, pos
                 f"heads={head_set.source} with mean ablation needs reference=TASK (the task whose "
                 "reference split gives the mean activations), or ablation=zero"
             )
-        data, _ = _task_data(model, head_set.task, preset=preset, seed=seed)
+        data = _task_data(model, head_set.task, preset=preset)
         ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in data.reference]
         means = reference_means(model, ids, positionwise=spec.positionwise)
     return HeadAblation(list(head_set.heads), spec, means).hooks()

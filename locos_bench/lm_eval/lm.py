@@ -5,9 +5,9 @@ Importing this module checks the installed lm-eval version and registers `locos`
 also declares the `lm_eval.models` entry point for versions that read it).
 
 `LocosLM` is built on the project's own pieces: `models.load_model` for the model, the
-harness's splits and detectors for head sets (`headsets`), `evaluation.ablation.HeadAblation`
+harness's splits and detectors for head sets (`headsets`), `interventions.HeadAblation`
 for the hooks (active in every forward pass, prefill and KV-cached decoding alike),
-`models.lean_attention.only_full` for `ablation=streaming` (entered around every forward the
+`interventions.only_full` for `ablation=streaming` (entered around every forward the
 same way) and `evaluation` for batched scoring and greedy generation. Tokenisation follows lm-eval's `hf`
 backend (`TemplateLM`), so unablated results match `--model hf` on the same weights (tested).
 """
@@ -20,6 +20,7 @@ from importlib import metadata
 from typing import Any
 
 from locos_bench.errors import LocosError
+from locos_bench.names import head_name
 
 SUPPORTED_LM_EVAL = ">=0.4.13,<0.5"
 """lm-eval versions this module is tested against (the CI installs 0.4.13)."""
@@ -51,7 +52,7 @@ import lm_eval.models  # noqa: E402, F401  (fills the lazy registry first: `get_
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 
-from locos_bench.evaluation.ablation import SINK_RULES  # noqa: E402
+from locos_bench.interventions import SINK_RULES  # noqa: E402
 from locos_bench.lm_eval.headsets import (  # noqa: E402
     STREAMING,
     HeadSet,
@@ -269,7 +270,7 @@ class LocosLM(TemplateLM):
         return _only_full(self.loaded, self.head_set.heads, *self.streaming)
 
     def get_model_info(self) -> dict[str, Any]:
-        info = {"locos_model": self.loaded.name, "heads": [f"L{l}H{h}" for l, h in self.head_set.heads],
+        info = {"locos_model": self.loaded.name, "heads": [head_name(h) for h in self.head_set.heads],
                 "head_source": self.head_set.source, "ablation": self.ablation}
         if self.streaming is not None:
             info["kv_sink"], info["kv_window"] = self.streaming
@@ -278,7 +279,7 @@ class LocosLM(TemplateLM):
 
 def _check_ablation(ablation: str) -> None:
     """Refuse an unknown ablation before the model loads (the lm-eval names include streaming)."""
-    from locos_bench.evaluation.ablation import AblationSpec
+    from locos_bench.interventions import AblationSpec
 
     try:
         AblationSpec.parse(ablation)
@@ -300,7 +301,7 @@ def _check_streaming(loaded: Any, full: list, sink: int, window: int) -> None:
 
 def _only_full(loaded: Any, full: list, sink: int, window: int) -> ExitStack:
     """`only_full` entered (its refusal named as `ablation=streaming`'s); close it to leave."""
-    from locos_bench.models.lean_attention import only_full
+    from locos_bench.interventions import only_full
 
     stack = ExitStack()
     try:

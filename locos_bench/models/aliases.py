@@ -18,6 +18,7 @@ _NO_THINKING = {"enable_thinking": False}
 
 
 _MULTIMODAL = "multimodal checkpoint (Gemma3ForConditionalGeneration): its language model is loaded"
+_LOCOS = "a LOCOS paper headline model (--preset paper)"
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
@@ -50,7 +51,7 @@ for _spec in [
         ModelSpec("qwen3-8b-base", "Qwen/Qwen3-8B-Base", "hub", config="qwen3-8b-base"),
         ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True, kind="instruct", config="qwen3-8b",
                   also=("qwen3-8b-instruct",), chat_template_kwargs=_NO_THINKING,
-                  note="hybrid thinking model; its chat template is applied with enable_thinking=False"),
+                  note=_LOCOS + "; hybrid thinking model: its chat template is applied with enable_thinking=False"),
         ModelSpec("gemma3-1b", "google/gemma-3-1b-pt", "hub", config="gemma3-1b"),
         ModelSpec("gemma3-1b-it", "google/gemma-3-1b-it", "hub", chat=True, kind="instruct",
                   config="gemma3-1b"),
@@ -59,8 +60,17 @@ for _spec in [
                   config="gemma3-4b", note=_MULTIMODAL),
         ModelSpec("gemma3-12b", "google/gemma-3-12b-pt", "hub", config="gemma3-12b", note=_MULTIMODAL),
         ModelSpec("gemma3-12b-it", "google/gemma-3-12b-it", "hub", chat=True, kind="instruct",
-                  config="gemma3-12b", note=_MULTIMODAL),
+                  config="gemma3-12b", note=_LOCOS + "; " + _MULTIMODAL),
+        ModelSpec("qwen3-14b", "Qwen/Qwen3-14B", "hub", chat=True, kind="instruct", config="qwen3-14b",
+                  chat_template_kwargs=_NO_THINKING, note=_LOCOS + "; hybrid thinking model: enable_thinking=False"),
+        ModelSpec("qwen3-32b", "Qwen/Qwen3-32B", "hub", chat=True, kind="instruct", config="qwen3-32b",
+                  chat_template_kwargs=_NO_THINKING, note=_LOCOS + "; hybrid thinking model: enable_thinking=False"),
+        ModelSpec("gemma3-27b", "google/gemma-3-27b-pt", "hub", config="gemma3-27b", note=_MULTIMODAL),
+        ModelSpec("gemma3-27b-it", "google/gemma-3-27b-it", "hub", chat=True, kind="instruct",
+                  config="gemma3-27b", note=_LOCOS + "; " + _MULTIMODAL),
         ModelSpec("olmo3-7b", "allenai/Olmo-3-1025-7B", "hub", config="olmo3-7b"),
+        ModelSpec("olmo3.1-32b-instruct", "allenai/Olmo-3.1-32B-Instruct", "hub", chat=True, kind="instruct",
+                  config="olmo3.1-32b", also=("olmo3-32b-instruct",), note=_LOCOS),
         ModelSpec("llama3-8b", "meta-llama/Llama-3.1-8B", "hub", config="llama3-8b"),
         ModelSpec("llama3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "hub", chat=True,
                   kind="instruct", config="llama3-8b"),

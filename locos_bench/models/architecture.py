@@ -1,6 +1,6 @@
 """What an architecture is, with no model loaded: head geometry and the shipped numbers.
 
-Loading (`locos_bench.models`), planning memory before a download (`locos_bench.models.planning`) and
+Loading (`locos_bench.models`), estimating memory before a download (`locos_bench.models.memory`) and
 building random stand-ins (`locos_bench.models.miniature`) all describe an architecture the same way:
 the shape facts detectors need (`HeadGeometry`), the architecture numbers shipped for each
 hub checkpoint (`locos_bench/data/model_configs/NAME.json`, a subset of its `config.json`)

@@ -16,26 +16,20 @@ so a long single prompt needs no `T x T` tensor anywhere.
 
 Numbers equal the explicit path to float rounding (tests/integration/test_attention.py).
 
-**Streaming heads** (`streaming`, DuoAttention's KV compression): chosen query heads attend
-only to the first `sink` real tokens of their row and the last `window` tokens; every other
-head keeps full attention. The streaming heads' attention runs through SDPA a block of query
-rows at a time over the keys that block may see (the sinks and the window's span), so no
-`[B, H, T, T]` tensor is built and a streaming head's cost is linear in the sequence. A
-streaming head never sees more than its own layer's mask allows: on a sliding-window layer
-whose window is at most `window` it is unaffected, and once such a layer's cache has dropped
-the first tokens they are no longer its sinks. It composes with
-the KV cache (prefill and cached decoding mask the same keys) and with left padding (each
-row's sinks are its own first real tokens).
+A head intervention that changes attention itself (streaming heads,
+`locos_bench.interventions.streaming`) plugs an `Attend` function into a layer's lean forward
+(`plug`), which then runs it in place of SDPA, after the same hooks and the same cache update;
+on the explicit path a plugged layer refuses to run rather than silently attend in full.
+
+`streaming` and `only_full` lived here; they are `locos_bench.interventions.streaming` now (the
+old names raise an error that says so: a re-export would import upward, from `models`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-STREAM_ROWS = 256
-"""Query rows of a streaming head's attention computed at once (memory: rows x keys)."""
+from typing import Any, Protocol
 
 _UNSUPPORTED_CONFIG = ("use_split_qkv_input", "use_attn_in", "gated_q_proj", "qk_norm_after_rope",
                        "rotary_interleaved_cos_sin", "rotary_adjacent_pairs", "use_attn_result")
@@ -86,7 +80,7 @@ def install(bridge: Any) -> str:
         if reason is not None:
             return f"eager ({reason})"
     for attn in modules:
-        object.__setattr__(attn, "forward", _LeanForward(attn))  # the bridge would pass `forward` on to HF
+        object.__setattr__(attn, "forward", LeanForward(attn))  # the bridge would pass `forward` on to HF
     bridge.original_model.config._attn_implementation = "sdpa"  # masks: None or boolean
     return "sdpa"
 
@@ -95,7 +89,7 @@ def install(bridge: Any) -> str:
 def eager(bridge: Any) -> Iterator[None]:
     """Run the block with TransformerLens's explicit attention (the reference the lean path is
     tested against)."""
-    forwards = [attn.forward for attn in (b.attn for b in bridge.blocks) if isinstance(attn.forward, _LeanForward)]
+    forwards = [attn.forward for attn in (b.attn for b in bridge.blocks) if isinstance(attn.forward, LeanForward)]
     for f in forwards:
         f.enabled = False
     try:
@@ -105,90 +99,58 @@ def eager(bridge: Any) -> Iterator[None]:
             f.enabled = True
 
 
-@contextmanager
-def streaming(bridge: Any, heads: Mapping[int, Any], *, sink: int, window: int) -> Iterator[list[int]]:
-    """Within the block, the query heads `heads[layer]` of each layer are streaming heads.
+class Attend(Protocol):
+    """Attention a head intervention plugs into one layer's lean forward in place of SDPA.
 
-    Yields the layers left unaffected because their sliding window is already at most
-    `window` tokens.
+    Called with the layer's attention bridge, `[B, H, Q, d]` queries and `[B, KV, K, d]` keys
+    and values (after QK-norm, RoPE and the cache update), SDPA's mask and causal flag, the
+    scale, the query heads per KV head and the forward's cache arguments; returns
+    `[B, H, Q, d]`. `what` names it in errors."""
 
-    Raises:
-        LocosError: a negative sink or a window below 1, a head or layer out of range, or a
-            model whose attention cannot take the lean path (the streaming mask exists only
-            there; running it full instead would be silent).
-    """
-    from locos_bench.errors import LocosError
+    what: str
 
-    if not isinstance(sink, int) or sink < 0:
-        raise LocosError(f"streaming heads: sink must be an integer >= 0, got {sink!r}")
-    if not isinstance(window, int) or window < 1:
-        raise LocosError(f"streaming heads: window must be an integer >= 1, got {window!r}")
-    blocks = list(bridge.blocks)
-    forwards = {}
-    unaffected = []
-    for layer, chosen in heads.items():
-        if not 0 <= layer < len(blocks):
-            raise LocosError(f"streaming heads: layer {layer} out of range (0..{len(blocks) - 1})")
-        attn = blocks[layer].attn
-        forward = attn.__dict__.get("forward")
-        if not isinstance(forward, _LeanForward):
-            reason = why_not_lean(attn) or "the lean forward is not installed"
-            raise LocosError(f"streaming heads need the lean SDPA attention; layer {layer} runs eager ({reason})")
-        n_heads = attn.original_component.config.num_attention_heads
-        chosen = frozenset(int(h) for h in chosen)
-        if any(not 0 <= h < n_heads for h in chosen):
-            raise LocosError(f"streaming heads: layer {layer} has heads 0..{n_heads - 1}, got {sorted(chosen)}")
-        slide = getattr(attn.original_component, "sliding_window", None)
-        if slide is not None and slide <= window:
-            unaffected.append(layer)
-            continue
-        if chosen:
-            forwards[layer] = (forward, chosen)
-    for forward, chosen in forwards.values():
-        forward.streaming = (chosen, sink, window)
-    try:
-        yield unaffected
-    finally:
-        for forward, _ in forwards.values():
-            forward.streaming = None
+    def __call__(self, attn: Any, q: Any, k: Any, v: Any, *, mask: Any, causal: bool, scale: float,
+                 groups: int, cache: dict[str, Any]) -> Any: ...
 
 
-@contextmanager
-def only_full(bridge: Any, full: Iterable[Sequence[int]], *, sink: int, window: int) -> Iterator[list[int]]:
-    """Within the block every query head streams except the `(layer, head)` pairs in `full`
-    (a sufficiency evaluation: can these heads alone carry the task?). Yields the layers left
-    unaffected, as `streaming` does.
+def lean_forward(attn: Any) -> LeanForward | None:
+    """The lean forward installed on an attention bridge, or None where it runs eager."""
+    forward = attn.__dict__.get("forward")
+    return forward if isinstance(forward, LeanForward) else None
+
+
+def plug(attn: Any, attend: Attend | None) -> None:
+    """Run `attend` in place of SDPA in `attn`'s lean forward (None: plain SDPA again).
 
     Raises:
-        LocosError: a head in `full` out of range, or what `streaming` refuses.
+        ValueError: `attn` has no lean forward (check `lean_forward` first).
     """
-    from locos_bench.errors import LocosError
+    forward = lean_forward(attn)
+    if forward is None:
+        raise ValueError(f"{type(attn).__name__} has no lean forward to plug into")
+    forward.attend = attend
 
-    blocks = list(bridge.blocks)
-    counts = [int(b.attn.original_component.config.num_attention_heads) for b in blocks]
-    keep: dict[int, set[int]] = {}
-    for item in full:
-        layer, head = (int(x) for x in item)
-        if not (0 <= layer < len(blocks) and 0 <= head < counts[layer]):
-            raise LocosError(f"full heads: L{layer}H{head} is not a head of this model "
-                             f"({len(blocks)} layers x {counts[0]} heads)")
-        keep.setdefault(layer, set()).add(head)
-    heads = {layer: [h for h in range(n) if h not in keep.get(layer, ())] for layer, n in enumerate(counts)}
-    with streaming(bridge, heads, sink=sink, window=window) as unaffected:
-        yield unaffected
+
+def __getattr__(name: str) -> Any:
+    """Point code written against the old home of `streaming` and `only_full` to the new one
+    (a re-export here would import upward, from `models` into `interventions`)."""
+    if name in ("streaming", "only_full"):
+        raise AttributeError(f"{name} moved: use locos_bench.interventions.{name} "
+                             f"(from locos_bench.interventions import {name})")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _listened(hook_point: Any) -> bool:
     return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
 
 
-class _LeanForward:
+class LeanForward:
     """The lean forward bound to one attention bridge (an instance attribute `forward`)."""
 
     def __init__(self, attn: Any) -> None:
         self.attn = attn
         self.enabled = True
-        self.streaming: tuple[frozenset[int], int, int] | None = None
+        self.attend: Attend | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         attn = self.attn
@@ -206,16 +168,15 @@ class _LeanForward:
         elif reason is None and position_embeddings[0].shape[-1] != head_dim:
             reason = "partial or half-width rotary"
         if reason is not None:
-            if self.streaming is not None:
+            if self.attend is not None:
                 from locos_bench.errors import LocosError
 
-                raise LocosError(f"streaming heads cannot be masked on the explicit attention path ({reason})")
+                raise LocosError(f"{self.attend.what} cannot be masked on the explicit attention path ({reason})")
             return explicit(attn, *args, **kwargs)
-        return _lean(attn, *args, streaming=self.streaming, **kwargs)
+        return _lean(attn, *args, attend=self.attend, **kwargs)
 
 
-def _lean(attn: Any, *args: Any, streaming: tuple[frozenset[int], int, int] | None = None,
-          **kwargs: Any) -> tuple[Any, None]:
+def _lean(attn: Any, *args: Any, attend: Attend | None = None, **kwargs: Any) -> tuple[Any, None]:
     import torch
     from torch.nn.functional import scaled_dot_product_attention
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -262,8 +223,8 @@ def _lean(attn: Any, *args: Any, streaming: tuple[frozenset[int], int, int] | No
     mask, causal = _sdpa_mask(attention_mask, q_len, kv_len, q.dtype, q.device)
     groups = getattr(hf, "num_key_value_groups", 1)
     scale = getattr(hf, "scaling", head_dim ** -0.5)
-    if streaming is not None:
-        out = _streaming_sdpa(q, k, v, mask, causal, scale, groups, streaming, _first_slot(attn, kwargs, kv_len))
+    if attend is not None:
+        out = attend(attn, q, k, v, mask=mask, causal=causal, scale=scale, groups=groups, cache=kwargs)
     else:
         out = scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
                                            enable_gqa=groups > 1)
@@ -303,71 +264,3 @@ def _sdpa_mask(mask: Any, q_len: int, kv_len: int, dtype: Any, device: Any) -> t
     return mask.to(dtype), False
 
 
-def _first_slot(attn: Any, kwargs: dict[str, Any], kv_len: int) -> int:
-    """The position of the first key in this call's key tensor: 0, unless a sliding-window
-    cache layer has dropped the oldest keys (it counts every token it has seen)."""
-    cache = kwargs.get("past_key_values", kwargs.get("layer_past"))
-    layers = getattr(cache, "layers", None)
-    if cache is None or layers is None:
-        return 0
-    layer = layers[getattr(attn, "_layer_idx", 0)]
-    if type(layer).__name__.startswith("Static"):
-        from locos_bench.errors import LocosError
-
-        raise LocosError("streaming heads: a static KV cache is not supported (use the dynamic cache)")
-    seen = getattr(layer, "cumulative_length", None)
-    return 0 if seen is None else int(seen) - kv_len
-
-
-def _streaming_sdpa(q: Any, k: Any, v: Any, mask: Any, causal: bool, scale: float, groups: int,
-                    streaming: tuple[frozenset[int], int, int], first_slot: int) -> Any:
-    """`[B, H, Q, d]` attention in which the heads of `streaming` see only each row's first
-    `sink` real keys and the last `window` keys; the others attend as `mask` says."""
-    import torch
-    from torch.nn.functional import scaled_dot_product_attention
-
-    heads, sink, window = streaming
-    batch, n_heads, q_len, _ = q.shape
-    kv_len = k.shape[-2]
-    device = q.device
-    kv_of = torch.arange(n_heads, device=device) // groups
-    stream = torch.tensor(sorted(heads), dtype=torch.long, device=device)
-    full = torch.tensor([h for h in range(n_heads) if h not in heads], dtype=torch.long, device=device)
-    out = q.new_empty(batch, n_heads, q_len, v.shape[-1])
-    keys = torch.arange(kv_len, device=device)
-    rows = torch.arange(q_len, device=device) + (kv_len - q_len)  # each query's key index
-    allowed = _allowed(mask, batch, q_len, kv_len, device)  # None: causal over every key
-    if len(full):
-        out[:, full] = scaled_dot_product_attention(q[:, full], k[:, kv_of[full]], v[:, kv_of[full]],
-                                                    attn_mask=mask, is_causal=causal, scale=scale)
-    # A row's real keys are those some query of it may see: not left padding.
-    real = torch.ones(batch, kv_len, dtype=torch.bool, device=device) if allowed is None else allowed[:, 0].any(-2)
-    rank = real.long().cumsum(-1)
-    is_sink = real & (rank <= sink) & (first_slot == 0)  # a sliding cache that dropped slot 0 has none
-    qs, ks, vs = q[:, stream], k[:, kv_of[stream]], v[:, kv_of[stream]]
-    sinks = is_sink.any(0).nonzero().flatten()  # every row's sink keys (rows differ under padding)
-    for a in range(0, q_len, STREAM_ROWS):
-        b = min(q_len, a + STREAM_ROWS)
-        r = rows[a:b]
-        # Only the keys some row of the block may see: the sinks and the window's span, so a
-        # streaming head costs rows x (sinks + window + rows), linear in the sequence.
-        span = torch.arange(max(0, int(r[0]) - window + 1), int(r[-1]) + 1, device=device)
-        sel = torch.unique(torch.cat([sinks, span]))
-        key = keys[sel]
-        near = (key[None, :] <= r[:, None]) & (key[None, :] > r[:, None] - window)  # [rows, S']
-        ok = (near[None] | is_sink[:, None, sel]) & (key[None, None, :] <= r[None, :, None])
-        ok = ok & (real[:, None, sel] if allowed is None else allowed[:, 0, a:b][..., sel])
-        ok = ok | ~ok.any(-1, keepdim=True)  # a padding query sees nothing: average, as eager does
-        out[:, stream, a:b] = scaled_dot_product_attention(qs[:, :, a:b], ks[:, :, sel], vs[:, :, sel],
-                                                           attn_mask=ok[:, None], scale=scale)
-    return out
-
-
-def _allowed(mask: Any, batch: int, q_len: int, kv_len: int, device: Any) -> Any:
-    """`[B, 1, Q, K]` boolean: which keys each query may see, or None for plain causal."""
-    import torch
-
-    if mask is None:
-        return None
-    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
-    return allowed.expand(batch, 1, q_len, kv_len)

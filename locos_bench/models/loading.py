@@ -17,7 +17,7 @@ from locos_bench.errors import LocosError, unknown
 from locos_bench.models._gguf import cached_checkpoint
 from locos_bench.models.aliases import canonical_name, offline_models, resolve_spec
 from locos_bench.models.architecture import HeadGeometry
-from locos_bench.models.planning import _check_gpu_fits
+from locos_bench.models.memory import _check_gpu_fits
 from locos_bench.models.spec import DTYPES, ModelSpec
 
 
@@ -58,11 +58,11 @@ class LoadedModel:
             return 4, "cpu default"
         import torch
 
-        from locos_bench.models import planning
+        from locos_bench.models import memory
 
         free, _ = torch.cuda.mem_get_info(torch.device(self.device))
-        batch = planning.batch_size_for(self.geometry, tokens, free, self.dtype)
-        return batch, f"from free GPU memory ({free / planning.GIB:.1f} GiB free, {tokens} tokens)"
+        batch = memory.batch_size_for(self.geometry, tokens, free, self.dtype)
+        return batch, f"from free GPU memory ({free / memory.GIB:.1f} GiB free, {tokens} tokens)"
 
     @property
     def uses_chat_template(self) -> bool:
@@ -168,7 +168,7 @@ def load_model(
     info: dict[str, Any] = {}
     cached = False
     if spec.source == "builtin":
-        from locos_bench.models.planted import build_planted
+        from locos_bench.models.planted_build import build_planted
 
         # The alias's published build, whose answer key `describe_with_answer_key` looks up
         # by alias; the truth `build_planted` returns is dropped, since detectors score what

@@ -28,7 +28,7 @@ class ModelSpec:
         kind: `base` (plain completion: the paper's setting), `instruct` (chat template) or
             `test` (built by this project).
         config: The shipped architecture config (`locos_bench/data/model_configs/NAME.json`),
-            so geometry and memory can be planned before downloading.
+            so geometry and memory can be estimated before downloading.
         chat_template_kwargs: Extra arguments to `apply_chat_template` (Qwen3's
             `enable_thinking=False`, so the answer is not spent inside a thinking block).
         note: One line on what the checkpoint is, for `locos-bench models`.

@@ -11,19 +11,13 @@
   scipy supplies the normal quantiles.
 * **Draws: two levels.** A figure of a detector with several draws (`random`'s draws; every
   detector's calibration draws under `--calibration-draws R`) is a `PerDraw` term: each
-  replicate first resamples the D draws with replacement (`Draws`, one set per run and draw
-  group, from `draws_seed`), then the examples (the task's shared resample), and averages the
-  resampled draws' example means. So the spread between draws enters the interval, and a
-  difference stays paired: on the same example resamples, and on the same draw resamples when
-  both sides share draws (calibration draws; a detector's draws across tasks). With one draw,
-  or draws that are all equal, it is the one-level figure.
-* **Tests.** `p_value`: the two-sided paired bootstrap p-value of a combined statistic against
-  zero, from the same replicates as its interval: `p = min(1, 2 * min(1 + #{d* <= 0},
-  1 + #{d* >= 0}) / (B + 1))` (the +1 keeps it above zero; its floor is `2 / (B + 1)`). Its
-  tails are those of the percentile interval; with `bca` intervals the two can disagree near
-  the boundary.
-  `holm` adjusts a family of p-values by Holm's step-down method (strong control of the
-  family-wise error rate under any dependence; scipy has Benjamini-Hochberg, not Holm).
+  replicate first resamples D - 1 of the D draws with replacement (`Draws`, one set per run
+  and draw group, from `draws_seed`; D would spread (D - 1) / D as much as the draws do), then
+  the examples (the task's shared resample), and averages the resampled draws' example means.
+  So the spread between draws enters the interval, and a difference stays paired: on the
+  same example resamples, and on the same draw resamples when both sides share draws
+  (calibration draws; a detector's draws across tasks). With one draw, or draws that are all
+  equal, it is the one-level figure. The verdicts' tests are not here: `simultaneous`.
 * **Area** weights (`curve_weights`): the trapezoid rule over `x = log2(k)`, divided by
   `log2(k_K) - log2(k_1)`, i.e. a log-k weighted mean of a curve.
 
@@ -178,7 +172,9 @@ class Bootstrap:
 
 class Draws:
     """One set of resamples of `d` draws (random draws, or calibration draws), shared by every
-    statistic over those draws, so differences are paired on draws as on examples.
+    statistic over those draws, so differences are paired on draws as on examples. Each
+    resample draws D - 1 of them with replacement: the mean of D would spread (D - 1) / D as
+    much as the draws' mean does.
 
     Args:
         d: Number of draws.
@@ -190,9 +186,12 @@ class Draws:
         if d < 1:
             raise LocosError("the draw bootstrap needs at least one draw")
         self.d, self.n_resamples = int(d), int(n_resamples)
-        idx = np.random.default_rng(seed).integers(0, d, size=(self.n_resamples, self.d))
+        self.m = max(1, self.d - 1)
+        """Draws per resample: D - 1, whose mean varies by exactly the draws' variance over D
+        (D resampled draws would give (D - 1) / D of it); 1 for one draw."""
+        idx = np.random.default_rng(seed).integers(0, d, size=(self.n_resamples, self.m))
         self.counts = np.zeros((self.n_resamples, self.d))
-        """`[B, d]` how often each draw appears in each resample."""
+        """`[B, d]` how often each draw appears in each resample (rows sum to `m`)."""
         np.add.at(self.counts, (np.arange(self.n_resamples)[:, None], idx), 1.0)
 
 
@@ -225,15 +224,23 @@ class PerDraw:
         return total / self.draws.d
 
 
+def per_example(x: Any) -> np.ndarray:
+    """`[n]` per-example values of a term: a `PerDraw`'s mean over draws, else `x` itself
+    (the values a term's point estimate and its jackknife read)."""
+    return x.mean_over_draws() if isinstance(x, PerDraw) else x
+
+
 def _two_level(boot: Bootstrap, mat: np.ndarray, draws: Draws) -> tuple[float, np.ndarray]:
     """Point value and `[B]` replicates of per-draw values: draws resampled, then examples.
 
-    Quantised for `n x d` terms, so the example sums (`[B, d]`) and their draw-weighted sums
-    are exact integer sums, as for one level (with one draw they are the one-level figures)."""
+    Each replicate averages the `Draws.m` = D - 1 resampled draws (`Draws`), so the
+    between-draw variance is held whole. Quantised for `n x d` terms, so the example sums
+    (`[B, d]`) and their draw-weighted sums are exact integer sums, as for one level (with one
+    draw they are the one-level figures)."""
     d = mat.shape[0]
     q, scale = _quantise(mat, boot.n * d)
     sums = boot.counts @ q.T
-    reps = (draws.counts * sums).sum(1) / (d * boot.n * scale)
+    reps = (draws.counts * sums).sum(1) / (draws.m * boot.n * scale)
     return boot.mean(PerDraw(mat, draws).mean_over_draws()), reps
 
 
@@ -286,37 +293,10 @@ def combine(terms: Sequence[tuple[float, Bootstrap, Any]]) -> Estimate:
     difference within one task), and per-draw terms a `Draws`: their values are then merged
     first, so the statistic stays paired on examples and on draws.
     """
-    return combine_and_test(terms)[0]
-
-
-def p_value(terms: Sequence[tuple[float, Bootstrap, Any]]) -> float:
-    """Two-sided paired bootstrap p-value of `combine(terms)` against zero (terms as there).
-
-    From the same replicates as the interval: twice the smaller tail share of replicates on
-    either side of zero (zero counting in both), each with the +1 correction, capped at 1.
-    NaN when a replicate is not finite.
-    """
-    return combine_and_test(terms)[1]
-
-
-def combine_and_test(terms: Sequence[tuple[float, Bootstrap, Any]]) -> tuple[Estimate, float]:
-    """`combine(terms)` and `p_value(terms)` from one set of replicates (a rank test shows both)."""
     point, reps, merged = _replicates(terms)
     # Leaving example i of a task out moves only that task's mean.
-    estimate = interval(point, reps, merged[0][0],
-                        lambda: [point - (boot.mean(vec) - boot.jackknife(vec)) for boot, vec in merged])
-    if np.all(np.isfinite(reps)):
-        tail = min(np.count_nonzero(reps <= 0), np.count_nonzero(reps >= 0))
-        p = min(1.0, 2.0 * (1 + tail) / (reps.size + 1))
-    else:
-        p = math.nan
-    return estimate, p
-
-
-def linear_replicates(terms: Sequence[tuple[float, Bootstrap, Any]]) -> np.ndarray:
-    """The `[B]` replicates of `combine(terms)`: for a statistic built on several
-    combinations (a ratio of means), resampled as `combine` resamples."""
-    return _replicates(terms)[1]
+    return interval(point, reps, merged[0][0],
+                    lambda: [point - (boot.mean(vec) - boot.jackknife(vec)) for boot, vec in merged])
 
 
 def interval(point: float, reps: np.ndarray, boot: Bootstrap,
@@ -326,23 +306,6 @@ def interval(point: float, reps: np.ndarray, boot: Bootstrap,
     if boot.method == "percentile":
         return Estimate(point, *_percentile(reps, boot.level))
     return Estimate(point, *_bca(point, reps, jack_groups(), boot.level))
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm step-down adjusted p-values of one family, in the input order.
-
-    The i-th smallest of m p-values is multiplied by `m - i + 1` (i from 1), then made
-    non-decreasing along that order and capped at 1; reject where the adjusted p < alpha.
-    """
-    p = np.asarray(p_values, dtype=np.float64)
-    if p.ndim != 1 or np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
-        raise LocosError(f"Holm needs p-values in [0, 1], got {list(p_values)}")
-    m = p.size
-    order = np.argsort(p, kind="stable")
-    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m)
-    out[order] = adjusted
-    return [float(x) for x in out]
 
 
 def _percentile(reps: np.ndarray, level: float) -> tuple[float, float]:

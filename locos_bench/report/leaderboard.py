@@ -1,8 +1,9 @@
 """Writing the leaderboard of run directories: load, check complete, analyse, render.
 
 `write_leaderboard(run_dirs, out_dir)` reads each run (`run.rundir.load_run`, which checks it
-against its plan), computes the statistics (`analysis`), and writes `leaderboard.md`
-(`markdown`) plus `plots/*.png` (`plots`) into `out_dir` (default: the run directory).
+against its plan), computes the statistics (`analysis`; each run's verdicts from its own
+families) and writes `leaderboard.md` (`markdown`) plus `plots/*.png` (`plots`) into `out_dir`
+(default: the run directory), with links to any explain pages the runs wrote (`links`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.report.analysis import RunStats, analyze, separability
+from locos_bench.report.analysis import analyze
 from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES
+from locos_bench.report.dissociation import dissociation_markdown
+from locos_bench.report.links import explain_links
 from locos_bench.report.markdown import render_markdown
 from locos_bench.report.plots import write_plots
+from locos_bench.report.results import RunStats
 from locos_bench.run.rundir import load_run, write_atomic
 
 LEADERBOARD = "leaderboard.md"
@@ -23,8 +27,8 @@ LEADERBOARD = "leaderboard.md"
 
 def analyze_runs(run_dirs: Sequence[Path | str] | Path | str, *, n_resamples: int = N_RESAMPLES,
                  method: str = "percentile", level: float = LEVEL) -> list[RunStats]:
-    """Load and analyse each run directory (each must be complete); the adjacent-rank tests of
-    all of them form one Holm family (`analysis.separability`), as on one leaderboard."""
+    """Load and analyse each run directory (each must be complete); each run's verdicts come
+    from its own families (`separability`), whatever else the page shows."""
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
     if not run_dirs:
@@ -34,7 +38,6 @@ def analyze_runs(run_dirs: Sequence[Path | str] | Path | str, *, n_resamples: in
         manifest, units = load_run(path)
         runs.append(analyze(manifest, units, n_resamples=n_resamples, method=method, level=level,
                             name=Path(path).resolve().name))
-    separability(runs)  # one Holm family: every run shown together
     return runs
 
 
@@ -74,9 +77,8 @@ def write_leaderboard(run_dirs: Sequence[Path | str] | Path | str, out_dir: Path
             raise LocosError("several run directories: say where to write with --out DIR")
         out_dir = dirs[0]
     runs = analyze_runs(dirs, n_resamples=n_resamples, method=method, level=level)
-    from locos_bench.explain.page import leaderboard_section
-
-    return write_stats(runs, out_dir, plots=plots, extra=leaderboard_section(dirs, out_dir))
+    extra = "\n".join(part for part in (dissociation_markdown(dirs), explain_links(dirs, out_dir)) if part)
+    return write_stats(runs, out_dir, plots=plots, extra=extra)
 
 
 def stats_json(runs: Sequence[RunStats]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The leaderboard's plots (matplotlib, Agg, PNG): curves with CI bands, score heatmaps,
-top-k overlap. With the same matplotlib the same statistics give identical PNGs (no
+"""The leaderboard's plots (matplotlib, Agg, PNG): curves with CI bands (every detector its own
+colour and marker), score heatmaps, top-k overlap. With the same matplotlib the same statistics give identical PNGs (no
 `Software` metadata, fixed dpi)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.report.analysis import GOLD, DetectorResult, RunStats, TaskResult
-from locos_bench.report.markdown import detector_label, overlap_k, top_heads
+from locos_bench.report.display import detector_label, overlap_k, top_heads
+from locos_bench.report.results import GOLD, DetectorResult, RunStats, TaskResult
 from locos_bench.run.rundir import write_atomic
 
 PLOTS = "plots"
@@ -23,11 +23,17 @@ PLOTS = "plots"
 # Plots
 
 
-def _colours(run: RunStats) -> dict[str, Any]:
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+"""Curve markers, cycled beside tab10's ten colours: (colour, marker) pairs repeat only after
+40 detectors (lcm of 10 and 8), and a colour shared at i and i + 10 never shares a marker."""
+
+
+def detector_styles(names: list[str]) -> dict[str, tuple[tuple[float, ...], str]]:
+    """Each detector's (colour, marker) in the curve plots, by its place in the run's order."""
     from matplotlib import colormaps
 
     cmap = colormaps["tab10"]
-    return {d.name: cmap(i % 10) for i, d in enumerate(run.manifest.detectors)}
+    return {name: (tuple(cmap(i % 10)), MARKERS[i % len(MARKERS)]) for i, name in enumerate(names)}
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -47,7 +53,7 @@ def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
     if not task.baseline.ok:
         return False
     metrics = [task.headline] + ([GOLD] if GOLD in task.metrics and GOLD != task.headline else [])
-    colours = _colours(run)
+    styles = detector_styles([d.name for d in run.manifest.detectors])
     ks = run.budgets
     fig = Figure(figsize=(5.5 * len(metrics), 4.2), dpi=100, layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
@@ -60,9 +66,10 @@ def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
                 continue
             c = res.curves[metric]
             y = [c.values[k].value for k in ks]
-            ax.plot(ks, y, marker="o", markersize=3, color=colours[res.name], label=detector_label(res))
+            colour, marker = styles[res.name]
+            ax.plot(ks, y, marker=marker, markersize=4, color=colour, label=detector_label(res))
             ax.fill_between(ks, [c.values[k].low for k in ks], [c.values[k].high for k in ks],
-                            color=colours[res.name], alpha=0.15, linewidth=0)
+                            color=colour, alpha=0.15, linewidth=0)
         if len(ks) > 1:
             ax.set_xscale("log", base=2)
         ax.set_xticks(ks, [str(k) for k in ks])
@@ -155,4 +162,4 @@ def write_plots(run: RunStats, out_dir: Path | str, prefix: str = "") -> dict[st
     return links
 
 
-__all__ = ["PLOTS", "write_plots"]
+__all__ = ["PLOTS", "detector_styles", "write_plots"]

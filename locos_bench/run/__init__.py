@@ -5,15 +5,25 @@ The face::
 
     from locos_bench.run import RunConfig, RunPlan, UnitKey, RunDir, load_run
 
-Modules: `config` (RunConfig, resolved and validated; no torch), `plan` (every unit a run
-needs), `splits` (disjoint calibration / reference / evaluation examples), `records` (pydantic
-schema), `provenance`, `rundir` (atomic I/O, lock, resume, repair).
+Modules: `config` (the flags, `RunConfig`, and the frozen `ResolvedConfig` a run reads; no
+torch on import), `plan` (every unit a run needs, each of a `UnitKind`), `splits` (disjoint
+calibration / reference / evaluation examples), `records` (pydantic schema), `manifest` (a
+run's manifest from its resolved configuration), `provenance`, `rundir` (atomic I/O, lock,
+resume, repair).
 """
 
 from locos_bench.presets import PRESETS
-from locos_bench.run.config import RunConfig
-from locos_bench.run.plan import BASELINE, RunPlan, UnitKey
-from locos_bench.run.records import EvalUnit, Manifest, RankUnit, ScoresUnit, SteeringUnit, SufficiencyUnit
+from locos_bench.run.config import ResolvedConfig, RunConfig
+from locos_bench.run.plan import BASELINE, RunPlan, UnitKey, UnitKind
+from locos_bench.run.records import (
+    EvalUnit,
+    Manifest,
+    RankUnit,
+    ScoresUnit,
+    SteeringUnit,
+    SufficiencyUnit,
+    UnitRecord,
+)
 from locos_bench.run.rundir import RunDir, load_run
 
 __all__ = [
@@ -22,6 +32,7 @@ __all__ = [
     "EvalUnit",
     "Manifest",
     "RankUnit",
+    "ResolvedConfig",
     "RunConfig",
     "RunDir",
     "RunPlan",
@@ -29,5 +40,7 @@ __all__ = [
     "SteeringUnit",
     "SufficiencyUnit",
     "UnitKey",
+    "UnitKind",
+    "UnitRecord",
     "load_run",
 ]

@@ -1,21 +1,30 @@
-"""Run configuration: `RunConfig`, filled from a preset (`locos_bench.presets`), resolved and validated.
+"""Run configuration: the user's flags (`RunConfig`) and the frozen configuration resolved from
+them once (`ResolvedConfig`: filled from a preset, `locos_bench.presets`, checked, the
+ablation parsed), which every later step of a run reads.
 
-Kept free of torch so the CLI can list and check configurations fast.
+Free of torch on import, so the CLI can list and check configurations fast.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from locos_bench.errors import LocosError, unknown
 from locos_bench.presets import PRESETS
 
+if TYPE_CHECKING:
+    from locos_bench.interventions import AblationSpec
+    from locos_bench.tasks import TaskSpec
+
 
 @dataclass
 class RunConfig:
-    """Everything that defines a run (the CLI flags)."""
+    """Everything that defines a run, as the user gives it (the CLI flags); `resolved()` turns
+    it into the `ResolvedConfig` a run reads. A run never changes it."""
 
     model: str = "gemma3"
     detectors: list[str] = field(default_factory=lambda: ["all"])
@@ -25,12 +34,17 @@ class RunConfig:
     ablation: str = "mean"
     positionwise: bool = False
     sink: str | None = None
-    """What mean ablation writes at a BOS sink: `keep` or `mean` (`evaluation.ablation`);
-    None: `evaluation.ablation.DEFAULT_SINK`."""
+    """What mean ablation writes at a BOS sink: `keep` or `mean` (`interventions.ablation`);
+    None: `interventions.DEFAULT_SINK`."""
     n_calib: int | None = None
     n_ref: int | None = None
     n_eval: int | None = None
     random_draws: int | None = None
+    random_seed: int | None = None
+    """The seed of the `random` detector's draw 0 (draw d: `random_seed + d`), drawn as the
+    LOCOS authors draw random heads (Python's `random.Random(seed).sample`); None: every
+    stochastic detector's draws come from `seed` (`run.plan.detector_rng`). The paper preset
+    sets 42 (the authors' seeds 42, 43, 44 are draws 0-2)."""
     calibration_draws: int | None = None
     """R disjoint calibration subsets of `n_calib` examples each (None: the preset's, else 1):
     every detector chooses heads on each and each choice is evaluated; the report resamples
@@ -68,10 +82,13 @@ class RunConfig:
     scaled by each alpha (> 0, not 1), plus each retrieval task's harder variant
     (`TaskSpec.harder`) with that task's heads. None: the preset's (none)."""
     variants: dict[str, str] = field(default_factory=dict)
-    """Filled by `resolved`: harder variant -> the retrieval task whose heads it is steered with."""
+    """Not read: the harder variants a run steers are resolved from its tasks
+    (`ResolvedConfig.variants`)."""
 
-    def resolved(self) -> RunConfig:
-        """Fill unset fields from the preset and validate names and sizes."""
+    def resolved(self) -> ResolvedConfig:
+        """The run these flags name, resolved once: unset fields filled from the preset, every
+        name and size checked, the ablation parsed. Whatever cannot run fails here, in one
+        line, before any model loads."""
         if self.preset not in PRESETS:
             raise unknown("preset", self.preset, PRESETS)
         defaults = dict(PRESETS[self.preset])
@@ -79,39 +96,160 @@ class RunConfig:
 
         if self.model in MODELS and MODELS.get(self.model).tasks:  # a toy vocabulary speaks only its own
             defaults["tasks"] = list(MODELS.get(self.model).tasks)
-        filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
-        cfg = replace(self, **filled)
-        if cfg.calibration_draws is None:
-            cfg.calibration_draws = 1
-        cfg.sufficiency = bool(cfg.sufficiency)
+        cfg = replace(self, **{k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()})
+        calibration_draws = 1 if cfg.calibration_draws is None else cfg.calibration_draws
         check_streaming(cfg.kv_sink, cfg.kv_window)
-        cfg.steer_alphas = _check_alphas(cfg.steer_alphas or [])
-        cfg.detectors = _resolve_detectors(cfg.detectors, cfg.preset)
-        from locos_bench.tasks import load_task
+        alphas = _check_alphas(cfg.steer_alphas or [])
+        detectors = _resolve_detectors(cfg.detectors, cfg.preset)
+        from locos_bench.run.plan import need_retrieval
+        from locos_bench.tasks import load_task, resolve_tasks, spec_tokens
 
-        specs = [load_task(task) for task in cfg.tasks]  # unknown names fail here, with did-you-mean
-        cfg.variants = {}
-        if cfg.steer_alphas:
+        # Unknown names fail here, with did-you-mean; `--preset paper` takes a real benchmark
+        # whose data is found in place of its synthetic twin.
+        specs, fallbacks = resolve_tasks(list(cfg.tasks), data=cfg.data, prefer_real=cfg.preset == "paper")
+        need_retrieval(spec.kind for spec in specs)
+        variants: dict[str, str] = {}
+        if alphas:
             for spec in specs:
                 if spec.kind == "retrieval" and spec.harder and spec.harder not in cfg.tasks:
-                    cfg.variants.setdefault(load_task(spec.harder).name, spec.name)
+                    variants.setdefault(spec.harder, spec.name)
+        variant_specs = [load_task(name) for name in variants]
+        variants = {harder.name: variants[name] for name, harder in zip(variants, variant_specs)}
         for label, value, low in (("--n-calib", cfg.n_calib, 1), ("--n-ref", cfg.n_ref, 1),
                                   ("--n-eval", cfg.n_eval, 2), ("--random-draws", cfg.random_draws, 1),
-                                  ("--calibration-draws", cfg.calibration_draws, 1),
+                                  ("--calibration-draws", calibration_draws, 1),
                                   ("--batch-size", cfg.batch_size, 1), ("--rank-diagnostic", cfg.rank_diagnostic, 0),
                                   ("--explain", cfg.explain, 0), ("eval_head_sets", cfg.eval_head_sets, 1)):
             if value is not None and value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
-        cfg.budgets = sorted(set(cfg.budgets))
-        from locos_bench.evaluation.ablation import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
+        from locos_bench.interventions import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
 
-        cfg.sink = cfg.sink or DEFAULT_SINK
-        AblationSpec.parse(cfg.ablation, sink=cfg.sink)
-        if cfg.output_dir is None:
-            cfg.output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
-        return cfg
+        ablation = AblationSpec.parse(cfg.ablation, positionwise=cfg.positionwise, sink=cfg.sink or DEFAULT_SINK)
+        output_dir = cfg.output_dir
+        if output_dir is None:
+            output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
+        return ResolvedConfig(
+            model=cfg.model, preset=cfg.preset, detectors=tuple(detectors), tasks=tuple(cfg.tasks),
+            specs=(*specs, *variant_specs), fallbacks=tuple(fallbacks.items()),
+            context_tokens=max(map(spec_tokens, specs)), variants=tuple(variants.items()),
+            budgets=tuple(sorted(set(cfg.budgets))), ablation=ablation,
+            n_calib=cfg.n_calib, n_ref=cfg.n_ref, n_eval=cfg.n_eval, random_draws=cfg.random_draws,
+            random_seed=cfg.random_seed, calibration_draws=calibration_draws, rank_diagnostic=cfg.rank_diagnostic, seed=cfg.seed,
+            output_dir=Path(output_dir), device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
+            eval_head_sets=cfg.eval_head_sets, force=cfg.force, quiet=cfg.quiet, explain=cfg.explain,
+            lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=None if cfg.data is None else Path(cfg.data),
+            sufficiency=bool(cfg.sufficiency),
+            kv_sink=cfg.kv_sink, kv_window=cfg.kv_window, steer_alphas=tuple(alphas),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A run's configuration, resolved once (`RunConfig.resolved`) and read by every step
+    after: the driver, the worker, the executors (a Ray actor gets it as JSON), the splits,
+    the manifest. Frozen: nothing changes it; what the loaded model decides (the batch size,
+    budgets capped at its heads) comes in a new one from `for_model`, once per run.
+
+    Fields are `RunConfig`'s, filled and checked (lists become tuples), except `ablation`,
+    which is the parsed `interventions.AblationSpec` (its `positionwise` and `sink`
+    folded in), and the model's facts below."""
+
+    model: str
+    preset: str
+    detectors: tuple[str, ...]
+    tasks: tuple[str, ...]
+    """The task names (or YAML paths) as given."""
+    specs: tuple[TaskSpec, ...]
+    """Every task the run evaluates, resolved: `tasks` (under `--preset paper` a synthetic
+    twin's real benchmark where its data is found), then the harder `variants`."""
+    fallbacks: tuple[tuple[str, str], ...]
+    """(synthetic task run in place of its real benchmark, why), `--preset paper` only."""
+    context_tokens: int
+    """The longest prompt plus answer of `tasks`, in tokens: what model memory is planned for."""
+    variants: tuple[tuple[str, str], ...]
+    """(harder variant, the retrieval task whose heads it is steered with), in task order."""
+    budgets: tuple[int, ...]
+    """Increasing; at most the model's heads once bound to it (`for_model`)."""
+    ablation: AblationSpec
+    n_calib: int
+    n_ref: int
+    n_eval: int
+    random_draws: int
+    random_seed: int | None
+    calibration_draws: int
+    rank_diagnostic: int
+    seed: int
+    output_dir: Path
+    device: str
+    dtype: str | None
+    batch_size: int | None
+    """None until bound to a model when the flags left it unset."""
+    eval_head_sets: int
+    force: bool
+    quiet: bool
+    explain: int
+    lm_eval_tasks: tuple[str, ...]
+    data: Path | None
+    sufficiency: bool
+    kv_sink: int
+    kv_window: int
+    steer_alphas: tuple[float, ...]
+    batch_size_chosen: str | None = None
+    """How `for_model` chose the batch size (`4 (cpu default)`); None when it was given. The
+    manifest's `model_info` records it."""
+    budgets_capped_at: int | None = None
+    """The model's head count, where budgets above it were capped to it (`for_model`)."""
+
+    @property
+    def positionwise(self) -> bool:
+        return self.ablation.positionwise
+
+    @property
+    def sink(self) -> str:
+        return self.ablation.sink
+
+    def resolved(self) -> ResolvedConfig:
+        """Itself: resolving a resolved configuration changes nothing."""
+        return self
+
+    def for_model(self, model: Any) -> ResolvedConfig:
+        """This configuration bound to the loaded model: a batch size chosen from its memory
+        (`LoadedModel.batch_size_for`) where none was given, and budgets above its number of
+        heads capped to it. Binding a bound configuration again returns it unchanged."""
+        changes: dict[str, Any] = {}
+        if self.batch_size is None:
+            size, why = model.batch_size_for(self.context_tokens)
+            changes.update(batch_size=size, batch_size_chosen=f"{size} ({why})")
+        heads = model.geometry.n_total_heads
+        if max(self.budgets) > heads:
+            changes.update(budgets=tuple(sorted({min(k, heads) for k in self.budgets})), budgets_capped_at=heads)
+        return replace(self, **changes) if changes else self
+
+    def to_json(self) -> str:
+        """The configuration as JSON (how a Ray actor receives it; `from_json` reads it back)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["ablation"] = asdict(self.ablation)
+        data["specs"] = [spec.model_dump(mode="json") for spec in self.specs]
+        return json.dumps(data, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> ResolvedConfig:
+        from locos_bench.interventions import AblationSpec
+        from locos_bench.tasks import TaskSpec
+
+        data = json.loads(text)
+        data["ablation"] = AblationSpec(**data["ablation"])
+        data["specs"] = tuple(TaskSpec.model_validate(spec) for spec in data["specs"])
+        for name in ("output_dir", "data"):
+            if data[name] is not None:
+                data[name] = Path(data[name])
+        for name in ("detectors", "tasks", "budgets", "lm_eval_tasks", "steer_alphas"):
+            data[name] = tuple(data[name])
+        for name in ("variants", "fallbacks"):
+            data[name] = tuple(tuple(pair) for pair in data[name])
+        return cls(**data)
 
 
 def _check_alphas(alphas: Sequence[float]) -> list[float]:

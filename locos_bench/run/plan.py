@@ -1,11 +1,12 @@
 """The run plan: which units a run needs, computed once from its configuration.
 
-A unit is one piece of work with a typed key (`UnitKey`): a detector's head scores on a
-task (`scores`), an evaluation with a detector's top-k heads ablated (`eval`; the unablated
-baseline is detector `baseline`, k = 0), or one of a detector's top heads ablated alone
-(`rank`, a diagnostic), and under `--sufficiency` an evaluation with only a detector's top-k
+A unit is one piece of work with a typed key (`UnitKey`; its kind a `UnitKind`): a detector's
+head scores on a task (`scores`), an evaluation with a detector's top-k heads ablated (`eval`;
+the unablated baseline is detector `baseline`, k = 0), or one of a detector's top heads ablated
+alone (`rank`, a diagnostic), under `--sufficiency` an evaluation with only a detector's top-k
 heads full and every other head streaming (`suff`; detector `baseline`, k = 0: every head
-streaming, the floor). `RunPlan` enumerates them from a manifest: the harness executes
+streaming, the floor), and under `--steer-alphas` an evaluation with a detector's top-k heads
+amplified (`steer`). `RunPlan` enumerates them from a manifest: the harness executes
 `todo(done)`, the analysis walks `eval_keys`/`rank_keys`, and the resume and completeness
 checks compare against `missing(done)`. Nothing else spells a unit key.
 
@@ -21,8 +22,9 @@ and only the pairs with the other retrieval tasks are computed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
 from locos_bench.errors import LocosError
@@ -37,12 +39,48 @@ FIRST_RETRIEVAL = "first-retrieval"
 `EACH_RETRIEVAL`; a manifest without `control_heads` is one)."""
 
 
+class UnitKind(str, Enum):
+    """The kinds of unit, named once: a `UnitKey`'s `kind`, a record's `kind` on disk (the
+    value), the phase a unit's seconds are counted under (`phase`) and its progress bar."""
+
+    SCORES = "scores"
+    EVAL = "eval"
+    RANK = "rank"
+    SUFF = "suff"
+    STEER = "steer"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def phase(self) -> str:
+        """The phase of a run that computes units of this kind (a key of `Manifest.timings`)."""
+        return _PHASES[self]
+
+    @property
+    def top_k(self) -> bool:
+        """Whether a unit of this kind intervenes on a detector's top-k heads (its `index` is k);
+        a `rank` unit takes one head, a `scores` unit none."""
+        return self in (UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER)
+
+
+_PHASES = {UnitKind.SCORES: "detect", UnitKind.EVAL: "evaluate", UnitKind.RANK: "rank_diagnostic",
+           UnitKind.SUFF: "sufficiency", UnitKind.STEER: "steering"}
+
+
+def need_retrieval(kinds: Iterable[str]) -> None:
+    """Refuse a run without a retrieval task: detectors score heads on retrieval tasks only,
+    and every control is evaluated with their heads."""
+    if "retrieval" not in set(kinds):
+        raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
+
+
 @dataclass(frozen=True, order=True)
 class UnitKey:
     """The identity of one unit of work.
 
     Attributes:
-        kind: `scores`, `eval`, `rank` or `suff`.
+        kind: What the unit computes (`UnitKind`; a plain string is taken as its value).
         task: The task the unit measures.
         detector: Detector name, or `baseline` for the unablated evaluation.
         draw: Draw index: a stochastic detector's random draw, a deterministic detector's
@@ -53,7 +91,7 @@ class UnitKey:
             `eval` unit; empty otherwise (a retrieval task ablates its own heads).
     """
 
-    kind: str
+    kind: UnitKind
     task: str
     detector: str
     draw: int = 0
@@ -61,26 +99,33 @@ class UnitKey:
     source: str = ""
     alpha: float = 0.0
     """The amplification of a `steer` unit (0 for every other kind)."""
+    split: str = ""
+    """`calibration` for a `steer` unit on the calibration examples its detector draw chose its
+    heads on (where each detector's alpha is chosen); empty: the evaluation split."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", UnitKind(self.kind))
 
     @classmethod
     def scores(cls, task: str, detector: str, draw: int = 0) -> UnitKey:
-        return cls("scores", task, detector, draw, 0)
+        return cls(UnitKind.SCORES, task, detector, draw, 0)
 
     @classmethod
     def eval(cls, task: str, detector: str, draw: int = 0, k: int = 0, source: str = "") -> UnitKey:
-        return cls("eval", task, detector, draw, k, source)
+        return cls(UnitKind.EVAL, task, detector, draw, k, source)
 
     @classmethod
     def rank(cls, task: str, detector: str, draw: int, rank: int) -> UnitKey:
-        return cls("rank", task, detector, draw, rank)
+        return cls(UnitKind.RANK, task, detector, draw, rank)
 
     @classmethod
     def sufficiency(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
-        return cls("suff", task, detector, draw, k)
+        return cls(UnitKind.SUFF, task, detector, draw, k)
 
     @classmethod
-    def steer(cls, task: str, detector: str, draw: int, k: int, alpha: float, source: str = "") -> UnitKey:
-        return cls("steer", task, detector, draw, k, source, float(alpha))
+    def steer(cls, task: str, detector: str, draw: int, k: int, alpha: float, source: str = "",
+              split: str = "") -> UnitKey:
+        return cls(UnitKind.STEER, task, detector, draw, k, source, float(alpha), split)
 
 
 def detector_rng(seed: int, key: UnitKey) -> Any:
@@ -89,6 +134,13 @@ def detector_rng(seed: int, key: UnitKey) -> Any:
     import numpy as np
 
     return np.random.default_rng([seed, key.draw, _stable_int(key.task), _stable_int(key.detector)])
+
+
+def draw_params(detector: str, draw: int, random_seed: int | None) -> dict[str, int]:
+    """The parameters a scores unit's detector is made with: under a run's `random_seed`
+    (the paper preset's 42), the `random` detector's draw d gets `seed = random_seed + d`,
+    the LOCOS authors' seeds 42, 43, 44 first; nothing otherwise."""
+    return {"seed": random_seed + draw} if random_seed is not None and detector == "random" else {}
 
 
 def _stable_int(text: str) -> int:
@@ -133,6 +185,9 @@ class RunPlan:
         steer_alphas: Amplifications of `steer` units: every task (controls and variants with
             their sources' heads) evaluated with each detector draw's top-k heads scaled by
             each alpha.
+        steer_calibration: Whether each retrieval task is also steered on each detector draw's
+            calibration examples (`steer_calibration_keys`), to choose each detector's alpha
+            away from the evaluation split.
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -145,6 +200,7 @@ class RunPlan:
     control_heads: str = EACH_RETRIEVAL
     sufficiency: bool = False
     steer_alphas: tuple[float, ...] = ()
+    steer_calibration: bool = False
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -164,6 +220,7 @@ class RunPlan:
             control_heads=getattr(manifest, "control_heads", FIRST_RETRIEVAL),
             sufficiency=getattr(manifest, "sufficiency", None) is not None,
             steer_alphas=tuple(getattr(manifest, "steer_alphas", None) or ()),
+            steer_calibration=bool(getattr(manifest, "steer_calibration", False)),
         )
 
     # -- the rules -----------------------------------------------------------------------
@@ -186,8 +243,7 @@ class RunPlan:
             return [task]
         if self.task(task).kind == "variant":
             return [self.task(task).variant_of]
-        if not self.retrieval_tasks:
-            raise LocosError("a run needs at least one retrieval task (controls are evaluated with its heads)")
+        need_retrieval(t.kind for t in self.tasks)
         return self.retrieval_tasks[:1] if self.control_heads == FIRST_RETRIEVAL else self.retrieval_tasks
 
     def heads_from(self, key: UnitKey) -> str:
@@ -271,6 +327,15 @@ class RunPlan:
         source = self._source(task, source)
         return [UnitKey.steer(task, detector, draw, k, a, source) for a in self.steer_alphas for k in self.budgets]
 
+    def steer_calibration_keys(self, task: str, detector: str, draw: int = 0) -> list[UnitKey]:
+        """A retrieval task's steering of one detector draw on the calibration examples that draw
+        chose its heads on (`steer_calibration`: each detector's alpha is chosen there), each
+        alpha and budget; none on other tasks."""
+        if not self.steer_calibration or self.task(task).kind != "retrieval":
+            return []
+        return [UnitKey.steer(task, detector, draw, k, a, split="calibration")
+                for a in self.steer_alphas for k in self.budgets]
+
     def task_units(self, task: str) -> Iterator[UnitKey]:
         """A task's evaluation and diagnostic units, in execution order (a variant's: its
         baseline and steering only)."""
@@ -296,6 +361,9 @@ class RunPlan:
             for d in self.detectors:
                 for draw in self.draws(d):
                     yield from self.steer_keys(task, d.name, draw, source)
+        for d in self.detectors:
+            for draw in self.draws(d):
+                yield from self.steer_calibration_keys(task, d.name, draw)
 
     def units(self) -> list[UnitKey]:
         """Every unit, in execution order: all scores first (controls borrow them), then
@@ -309,7 +377,7 @@ class RunPlan:
 
     def blocked(self, key: UnitKey, done: Mapping[UnitKey, _Done]) -> bool:
         """An evaluation or diagnostic cannot run when its scores were recorded with an error."""
-        if key.kind == "scores" or key.detector == BASELINE:
+        if key.kind == UnitKind.SCORES or key.detector == BASELINE:
             return False
         source = done.get(self.source_key(key))
         return source is not None and source.error is not None
@@ -324,9 +392,9 @@ class RunPlan:
         an error. The rank diagnostic is optional."""
         out = []
         for k in self.units():
-            if k in done or k.kind == "rank":
+            if k in done or k.kind == UnitKind.RANK:
                 continue
-            if k.kind in ("eval", "suff", "steer") and k.detector != BASELINE:
+            if k.kind.top_k and k.detector != BASELINE:
                 source = done.get(self.source_key(k))
                 if source is None or source.error is not None:
                     continue  # its missing scores are reported; failed scores need no evaluation
@@ -342,16 +410,17 @@ class RunPlan:
             draw = f" draw {k.draw}" if drawn else ""
             if k.source and len(self.sources(k.task)) > 1:
                 draw = f" heads from {k.source}{draw}"
-            if k.kind == "steer":
-                labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw} x{k.alpha:g}"), []).append(k.index)
-            elif k.kind in ("eval", "suff") and k.detector != BASELINE:
+            if k.kind == UnitKind.STEER:
+                on = f" on {k.split}" if k.split else ""
+                labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw} x{k.alpha:g}{on}"), []).append(k.index)
+            elif k.kind.top_k and k.detector != BASELINE:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), []).append(k.index)
-            elif k.kind == "rank":
-                labels.setdefault(("rank", f"{k.task}/{k.detector}"), []).append(k.index)
+            elif k.kind == UnitKind.RANK:
+                labels.setdefault((k.kind, f"{k.task}/{k.detector}"), []).append(k.index)
             else:
                 labels.setdefault((k.kind, f"{k.task}/{k.detector}{draw}"), [])
         out = []
         for (kind, what), idx in labels.items():
-            at = {"eval": " k=", "suff": " k=", "steer": " k=", "rank": " r="}.get(kind, "")
+            at = " r=" if kind == UnitKind.RANK else " k=" if kind.top_k else ""
             out.append(f"{kind} {what}" + (at + ",".join(map(str, idx)) if idx else ""))
         return out

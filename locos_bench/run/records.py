@@ -5,11 +5,12 @@ Nothing is pickled and no metadata lives in file names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
-from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey
+from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey, UnitKind
 
 SCHEMA_VERSION = 1
 
@@ -64,16 +65,55 @@ class DetectorEntry(BaseModel):
     cost: str
     """Forward passes per calibration example, as the detector declares it."""
     stochastic: bool = False
+    adapts: str = ""
+    """What the detector takes from its reference and where it departs (`Detector.adapts`);
+    empty in manifests written before it was recorded."""
 
 
 class Streaming(BaseModel):
     """The streaming heads of a sufficiency run: each attends to its row's first `sink` real
-    tokens and the last `window` tokens (`models.lean_attention.streaming`)."""
+    tokens and the last `window` tokens (`interventions.streaming`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     sink: int
     window: int
+
+
+REFERENCES = ("locos", "random")
+"""The detectors every other one is compared with in a run's family, when the run has them."""
+
+
+class Family(BaseModel):
+    """The pre-specified comparisons behind a run's verdicts, fixed when the run is made and
+    never by the page that shows it: for each figure, each (detector, reference) pair as the
+    difference detector - reference, with simultaneous intervals over the pairs (max-T).
+    Rank sets compare every pair of the run's detectors on the ablation figures. Definitions:
+    `docs/methodology.md` (Separability)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    figures: list[str]
+    """`ablation:headline` and `ablation:gold_logprob` (mean drop-area over retrieval tasks);
+    under `sufficiency` also `sufficiency:headline`, `sufficiency:gold_logprob` (kept minus
+    unablated), under `steer_alphas` `steering:headline`, `steering:gold_logprob` (steered minus
+    unablated); each is a family of its own."""
+    pairs: list[tuple[str, str]]
+    """(detector, reference): every other detector against each reference, and the references'
+    own pair once."""
+    level: float = 0.95
+
+
+def default_family(detectors: Sequence[str], *, sufficiency: bool = False, steering: bool = False) -> Family:
+    """The family a run of `detectors` pre-specifies (`Family`): the same for a run directory
+    whose manifest predates the field, from its own configuration."""
+    refs = [r for r in REFERENCES if r in detectors]
+    pairs = [(d, r) for d in detectors if d not in refs for r in refs]
+    pairs += [(a, b) for i, a in enumerate(refs) for b in refs[i + 1:]]
+    figures = [f"{part}:{metric}" for part, on in (("ablation", True), ("sufficiency", sufficiency),
+                                                    ("steering", steering)) if on
+               for metric in ("headline", "gold_logprob")]
+    return Family(figures=figures, pairs=pairs)
 
 
 class Manifest(BaseModel):
@@ -98,6 +138,9 @@ class Manifest(BaseModel):
     """What mean ablation wrote at a BOS sink (position 0): `keep` (left untouched) or `mean`
     (replaced like every position; manifests written before the option, which used it)."""
     random_draws: int
+    random_seed: int | None = None
+    """The `random` detector's draw d used Python's `random.Random(random_seed + d)`, as the
+    LOCOS authors draw random heads; None: its draws came from `seed`."""
     calibration_draws: int = 1
     """Disjoint calibration subsets (`calibration`, `calibration.1`, ... in `splits`): each
     deterministic detector's draw d scores heads on subset d; a stochastic one's on d mod R."""
@@ -127,14 +170,34 @@ class Manifest(BaseModel):
     steer_alphas: list[float] = Field(default_factory=list)
     """Amplifications of the steering units (`SteeringUnit`); empty: none."""
 
+    steer_calibration: bool = False
+    """Whether each retrieval task is also steered on each detector draw's calibration examples,
+    where each detector's alpha is chosen (`RunPlan.steer_calibration_keys`); False in manifests
+    written before. Not part of `config_key`: resuming such a run adds those units."""
+
+    family: Family | None = None
+    """The comparisons behind the run's verdicts, written by the run. None in manifests
+    written before it: `verdict_family` derives the same from the run's configuration."""
+
+    def verdict_family(self) -> Family:
+        """The run's pre-specified family: as written, else derived from its detectors and
+        options (`default_family`), never from what a page shows."""
+        if self.family is not None:
+            return self.family
+        return default_family([d.name for d in self.detectors], sufficiency=self.sufficiency is not None,
+                              steering=bool(self.steer_alphas))
+
     def config_key(self) -> dict[str, Any]:
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
-                                        "positionwise", "sink", "random_draws", "calibration_draws",
+                                        "positionwise", "sink", "random_draws", "random_seed", "calibration_draws",
                                         "seed", "rank_diagnostic", "sufficiency", "steer_alphas"})
 
 
-class _Unit(BaseModel):
+class UnitRecord(BaseModel):
+    """What every unit record holds: which unit it is (`key`), how long it took and whether it
+    failed. Each kind of unit (`UnitKind`) has its record, below."""
+
     model_config = ConfigDict(extra="forbid")
 
     task: str
@@ -145,12 +208,43 @@ class _Unit(BaseModel):
     seconds: float = 0.0
     error: str | None = None
     """Set when the unit failed; the run records it and goes on."""
+    kind: UnitKind
+    """Each record narrows it to its own kind: the tag a results line is read back by."""
+
+    @property
+    def key(self) -> UnitKey:
+        raise NotImplementedError
+
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        """The fields that say which unit a record is, from its key and the heads it took."""
+        return dict(task=key.task, detector=key.detector, draw=key.draw)
+
+    @staticmethod
+    def for_key(key: UnitKey, heads: Sequence[Sequence[int]] = (), heads_from: str | None = None,
+                **fields: Any) -> UnitRecord:
+        """The record of unit `key`: the record class of its kind, its identity from the key,
+        the heads it took and the task that chose them; its results from `fields`."""
+        record = _RECORDS[key.kind]
+        return record(**record._identity(key, heads, heads_from), **fields)
+
+    def reused_as(self, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> UnitRecord:
+        """This record's values under another unit that took the identical head set on the same
+        task (evaluation is deterministic), marked `reused` where its kind records that."""
+        update = {**self._identity(key, heads, heads_from), "seconds": 0.0}
+        if "reused" in type(self).model_fields:  # a rank record has no such flag
+            update["reused"] = True
+        return self.model_copy(update=update)
 
 
-class ScoresUnit(_Unit):
+def _heads(heads: Sequence[Sequence[int]]) -> list[list[int]]:
+    return [[int(x) for x in h] for h in heads]
+
+
+class ScoresUnit(UnitRecord):
     """A detector's head scores on a task's calibration split."""
 
-    kind: Literal["scores"] = "scores"
+    kind: Literal[UnitKind.SCORES] = UnitKind.SCORES
     params: dict[str, Any] = Field(default_factory=dict)
     scores: list[list[float]] | None = None
     """`[n_layers][n_heads]`, higher = more important; None when `error` is set."""
@@ -166,10 +260,10 @@ class ScoresUnit(_Unit):
         return UnitKey.scores(self.task, self.detector, self.draw)
 
 
-class EvalUnit(_Unit):
+class EvalUnit(UnitRecord):
     """The evaluation split with the top-k heads of a detector ablated (k = 0: unablated)."""
 
-    kind: Literal["eval"] = "eval"
+    kind: Literal[UnitKind.EVAL] = UnitKind.EVAL
     k: int
     heads: list[list[int]] = Field(default_factory=list)
     """The ablated heads as `[layer, head]`, best first."""
@@ -187,12 +281,16 @@ class EvalUnit(_Unit):
         own = self.detector == BASELINE or self.heads_from in (None, self.task)
         return UnitKey.eval(self.task, self.detector, self.draw, self.k, "" if own else self.heads_from)
 
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, heads=_heads(heads), heads_from=heads_from)
 
-class SufficiencyUnit(_Unit):
+
+class SufficiencyUnit(UnitRecord):
     """The evaluation split with only a detector's top-k heads full, every other head
     streaming (`Manifest.sufficiency`); detector `baseline` with k = 0: every head streaming."""
 
-    kind: Literal["suff"] = "suff"
+    kind: Literal[UnitKind.SUFF] = UnitKind.SUFF
     k: int
     heads: list[list[int]] = Field(default_factory=list)
     """The full heads as `[layer, head]`, best first."""
@@ -212,14 +310,29 @@ class SufficiencyUnit(_Unit):
     def key(self) -> UnitKey:
         return UnitKey.sufficiency(self.task, self.detector, self.draw, self.k)
 
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, heads=_heads(heads))
 
-class SteeringUnit(_Unit):
-    """The evaluation split with a detector's top-k heads' outputs scaled by `alpha` (> 1
+
+class SteeringUnit(UnitRecord):
+    """The evaluation split (or, `split` `calibration`, the calibration examples its detector
+    draw chose its heads on) with a detector's top-k heads' outputs scaled by `alpha` (> 1
     amplifies; `Manifest.steer_alphas`)."""
 
-    kind: Literal["steer"] = "steer"
+    kind: Literal[UnitKind.STEER] = UnitKind.STEER
     k: int
     alpha: float
+    split: str = ""
+    """`calibration` (`Manifest.steer_calibration`), or empty: the evaluation split (then left
+    out of the record, so records written before the field read back byte for byte)."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_split(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("split"):
+            data.pop("split", None)
+        return data
     heads: list[list[int]] = Field(default_factory=list)
     """The scaled heads as `[layer, head]`, best first."""
     values: dict[str, list[float]] = Field(default_factory=dict)
@@ -231,13 +344,19 @@ class SteeringUnit(_Unit):
     @property
     def key(self) -> UnitKey:
         own = self.heads_from in (None, self.task)
-        return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from)
+        return UnitKey.steer(self.task, self.detector, self.draw, self.k, self.alpha, "" if own else self.heads_from,
+                             self.split)
+
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, alpha=key.alpha, heads=_heads(heads),
+                    heads_from=heads_from, split=key.split)
 
 
-class RankUnit(_Unit):
+class RankUnit(UnitRecord):
     """Diagnostic: a detector's rank-r head ablated alone."""
 
-    kind: Literal["rank"] = "rank"
+    kind: Literal[UnitKind.RANK] = UnitKind.RANK
     rank: int
     """1-based rank in the detector's ranking."""
     head: list[int]
@@ -247,8 +366,25 @@ class RankUnit(_Unit):
     def key(self) -> UnitKey:
         return UnitKey.rank(self.task, self.detector, self.draw, self.rank)
 
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), rank=key.index, head=_heads(heads)[0])
 
-_UNIT = TypeAdapter(Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")])
+
+_RECORDS: dict[UnitKind, type[UnitRecord]] = {
+    UnitKind.SCORES: ScoresUnit, UnitKind.EVAL: EvalUnit, UnitKind.RANK: RankUnit,
+    UnitKind.SUFF: SufficiencyUnit, UnitKind.STEER: SteeringUnit,
+}
+
+Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")]
+"""Any unit record, told apart by its `kind` (one line of `results.jsonl`)."""
+
+_UNIT = TypeAdapter(Unit)
+
+
+def unit_from_json(text: str | bytes) -> UnitRecord:
+    """One results line back as its record (a pydantic `ValidationError` if it is none)."""
+    return _UNIT.validate_json(text)
 
 
 def json_schema() -> dict[str, Any]:

@@ -27,13 +27,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from locos_bench.errors import LocosError
 from locos_bench.run.plan import RunPlan
-from locos_bench.run.records import _UNIT, EvalUnit, Manifest, RankUnit, ScoresUnit, SteeringUnit, SufficiencyUnit
+from locos_bench.run.records import Manifest, UnitRecord, unit_from_json
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -64,9 +64,6 @@ def write_json_atomic(path: Path | str, obj: Any) -> None:
 def _one_line(text: str, limit: int = 200) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, Field(discriminator="kind")]
 
 
 class RunDir:
@@ -124,7 +121,7 @@ class RunDir:
     def write_manifest(self, manifest: Manifest) -> None:
         write_json_atomic(self.manifest_path, manifest.model_dump(mode="json"))
 
-    def read_units(self, *, repair: bool = False) -> list[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit]:
+    def read_units(self, *, repair: bool = False) -> list[UnitRecord]:
         """Every valid unit, first occurrence of each key; a torn last line is skipped.
 
         Args:
@@ -141,7 +138,7 @@ class RunDir:
         torn = lines.pop()  # after the last newline: empty, or a torn write from a kill
         for number, line in enumerate(lines, 1):
             try:
-                unit = _UNIT.validate_json(line)
+                unit = unit_from_json(line)
             except (ValidationError, ValueError) as exc:
                 if not repair:
                     raise LocosError(
@@ -179,7 +176,7 @@ class RunDir:
             else:
                 child.unlink()
 
-    def append(self, unit: ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit) -> None:
+    def append(self, unit: UnitRecord) -> None:
         """Append one unit as a single write, then fsync."""
         self.path.mkdir(parents=True, exist_ok=True)
         line = (unit.model_dump_json() + "\n").encode()
@@ -228,7 +225,7 @@ class RunDir:
             os.close(fd)  # closing releases the lock
 
 
-def load_run(path: Path | str) -> tuple[Manifest, list[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit]]:
+def load_run(path: Path | str) -> tuple[Manifest, list[UnitRecord]]:
     """Read a complete run directory; a `LocosError` names what is wrong (missing,
     unreadable, incomplete) in one line."""
     path = Path(path)

@@ -24,15 +24,18 @@ example indices.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from locos_bench.errors import LocosError
+from locos_bench.errors import LocosError, unknown
 from locos_bench.run.provenance import data_hash
 from locos_bench.run.records import TaskEntry
 from locos_bench.tasks import Example, TaskSpec, example_item, make_examples
-from locos_bench.tasks.registry import resolve_tasks
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
+
+if TYPE_CHECKING:
+    from locos_bench.run.config import ResolvedConfig
 
 SPLITS = ("calibration", "reference", "evaluation")
 
@@ -80,6 +83,56 @@ class TaskData:
         )
 
 
+class ExternalControl(ABC):
+    """A control task that another harness evaluates (an lm-eval task:
+    `locos_bench.lm_eval.LmEvalControl`), the other kind of task a run holds beside `TaskData`.
+
+    It has no examples of its own: the worker asks it for per-example metric values with a head
+    set's hooks on (`values`) instead of generating, one head set at a time, and the run's
+    position-wise check passes it by. Mean ablation reads `reference`: the reference split of
+    the run's first retrieval task, since means need prompts of the heads' own task."""
+
+    reference: list[Example]
+
+    @property
+    @abstractmethod
+    def spec(self) -> Any:
+        """Its `name` and `kind` (`control`), as a `TaskSpec` has them."""
+
+    @property
+    @abstractmethod
+    def entry(self) -> TaskEntry:
+        """The task as the manifest records it."""
+
+    @abstractmethod
+    def values(self, model: Any, hooks: list, *, batch_size: int) -> dict[str, list[float]]:
+        """Per-example values of each of its metrics with `hooks` active (none: unablated)."""
+
+
+RunTask = TaskData | ExternalControl
+"""A task of a run, as the driver and the worker hold it."""
+
+
+@dataclass(frozen=True)
+class SplitSizes:
+    """Examples per split (a `ResolvedConfig` has these fields too)."""
+
+    n_calib: int
+    n_ref: int
+    n_eval: int
+    calibration_draws: int = 1
+
+    @classmethod
+    def of_preset(cls, preset: str) -> SplitSizes:
+        """The sizes a run of `preset` gives each task."""
+        from locos_bench.presets import PRESETS
+
+        if preset not in PRESETS:
+            raise unknown("preset", preset, PRESETS)
+        sizes = PRESETS[preset]
+        return cls(sizes["n_calib"], sizes["n_ref"], sizes["n_eval"], sizes.get("calibration_draws", 1))
+
+
 def _draw_split(draw: int) -> str:
     return "calibration" if draw == 0 else f"calibration.{draw}"
 
@@ -94,7 +147,8 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
 
     Args:
         spec: The task.
-        cfg: A resolved `RunConfig` (its `n_calib`, `n_ref`, `n_eval`).
+        cfg: The sizes: a `SplitSizes`, a `ResolvedConfig` (or anything with `n_calib`,
+            `n_ref`, `n_eval` and, optionally, `calibration_draws`).
         model: The loaded model (generators that need its tokenizer or chat template).
 
     Raises:
@@ -102,7 +156,8 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
             short), or the task's items are too few for the sizes asked for.
     """
     draws = int(getattr(cfg, "calibration_draws", None) or 1)
-    sizes = {**{_draw_split(d): cfg.n_calib for d in range(draws)}, "reference": cfg.n_ref,
+    n_calib = cfg.n_calib if spec.calibration is None or spec.calibration.size is None else spec.calibration.size
+    sizes = {**{_draw_split(d): n_calib for d in range(draws)}, "reference": cfg.n_ref,
              "evaluation": cfg.n_eval}
     n_total = sum(sizes.values())
     window = n_total
@@ -112,6 +167,9 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         parts = assign_splits(examples, sizes, caps)
         missing = sum(sizes[name] - len(parts[name]) for name in sizes)
         if not missing:
+            if spec.for_calibration() is not spec:
+                parts.update(_calibration_stream(spec, {n: parts[n] for n in sizes if n.startswith("calibration")},
+                                                 model))
             return TaskData(spec, parts["calibration"], parts["reference"], parts["evaluation"],
                             [parts[_draw_split(d)] for d in range(1, draws)])
         if len(examples) < window or window >= LOOKAHEAD * n_total:
@@ -129,6 +187,30 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         grown = min(LOOKAHEAD * n_total, window + missing)
         examples += make_examples(spec, grown - window, start=window, model=model, skip_errors=True)
         window = grown
+
+
+def _calibration_stream(spec: TaskSpec, parts: dict[str, list[Example]], model: Any) -> dict[str, list[Example]]:
+    """The calibration subsets drawn again from the task's calibration stream
+    (`TaskSpec.for_calibration`: its own grid and source arguments), each on the items the
+    task's own stream gave it: as many examples as before, so no item crosses a split."""
+    cal = spec.for_calibration()
+    owner = {example_item(e): name for name, part in parts.items() for e in part}
+    wanted = {name: len(part) for name, part in parts.items()}
+    out: dict[str, list[Example]] = {name: [] for name in parts}
+    total, start = sum(wanted.values()), 0
+    limit = LOOKAHEAD * total * max(1, len(owner))  # the subsets' items are a share of the stream's
+    while any(len(out[n]) < wanted[n] for n in out) and start < limit:
+        chunk = make_examples(cal, min(total, limit - start), start=start, model=model, skip_errors=True)
+        start += min(total, limit - start)
+        for ex in chunk:
+            name = owner.get(example_item(ex))
+            if name is not None and len(out[name]) < wanted[name]:
+                out[name].append(ex)
+    short = {n: f"{len(out[n])} of {wanted[n]}" for n in out if len(out[n]) < wanted[n]}
+    if short:
+        raise LocosError(f"task {spec.name!r}: its calibration stream gave too few examples of the calibration "
+                         f"items ({', '.join(f'{n}: {v}' for n, v in short.items())}) in its first {start}")
+    return out
 
 
 def assign_splits(examples: list[Example], sizes: dict[str, int],
@@ -209,18 +291,12 @@ def _shortfall(spec: TaskSpec, sizes: dict[str, int], examples: list[Example],
             f"ask for fewer examples or give the task more items")
 
 
-def build_run_tasks(cfg: Any, model: Any) -> tuple[dict[str, TaskData], dict[str, str]]:
-    """Every task of a resolved `RunConfig`, by task name, and the synthetic fallbacks taken.
-
-    `--preset paper` prefers the real benchmark of a synthetic task when its data is under
-    `cfg.data` (or on a reachable hub); `fallbacks` maps each synthetic task that ran anyway to
-    why. Any worker that holds the same configuration builds the same splits.
-    """
-    specs, fallbacks = resolve_tasks(cfg.tasks, data=cfg.data, prefer_real=cfg.preset == "paper")
-    tasks = {spec.name: build_task_data(spec, cfg, model) for spec in specs}
-    variants = getattr(cfg, "variants", None) or {}
-    if variants:
-        for spec in resolve_tasks(list(variants), data=None)[0]:
-            tasks[spec.name] = build_task_data(spec, cfg, model)
-            tasks[spec.name].variant_of = variants[spec.name]
-    return tasks, fallbacks
+def build_run_tasks(cfg: ResolvedConfig, model: Any) -> dict[str, TaskData]:
+    """Every task of a run (`ResolvedConfig.specs`: its tasks, then their harder variants),
+    split, by task name. Any worker that holds the same configuration builds the same splits."""
+    variants = dict(cfg.variants)
+    tasks = {}
+    for spec in cfg.specs:
+        tasks[spec.name] = build_task_data(spec, cfg, model)
+        tasks[spec.name].variant_of = variants.get(spec.name)
+    return tasks

@@ -16,13 +16,15 @@ from locos_bench.tasks.examples import (
     raw_example,
     resolve_format,
 )
-from locos_bench.tasks.registry import (
+from locos_bench.tasks.files import (
     BUILTIN_TASKS_DIR,
     TASKS_ENV,
     context_tokens,
     list_tasks,
     load_task,
     read_task_file,
+    resolve_tasks,
+    spec_tokens,
     task_dirs,
     task_files,
     task_path,
@@ -45,6 +47,8 @@ __all__ = [
     "raw_example",
     "read_task_file",
     "resolve_format",
+    "resolve_tasks",
+    "spec_tokens",
     "task_dirs",
     "task_files",
     "task_path",

@@ -16,7 +16,10 @@ An example that is not in the raw form (its question is not the end of the promp
 
 A *user turn* (`metadata["user_turn"] = True`, as NoLiMa's task template builds it) carries its
 own instruction and an optional `metadata["system_prompt"]`: completion prepends the system
-prompt and appends `\nAnswer:`; chat sends a system and a user message.
+prompt and appends `\nAnswer:`; chat sends a system and a user message. Worked turns before it
+(`metadata["few_shot"]`, `[question, answer]` pairs: the LOCOS authors' parametric prompt) are
+user and assistant messages in chat, `Question: ...\nAnswer: ...` lines in completion (the
+question then follows as `Question: <q>`).
 """
 
 from __future__ import annotations
@@ -118,13 +121,18 @@ def format_example(example: Example, fmt: str, model: Any = None) -> Example:
         return example
     meta = {**example.metadata, "prompt_format": fmt}
     system = str(example.metadata.get("system_prompt") or "") if user_turn else ""
+    shots = [(str(u), str(a)) for u, a in example.metadata.get("few_shot") or []] if user_turn else []
     if fmt == "completion":
         head = system + "\n\n" if system else ""
+        if shots:  # worked turns as question/answer lines, then the question the same way
+            head += "".join(f"Question: {u}{COMPLETION_SUFFIX} {a}\n\n" for u, a in shots) + "Question: "
         shifted = example.shifted(head + example.prompt + COMPLETION_SUFFIX, len(head), target_prefix=" ")
         return shifted.model_copy(update={"metadata": meta})
     tok = _tokenizer(model)
     content = example.prompt if user_turn else example.prompt + CHAT_INSTRUCTION
     messages = [{"role": "system", "content": system}] if system else []
+    for u, a in shots:
+        messages += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
     templated = tok.apply_chat_template(
         [*messages, {"role": "user", "content": content}], tokenize=False, add_generation_prompt=True,
         **getattr(model, "chat_template_kwargs", {}),  # Qwen3: enable_thinking=False
@@ -135,7 +143,7 @@ def format_example(example: Example, fmt: str, model: Any = None) -> Example:
         ids = tok("x")["input_ids"]
         if ids and ids[0] == tok.bos_token_id:
             templated = templated[len(bos):]
-    offset = templated.find(content)
+    offset = templated.rfind(content)  # the last user turn (a worked turn may repeat its text)
     if offset < 0:
         raise LocosError(f"{example.task}[{example.index}]: the chat template rewrote the prompt")
     shifted = example.shifted(templated, offset, target_prefix="")

@@ -8,7 +8,7 @@ A loader has the generator signature `fn(spec, index, rng, **args) -> Example`.
 
 * `nolima`: the NoLiMa release (`amodaresi/NoLiMa`: `needlesets/*.json`, haystack books under
   `haystack/rand_shuffle/`), under the Adobe Research License, so never fetched for the user.
-  Built as upstream's `evaluation/run_tests.py` and `data/book_haystack.py` build it.
+  Built as upstream's `evaluation/run_tests.py` and `data/book_haystack.py` build it (`tasks.nolima`).
 * `babilong`: `RMT-team/babilong` (config = length `0k` ... `128k`, split = `qa1` ...) from the
   hub, its parquet layout (`<length>/<qaN>-*.parquet` or `<qaN>/<length>-*.parquet`), the
   raw layout of booydar/babilong's `data/create_tasks.py` (`<qaN>/<length>.json`), or one file.
@@ -17,6 +17,9 @@ A loader has the generator signature `fn(spec, index, rng, **args) -> Example`.
   StonyBrookNLP/musique `download_data.sh`), one file, or `dgslibisey/MuSiQue` on the hub.
   Supporting paragraphs are needles; the other paragraphs are distractors.
 * `jsonl`: a user's own file (see `load_jsonl`).
+* `parametric-arithmetic`: the LOCOS authors' control, `aryopg/parametric-arithmetic-eval`
+  (City-Country, PopQA and arithmetic questions; `tasks.parametric`), from the hub or a local
+  copy in its layout.
 
 Every example names its underlying item in `metadata["item"]`, and `locos_bench.run.splits`
 keeps all examples of an item in one split, so no item is both calibrated on and evaluated:
@@ -44,10 +47,25 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.registry import Registry
-from locos_bench.tasks import babi
-from locos_bench.tasks.reading import choose_split, read_files, read_hub, read_text, require
+from locos_bench.tasks import babi, parametric
+from locos_bench.tasks.nolima import (
+    distractor_depth,
+    haystack_units,
+    needle_set_tests,
+    place_inserts,
+    spread_order,
+)
+from locos_bench.tasks.reading import (
+    data_tables,
+    dataset_rows,
+    local_path,
+    offline,
+    read_files,
+    read_text,
+    require,
+)
 from locos_bench.tasks.spec import Example, Span
-from locos_bench.tasks.text import QUESTION_PREFIX, TOKENS_PER_WORD, grid
+from locos_bench.tasks.text import TOKENS_PER_WORD, grid, raw_example
 
 
 @dataclass(frozen=True)
@@ -69,16 +87,6 @@ class Loader:
 
 # ---------------------------------------------------------------------------------------
 # Shared helpers
-
-
-def _local_path(args: dict[str, Any], where: str) -> Path | None:
-    path = args.get("path")
-    if path in (None, ""):
-        return None
-    p = Path(str(path)).expanduser()
-    if not p.exists():
-        raise LocosError(f"{where}: dataset path {str(p)!r} does not exist")
-    return p
 
 
 def _row(rows: tuple[dict[str, Any], ...], index: int, source: str) -> dict[str, Any]:
@@ -108,51 +116,9 @@ def _approx_tokens(text: str) -> int:
 
 def _raw(spec: Any, index: int, context: str, question: str, answers: list[str],
          needles: list[Span], distractors: list[Span], metadata: dict[str, Any]) -> Example:
-    prompt = context + QUESTION_PREFIX + question
-    return Example(
-        task=spec.name,
-        index=index,
-        prompt=prompt,
-        answers=answers,
-        needle_spans=needles,
-        distractor_spans=sorted(distractors),
-        question_span=(len(context) + len(QUESTION_PREFIX), len(prompt)),
-        context_span=(0, len(context)) if context else None,
-        metadata={"seed": spec.seed, "task_version": spec.version, **metadata},
-    )
-
-
-def _offline(args: dict[str, Any], hub: str | None) -> tuple[bool, str]:
-    path = args.get("path")
-    if path and Path(str(path)).expanduser().exists():
-        return True, f"local copy at {path}"
-    if path:
-        return False, f"source.args.path {path} does not exist"
-    where = f"the Hugging Face hub ({args.get('hub', hub)})" if hub else "a local copy"
-    return False, f"needs {where} or source.args.path (--data PATH)"
-
-
-def _dataset_rows(args: dict[str, Any], where: str, *, hub: str, config: str | None, hub_split: str,
-                  key: str, layout: Callable[[Path], dict[str, list[Path]]],
-                  hint: str) -> tuple[tuple[dict[str, Any], ...], str]:
-    """(rows, source name): from the hub without `path`, from one file, or from the files
-    that a release directory's `layout` maps `key` (`config/split`) to."""
-    local = _local_path(args, where)
-    if local is None:
-        hub = args.get("hub", hub)
-        return read_hub(hub, config, hub_split, where, f"the release's layout: {hint}"), hub
-    if local.is_file():
-        return read_files([local]), str(local)
-    found = layout(local)
-    if not found:
-        raise LocosError(f"{local}: no {hint}")
-    files = choose_split(found, key, str(local))
-    return read_files(files), str(files[0]) if len(files) == 1 else str(local)
-
-
-def _tables(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*")
-                  if p.is_file() and p.suffix.lower() in (".json", ".jsonl", ".parquet"))
+    """A dataset row's raw example: its context with its own needle and distractor spans."""
+    return raw_example(spec, index, context=context, question=question, answers=answers, metadata=metadata,
+                       needle_spans=needles, distractor_spans=distractors)
 
 
 # ---------------------------------------------------------------------------------------
@@ -165,7 +131,7 @@ _QA = re.compile(r"^qa\d+$")
 def babilong_layout(root: Path) -> dict[str, list[Path]]:
     """`<length>/<qaN>` (config/split) -> files, for the raw and the parquet layouts."""
     found: dict[str, list[Path]] = {}
-    for path in _tables(root):
+    for path in data_tables(root):
         parent = path.parent.name
         stem = path.name.split(".")[0]
         head = re.split(r"-\d{5}-of-\d{5}$", stem)[0]
@@ -178,7 +144,7 @@ def babilong_layout(root: Path) -> dict[str, list[Path]]:
 
 def _babilong_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
     config, split = str(args.get("config", "0k")), str(args.get("split", "qa1"))
-    return _dataset_rows(args, where, hub="RMT-team/babilong", config=config, hub_split=split,
+    return dataset_rows(args, where, hub="RMT-team/babilong", config=config, hub_split=split,
                          key=f"{config}/{split}", layout=babilong_layout,
                          hint="BABILong files in the raw layout (<qaN>/<length>.json) or the hub's "
                               "parquet layout (<length>/<qaN>-*.parquet)")
@@ -209,7 +175,7 @@ def _babilong_available(args: dict[str, Any]) -> tuple[bool, str]:
     if split not in babi.SUPPORTED_TASKS:
         return False, (f"{split} has no supporting-fact rule (needles are computed for "
                        f"{', '.join(babi.SUPPORTED_TASKS)})")
-    return _offline(args, "RMT-team/babilong")
+    return offline(args, "RMT-team/babilong")
 
 
 # ---------------------------------------------------------------------------------------
@@ -228,7 +194,7 @@ def musique_layout(root: Path) -> dict[str, list[Path]]:
 
 def _musique_rows(args: dict[str, Any], where: str) -> tuple[tuple[dict[str, Any], ...], str]:
     variant, split = str(args.get("variant", "ans")), str(args.get("split", "dev"))
-    return _dataset_rows(args, where, hub="dgslibisey/MuSiQue", config=None,
+    return dataset_rows(args, where, hub="dgslibisey/MuSiQue", config=None,
                          hub_split=_HUB_SPLITS.get(split, split), key=f"{variant}/{split}",
                          layout=musique_layout,
                          hint="MuSiQue release files (musique_ans_v1.0_dev.jsonl ...)")
@@ -291,124 +257,12 @@ def load_musique(spec: Any, index: int, rng: random.Random, **args: Any) -> Exam
 # ---------------------------------------------------------------------------------------
 # NoLiMa
 
-NOLIMA_DEFAULT_TASK_TEMPLATE = (
-    "You will answer a question based on the following book snippet:\n\n{haystack}\n\n"
-    "Use the information provided in the book snippet to answer the question. Your answer "
-    "should be short and based on either explicitly stated facts or strong, logical "
-    "inferences.\n\nQuestion: {question}\n\n Return only the final answer with no additional "
-    "explanation or reasoning."
-)
-"""Upstream's `DEFAULT_TASK_TEMPLATE` (evaluation/run_tests.py), used when a needle set has
-no `task_template`."""
-
-_PIECE = re.compile(r"\n|[^\S\n]*[^\s]+")
-
-
-def _pieces(text: str) -> list[str]:
-    """The haystack in model-independent units: words (with their leading spaces) and
-    newlines. Upstream counts the evaluated model's tokens; these units keep an example the
-    same for every model, and `TOKENS_PER_WORD` converts token budgets to them."""
-    return _PIECE.findall(text)
-
-
-def _line_end(breaks: list[int], depth: float, length: int) -> int:
-    """Upstream `_generate_w_needle_placement`: the first line break at or after `depth` of
-    the window (`(pos - shift) / (L + 1) >= depth`, shift 0)."""
-    for pos in breaks:
-        if pos / (length + 1) >= depth:
-            return pos
-    raise LocosError(f"the haystack has no line break past depth {depth:.3f}")
-
-
-def _place(pieces: list[str], length: int, depth: float, inserts: list[tuple[float, str]],
-           where: str) -> tuple[str, list[Span]]:
-    """Upstream's placement (data/book_haystack.py): a window of `length` units ending
-    `(1 - depth)` past the needle's line break; each insert goes at the end of the line at its
-    own depth (`" " + text + "\\n"` in place of that line's newline). Returns the text and the
-    spans of the inserts, in the order given."""
-    breaks = [0] + [i for i, p in enumerate(pieces) if p == "\n"]
-    needle_at = _line_end(breaks, depth, length)
-    start = needle_at - int(round(length * depth))
-    end = start + length
-    if start < 0 or end > len(pieces):
-        raise LocosError(f"{where}: the book is too short for {length} units at depth {depth:.3f}")
-    at: dict[int, int] = {}
-    for k, (d, _) in enumerate(inserts):
-        pos = needle_at if k == 0 else _line_end(breaks, d, length)
-        if not start <= pos <= end or pos in at:
-            raise LocosError(f"{where}: the distractor's line break at depth {d:.3f} lies "
-                             f"outside the window or on the needle's line")
-        at[pos] = k
-    out: list[str] = []
-    size = 0
-    spans: list[Span] = [(0, 0)] * len(inserts)
-    for i in range(start, end + 1):  # a needle at depth 1 goes after the last unit
-        if i in at:
-            if i == start and pieces[i] != "\n":  # upstream drops the first unit at depth 0
-                out, size = [], 0
-            text = inserts[at[i]][1]
-            out.append(" ")
-            spans[at[i]] = (size + 1, size + 1 + len(text))
-            out.append(text + "\n")
-            size += 2 + len(text)
-        elif i < end:
-            out.append(pieces[i])
-            size += len(pieces[i])
-    return "".join(out), spans
-
-
-def _distractor_depth(depth: float, length_tokens: int, rng: random.Random, free: float = 0.2) -> float:
-    """Upstream `generate_w_needle_placement`: a depth outside a free zone around the needle
-    (fixed depths below 500 tokens)."""
-    if length_tokens < 500:
-        return 0.7 if depth < 0.6 else (0.6 if depth > 0.75 else 0.5)
-    left = max(0.0, depth - 2 * free)
-    right = max(0.0, 1 - (depth + 2 * free))
-    d = rng.uniform(0, left + right)
-    return depth + free + (d - left) if d > left else d + free
-
-
 def _nolima_root(root: Path) -> Path:
     return root / "data" if not (root / "needlesets").is_dir() and (root / "data" / "needlesets").is_dir() else root
 
 
-def _nolima_tests(entries: tuple[dict[str, Any], ...], qtypes: list[str] | None, source: str) -> list[dict[str, Any]]:
-    """Upstream run_tests.py: one test per (entry, question type, test), placeholders
-    `{1}`, `{2}`, ... filled from `input_args` in the needle, the question and the distractor."""
-    tests = []
-    for n, entry in enumerate(entries):
-        require(entry, ("id", "needle", "questions", "tests"), source, n)
-        for qtype, question in sorted(entry["questions"].items()):
-            if question is None or (qtypes and qtype not in qtypes):
-                continue
-            for test_id, test in sorted(entry["tests"].items()):
-                if test is None:
-                    continue
-                require(test, ("input_args",), source, f"{n} test {test_id}")
-                needle, q = entry["needle"], question
-                distractors = entry.get("distractors") or {}
-                distractor = None
-                for k, arg in enumerate(test["input_args"], start=1):
-                    mark = "{" + str(k) + "}"
-                    q, needle = q.replace(mark, arg), needle.replace(mark, arg)
-                    if mark in (distractors.get(qtype) or ""):
-                        distractor = distractors[qtype].replace(mark, arg)
-                tests.append({
-                    "name": f"{entry['id']}_{test_id}_{qtype}", "needle": needle, "question": q,
-                    "distractor": distractor, "gold_answers": test.get("gold_answers"),
-                    "character_set": entry.get("character_set"),
-                    "system_prompt": entry.get("system_prompt") or "",
-                    "task_template": entry.get("task_template") or NOLIMA_DEFAULT_TASK_TEMPLATE,
-                    "reasoning_type": entry.get("reasoning_type"), "row": n,
-                    "item": f"{entry['id']}/{test_id}",
-                })
-    if not tests:
-        raise LocosError(f"{source}: no test with a question of type {', '.join(qtypes or ['any'])}")
-    return tests
-
-
 def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]], str]:
-    root = _local_path(args, where)
+    root = local_path(args, where)
     if root is None:
         raise LocosError(
             f"{where}: NoLiMa is not redistributable (Adobe Research License); download it "
@@ -422,7 +276,7 @@ def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]]
         raise LocosError(f"{root}: no needle set {name!r}; needle sets here: {', '.join(sets) or 'none'}")
     qtypes = args.get("question_types")
     qtypes = [qtypes] if isinstance(qtypes, str) else (list(qtypes) if qtypes else None)
-    tests = _nolima_tests(read_files([path]), qtypes, str(path))
+    tests = needle_set_tests(read_files([path]), qtypes, str(path))
     hay = root / str(args.get("haystack", "haystack/rand_shuffle"))
     books = sorted(hay.glob("*.txt")) if hay.is_dir() else []
     if not books:
@@ -432,18 +286,31 @@ def _nolima_data(args: dict[str, Any], where: str) -> tuple[list[dict[str, Any]]
 
 def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
     """Example `index`: tests vary fastest, then haystack books (used in turn, as upstream's
-    outer loop), then the (context length, depth) grid of the task."""
+    outer loop), then the (context length, depth) grid of the task.
+
+    With `characters: K` (the LOCOS authors' `--max-characters-per-entry`), each test takes the
+    first K names of its character set instead of one drawn at random, and the book of its
+    entry (`row % books`, as theirs); after the tests, example `index` walks the K x cells
+    combinations in a golden-ratio stride (`nolima.spread_order`), so any prefix of the
+    stream covers names, lengths and depths evenly. `system_prompt: false` leaves out the
+    needle set's system prompt, as they do."""
     where = f"{spec.name}[{index}]"
     tests, books, source = _nolima_data(args, where)
     test = tests[index % len(tests)]
-    book_name, book = books[(index // len(tests)) % len(books)]
-    length_tokens, depth = grid(spec, index // (len(tests) * len(books)))
+    k = args.get("characters")
+    if k is None:
+        book_name, book = books[(index // len(tests)) % len(books)]
+        length_tokens, depth = grid(spec, index // (len(tests) * len(books)))
+    else:
+        book_name, book = books[test["row"] % len(books)]
+        char_no, cell = spread_order(index // len(tests), int(k), len(spec.context_lengths) * len(spec.depths))
+        length_tokens, depth = grid(spec, cell)
     needle, question = test["needle"], test["question"]
     if "{CHAR}" in needle:  # upstream evaluate(): the drawn character is the gold answer
         characters = test["character_set"]
         if not characters:
             raise LocosError(f"{source}: row {test['row']} has {{CHAR}} in its needle but no 'character_set'")
-        character = str(rng.choice(list(characters)))
+        character = str(rng.choice(list(characters)) if k is None else list(characters)[char_no % len(characters)])
         needle, question = needle.replace("{CHAR}", character), question.replace("{CHAR}", character)
         answers = [character]
     else:
@@ -455,8 +322,8 @@ def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Examp
     units = max(1, int(round(length_tokens / TOKENS_PER_WORD)))
     inserts = [(depth, needle)]
     if test["distractor"]:
-        inserts.append((_distractor_depth(depth, length_tokens, rng), test["distractor"]))
-    haystack, spans = _place(_pieces(book), units, depth, inserts, f"{where} ({book_name})")
+        inserts.append((distractor_depth(depth, length_tokens, rng), test["distractor"]))
+    haystack, spans = place_inserts(haystack_units(book), units, depth, inserts, f"{where} ({book_name})")
     template = test["task_template"]
     if template.count("{haystack}") != 1 or template.count("{question}") != 1:
         raise LocosError(f"{source}: task_template needs one {{haystack}} and one {{question}}")
@@ -474,12 +341,12 @@ def load_nolima(spec: Any, index: int, rng: random.Random, **args: Any) -> Examp
         metadata={"seed": spec.seed, "task_version": spec.version, "context_length": length_tokens,
                   "depth": depth, "test": test["name"], "item": test["item"], "book": book_name,
                   "reasoning_type": test["reasoning_type"], "user_turn": True,
-                  "system_prompt": test["system_prompt"]},
+                  "system_prompt": test["system_prompt"] if args.get("system_prompt", True) else ""},
     )
 
 
 def _nolima_available(args: dict[str, Any]) -> tuple[bool, str]:
-    ok, note = _offline(args, None)
+    ok, note = offline(args, None)
     if not ok and not args.get("path"):
         note = ("not redistributable (Adobe Research License): download NoLiMa yourself and "
                 "pass --data DIR")
@@ -519,7 +386,7 @@ def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Exampl
     it (one question over several contexts, say) always land in the same split.
     """
     where = spec.name
-    local = _local_path(args, where)
+    local = local_path(args, where)
     if local is None:
         raise LocosError(f"{where}: the jsonl loader needs source.args.path (a .jsonl file)")
     rows = read_files([local])
@@ -555,8 +422,10 @@ LOADERS: Registry[Loader] = Registry("loader")
 for _loader in (
     Loader("nolima", load_nolima, _nolima_available),
     Loader("babilong", load_babilong, _babilong_available, hub="RMT-team/babilong"),
-    Loader("musique", load_musique, lambda a: _offline(a, "dgslibisey/MuSiQue"), hub="dgslibisey/MuSiQue"),
-    Loader("jsonl", load_jsonl, lambda a: _offline(a, None)),
+    Loader("musique", load_musique, lambda a: offline(a, "dgslibisey/MuSiQue"), hub="dgslibisey/MuSiQue"),
+    Loader("jsonl", load_jsonl, lambda a: offline(a, None)),
+    Loader("parametric-arithmetic", parametric.load_parametric_arithmetic,
+           lambda a: offline(a, parametric.HUB), hub=parametric.HUB),
 ):
     LOADERS.add(_loader.name, _loader, source="built-in")
 

@@ -1,4 +1,5 @@
-"""Answer metrics: ROUGE-L F, contains, normalised exact match, token F1, gold log-prob.
+"""Answer metrics: ROUGE-L F, contains, normalised (or only lower-cased) exact match, token F1,
+gold log-prob.
 
 Every text metric has the signature `fn(prediction, answers) -> float` in `[0, 1]` and takes
 the best score over the gold answers. Predictions are first cut at the first newline or stop
@@ -100,6 +101,14 @@ def exact_match(prediction: str, answers: Sequence[str]) -> float:
     return float(any(pred == normalize(answer) and pred for answer in answers))
 
 
+def exact_match_strict(prediction: str, answers: Sequence[str]) -> float:
+    """1 when the cut prediction, stripped and lower-cased, equals a gold answer stripped and
+    lower-cased: no punctuation or article removed (the LOCOS authors' parametric scoring,
+    `score_sample` in their `locos/analysis/parametric_ablation.py`)."""
+    pred = cut_answer(prediction).lower()
+    return float(bool(pred) and any(pred == answer.strip().lower() for answer in answers))
+
+
 def f1(prediction: str, answers: Sequence[str]) -> float:
     """Token-level F1 (SQuAD/MuSiQue style) against the best gold answer."""
     pred = normalize(cut_answer(prediction)).split()
@@ -146,6 +155,7 @@ METRICS: dict[str, TextMetric | None] = {
     "rouge_l": rouge_l,
     "contains": contains,
     "exact_match": exact_match,
+    "exact_match_strict": exact_match_strict,
     "f1": f1,
     "label_accuracy": label_accuracy,
     "number_match": number_match,
@@ -177,6 +187,7 @@ __all__ = [
     "contains",
     "cut_answer",
     "exact_match",
+    "exact_match_strict",
     "f1",
     "get_metric",
     "label_accuracy",

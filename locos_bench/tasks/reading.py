@@ -8,7 +8,7 @@ or `text` builder. Either way the loader sees a list of row dicts, and every fai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -124,3 +124,49 @@ def choose_split(available: dict[str, Any], split: str, source: str) -> Any:
         names = ", ".join(sorted(available)) or "none"
         raise LocosError(f"{source}: no split {split!r}; splits here: {names}")
     return available[split]
+
+
+def local_path(args: dict[str, Any], where: str) -> Path | None:
+    """The local copy a task names (`source.args.path`, `--data`), None without one."""
+    path = args.get("path")
+    if path in (None, ""):
+        return None
+    p = Path(str(path)).expanduser()
+    if not p.exists():
+        raise LocosError(f"{where}: dataset path {str(p)!r} does not exist")
+    return p
+
+
+def offline(args: dict[str, Any], hub: str | None) -> tuple[bool, str]:
+    """Whether a loader task's local copy is there, and a line saying where it reads from."""
+    path = args.get("path")
+    if path and Path(str(path)).expanduser().exists():
+        return True, f"local copy at {path}"
+    if path:
+        return False, f"source.args.path {path} does not exist"
+    where = f"the Hugging Face hub ({args.get('hub', hub)})" if hub else "a local copy"
+    return False, f"needs {where} or source.args.path (--data PATH)"
+
+
+def dataset_rows(args: dict[str, Any], where: str, *, hub: str, config: str | None, hub_split: str,
+                 key: str, layout: Callable[[Path], dict[str, list[Path]]],
+                 hint: str) -> tuple[tuple[dict[str, Any], ...], str]:
+    """(rows, source name): from the hub without `path`, from one file, or from the files
+    that a release directory's `layout` maps `key` (`config/split`) to."""
+    local = local_path(args, where)
+    if local is None:
+        hub = args.get("hub", hub)
+        return read_hub(hub, config, hub_split, where, f"the release's layout: {hint}"), hub
+    if local.is_file():
+        return read_files([local]), str(local)
+    found = layout(local)
+    if not found:
+        raise LocosError(f"{local}: no {hint}")
+    files = choose_split(found, key, str(local))
+    return read_files(files), str(files[0]) if len(files) == 1 else str(local)
+
+
+def data_tables(directory: Path) -> list[Path]:
+    """Every JSON, JSONL and parquet file under `directory`."""
+    return sorted(p for p in directory.rglob("*")
+                  if p.is_file() and p.suffix.lower() in (".json", ".jsonl", ".parquet"))

@@ -111,6 +111,36 @@ class SizesSpec(BaseModel):
     evaluation: int = 24
 
 
+class CalibrationSpec(BaseModel):
+    """How a task's calibration split (the examples detectors score heads on) differs from
+    its reference and evaluation examples. The LOCOS authors detect on another grid than they
+    evaluate on (three characters per NoLiMa entry at 1,000-5,000 tokens; one character at
+    1,000-16,000 for the ablations): `run.splits` draws the calibration examples from this
+    stream, on the calibration split's own items."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context_lengths: list[int] | None = None
+    """The calibration grid's context lengths (None: the task's)."""
+    depths: list[float] | None = None
+    """The calibration grid's depths (None: the task's)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Source arguments that replace the task's for calibration examples."""
+    size: int | None = Field(default=None, ge=0)
+    """Calibration examples whatever the run's `--n-calib` (0: a control task, which no
+    detector scores, spends none of its rows on calibration); None: the run's."""
+
+    @field_validator("depths")
+    @classmethod
+    def _depths_in_range(cls, value: list[float] | None) -> list[float] | None:
+        return None if value is None else _depths(value)
+
+    @field_validator("context_lengths")
+    @classmethod
+    def _positive_lengths(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else _lengths(value)
+
+
 class TaskSpec(BaseModel):
     """One task, loaded from `tasks/<name>.yaml` and validated (unknown keys rejected)."""
 
@@ -143,17 +173,41 @@ class TaskSpec(BaseModel):
     """A harder variant of this retrieval task (longer context, more distractors), where
     accuracy has room to rise: steering runs (`--steer-alphas`) also evaluate it with this
     task's heads."""
+    calibration: CalibrationSpec | None = None
+    """Where the calibration (detection) examples differ from the rest (their own grid and
+    source arguments, or their number); None: the same stream for every split."""
+
+    def for_calibration(self) -> TaskSpec:
+        """The task as its calibration examples are drawn: the calibration grid and source
+        arguments in place of the task's (itself when `calibration` changes neither)."""
+        cal = self.calibration
+        if cal is None or (cal.context_lengths is None and cal.depths is None and not cal.args):
+            return self
+        source = self.source.model_copy(update={"args": {**self.source.args, **cal.args}})
+        return self.model_copy(update={
+            "source": source,
+            "context_lengths": cal.context_lengths or self.context_lengths,
+            "depths": cal.depths or self.depths,
+        })
 
     @field_validator("depths")
     @classmethod
     def _depths_in_range(cls, value: list[float]) -> list[float]:
-        if not value or any(not 0.0 <= d <= 1.0 for d in value):
-            raise ValueError("depths must be a non-empty list of fractions in [0, 1]")
-        return value
+        return _depths(value)
 
     @field_validator("context_lengths")
     @classmethod
     def _positive_lengths(cls, value: list[int]) -> list[int]:
-        if not value or any(n <= 0 for n in value):
-            raise ValueError("context_lengths must be a non-empty list of positive integers")
-        return value
+        return _lengths(value)
+
+
+def _depths(value: list[float]) -> list[float]:
+    if not value or any(not 0.0 <= d <= 1.0 for d in value):
+        raise ValueError("depths must be a non-empty list of fractions in [0, 1]")
+    return value
+
+
+def _lengths(value: list[int]) -> list[int]:
+    if not value or any(n <= 0 for n in value):
+        raise ValueError("context_lengths must be a non-empty list of positive integers")
+    return value

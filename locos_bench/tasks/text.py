@@ -18,6 +18,7 @@ the prompt format (plain completion or the model's chat template).
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,14 +292,19 @@ def raw_example(
     answers: list[str],
     metadata: dict[str, Any],
     preamble: str = "",
+    needle_spans: Sequence[Span] = (),
+    distractor_spans: Sequence[Span] = (),
 ) -> Example:
-    """Build the raw example `<preamble><context>\\n\\nQuestion: <question>` with spans."""
+    """Build the raw example `<preamble><context>\\n\\nQuestion: <question>` with spans.
+
+    Needles and distractors are the `pieces` placed in a `Context`, and any `needle_spans` and
+    `distractor_spans` given (character spans into `context`: a dataset row's own)."""
     text = context.text if isinstance(context, Context) else context
     offset = len(preamble)
     prompt = preamble + text + QUESTION_PREFIX + question
     q_start = offset + len(text) + len(QUESTION_PREFIX)
-    needles: list[Span] = []
-    distractors: list[Span] = []
+    needles: list[Span] = [(a + offset, b + offset) for a, b in needle_spans]
+    distractors: list[Span] = [(a + offset, b + offset) for a, b in distractor_spans]
     if isinstance(context, Context) and pieces:
         for piece, (a, b) in zip(pieces, context.spans):
             span = (a + offset, b + offset)

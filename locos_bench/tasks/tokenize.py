@@ -7,6 +7,7 @@ generation sees them (prompt, then answer tokens), so the answer positions are u
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,19 @@ def tokenize_example(
             f"{example.task}[{example.index}]: {total} tokens exceed the model's context of {max_tokens}"
         )
     return hit
+
+
+def tokenize_examples(examples: Iterable[Example], tokenizer: Any, *,
+                      reword: Callable[[str], str]) -> list[TokenizedExample]:
+    """`tokenize_example` of each example; a failure's message passed through `reword`, so the
+    one-line error also names what was tokenising (a detector, an evaluation)."""
+    out = []
+    for example in examples:
+        try:
+            out.append(tokenize_example(example, tokenizer))
+        except LocosError as exc:
+            raise LocosError(reword(str(exc))) from None
+    return out
 
 
 def _tokenize(example: Example, tokenizer: Any, margin: int) -> TokenizedExample:

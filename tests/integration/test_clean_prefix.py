@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from locos_bench.evaluation import CleanPrefix, evaluate_head_sets, evaluate_task, gold_logprobs
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
+from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblation, reference_means
 from tests.integration.test_shared_batches import _sets, _task
 
 

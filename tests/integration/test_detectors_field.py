@@ -110,6 +110,21 @@ def test_echo_misses_the_retrieval_heads_that_induction_finds(planted):
         assert float(induction.scores[head]) > 0.2 > 0.05 > float(echo.scores[head])
 
 
+def test_razor_attention_is_the_references_union_of_echo_and_induction(planted):
+    """RazorAttention keeps the top 1% of heads by echo united with the top 14% by induction
+    (golden-stick `_select_top_heads`, `round(share x heads)` each): its top heads are that
+    set, and on the planted model, whose retrieval heads are induction heads, they are found."""
+    echo = _score("echo", planted, [])
+    induction = _score("echo", planted, [], pattern="induction")
+    razor = _score("razor-attention", planted, [])
+    n = echo.scores.numel()
+    kept = set(echo.ranking()[:round(0.01 * n)]) | set(induction.ranking()[:round(0.14 * n)])
+    assert kept and set(razor.ranking()[:len(kept)]) == kept
+    retrieval = _truth(planted, "retrieval")
+    assert retrieval <= set(razor.ranking()[:3]), _names(razor.ranking())
+    assert not set(echo.ranking()[:3]) & retrieval
+
+
 def test_echo_refuses_a_sequence_longer_than_the_context(planted):
     with pytest.raises(LocosError, match="longer than the model's context of 2048 tokens"):
         _score("echo", planted, [], length=40, repeats=60)

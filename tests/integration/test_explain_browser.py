@@ -37,7 +37,7 @@ def random_llama(directory, *, layers: int, heads: int, kv_heads: int, context: 
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from locos_bench.models import load_model
-    from locos_bench.models.planted import build_planted_tokenizer
+    from locos_bench.models.planted_build import build_planted_tokenizer
 
     tok = build_planted_tokenizer()
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from locos_bench.detectors import Detector, HeadScores, register_detector
-from locos_bench.detectors.conformance import answer_key_leaks
+from locos_bench.detectors.answer_key import answer_key_leaks
 from locos_bench.errors import LocosError
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress

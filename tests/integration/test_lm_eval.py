@@ -61,7 +61,7 @@ def manager(le):
 
 @pytest.fixture(scope="module")
 def planted_dir(tmp_path_factory):
-    from locos_bench.models.planted import build_planted
+    from locos_bench.models.planted_build import build_planted
 
     model, tokenizer, _ = build_planted()
     path = tmp_path_factory.mktemp("planted-hf")
@@ -257,7 +257,7 @@ def test_bad_model_args(le):
 def test_sink_rule_reaches_the_hooks(le, planted, planted_run):
     import torch
 
-    from locos_bench.evaluation import token_positions
+    from locos_bench.interventions import token_positions
     from locos_bench.names import hook_z
 
     head_set = le.resolve_heads("L1H0", planted, reference="planted-kv")
@@ -372,6 +372,29 @@ def test_heads_from_a_run_directory(le, planted, planted_run, planted_dir):
         le.resolve_heads(f"{planted_run.path}:attention@planted-kv:2", planted)
     with pytest.raises(LocosError, match="was made on model 'planted'"):
         le.resolve_heads(f"{planted_run.path}:locos@planted-kv:2", load_model(str(planted_dir)))
+
+
+def test_an_lm_eval_control_is_evaluated_and_steered_as_an_external_control(planted, planted_run):
+    """The worker tells an lm-eval control by its type (`ExternalControl`), asks it for its
+    values one head set at a time (never in shared batches), ablated or steered."""
+    from locos_bench.harness.worker import Job, Worker, run_tasks
+    from locos_bench.run import EvalUnit, RunConfig, SteeringUnit, UnitKey
+    from locos_bench.run.splits import ExternalControl
+
+    name = "lm-eval:planted_kv_mc"
+    config = RunConfig(model="planted", detectors=["locos"], preset="quick", quiet=True,
+                       lm_eval_tasks=[str(FIXTURES / "planted_kv_mc.yaml")]).resolved().for_model(planted)
+    tasks = run_tasks(config, planted)
+    assert isinstance(tasks[name], ExternalControl) and not isinstance(tasks["planted-kv"], ExternalControl)
+    recorded = next(u for u in planted_run.read_units()
+                    if isinstance(u, EvalUnit) and u.task == name and u.detector == "locos" and u.k == 4)
+    worker = Worker(config, planted, tasks, log=lambda m: None)
+    jobs = [Job(recorded.key, recorded.heads, "planted-kv"),
+            Job(UnitKey.steer(name, "locos", 0, 4, 0.01, "planted-kv"), recorded.heads, "planted-kv")]
+    ablated, steered = worker.run_many(jobs)
+    assert ablated.model_dump(exclude={"seconds"}) == recorded.model_dump(exclude={"seconds"})
+    assert isinstance(steered, SteeringUnit) and steered.key == jobs[1].key and steered.heads_from == "planted-kv"
+    assert sum(steered.values["acc"]) < len(steered.values["acc"])  # the retrieval heads damped a hundredfold
 
 
 def test_run_cli_parses_lm_eval_tasks():

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors import get_detector_class
 from locos_bench.detectors.knockout import knockout_drops
+from locos_bench.interventions import patch_z_hooks
 from locos_bench.tasks import load_task, make_examples
 
 pytestmark = pytest.mark.slow
@@ -100,7 +101,7 @@ def test_attribution_is_the_total_derivative_on_gemma3(gemma3, examples, results
         for sign in (1, -1):
             src = {layer: clean[layer] + sign * eps * (corrupted[layer] - clean[layer])}
             with torch.no_grad():
-                logits = runner.run(1, iv.patch_z_hooks([head], src, prep.positions, runner.end))
+                logits = runner.run(1, patch_z_hooks([head], src, prep.positions, runner.end))
             values.append(float(iv.gold_logprob(logits, prep.answer_ids)[0]))
         slope = -(values[0] - values[1]) / (2 * eps)
         assert abs(float(estimate[head])) > 1e-3, head

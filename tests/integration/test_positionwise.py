@@ -13,8 +13,8 @@ import pytest
 
 from locos_bench import cli
 from locos_bench.evaluation import answers_and_logprobs, evaluate_task, generate_answers, gold_logprobs
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadMeans, reference_means
 from locos_bench.harness.worker import Job, Worker
+from locos_bench.interventions import AblationSpec, HeadAblation, HeadMeans, reference_means
 from locos_bench.run import RunConfig, UnitKey
 from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import load_task

@@ -10,8 +10,8 @@ import torch
 
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import evaluate_head_sets, evaluate_task
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
 from locos_bench.harness.worker import Job, Worker
+from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblation, reference_means
 from locos_bench.run import RunConfig, UnitKey
 from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import load_task
@@ -68,7 +68,7 @@ def test_head_sets_in_one_batch_equal_one_at_a_time(planted, planted_task, mode,
 def test_run_many_equals_run(planted, planted_task):
     data, _ = planted_task
     cfg = RunConfig(model="planted", tasks=["planted-kv"], n_eval=6, detectors=["random"], eval_head_sets=4).resolved()
-    worker = Worker(cfg, planted, {"planted-kv": data}, log=lambda m: None)
+    worker = Worker(cfg.for_model(planted), planted, {"planted-kv": data}, log=lambda m: None)
     jobs = [Job(UnitKey("eval", "planted-kv", "random", 0, len(s)), s, "planted-kv") for s in _sets(planted)[1:]]
     jobs.insert(2, Job(UnitKey("rank", "planted-kv", "random", 0, 1), jobs[0].heads[:1], "planted-kv"))
     many = worker.run_many(jobs)

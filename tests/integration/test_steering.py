@@ -37,8 +37,13 @@ def test_a_steering_run_evaluates_the_harder_variant_with_the_tasks_heads(steere
     assert kinds == {"planted-kv": ("retrieval", None), "planted-kv-hard": ("variant", "planted-kv")}
     assert not [u for u in units if u.kind == "scores" and u.task == "planted-kv-hard"]
     assert not [u for u in units if u.kind == "eval" and u.task == "planted-kv-hard" and u.detector != "baseline"]
-    steer = [u for u in units if u.kind == "steer"]
+    steer = [u for u in units if u.kind == "steer" and not u.split]
     assert len(steer) == 2 * 2 * (1 + 2)  # two tasks x two alphas x (locos + two random draws)
+    # The retrieval task is also steered on each draw's calibration examples (where alpha is
+    # chosen); its variant, which chose no heads, is not.
+    calibration = [u for u in units if u.kind == "steer" and u.split == "calibration"]
+    assert len(calibration) == 2 * (1 + 2) and {u.task for u in calibration} == {"planted-kv"}
+    assert {len(next(iter(u.values.values()))) for u in calibration} == {4}  # n_calib examples
     variant = [u for u in steer if u.task == "planted-kv-hard" and u.detector == "locos"]
     own = {u.alpha: u.heads for u in steer if u.task == "planted-kv" and u.detector == "locos"}
     assert variant and all(u.heads_from == "planted-kv" and u.heads == own[u.alpha] for u in variant)
@@ -55,8 +60,19 @@ def test_amplifying_the_retrieval_heads_raises_the_gold_logprob(steered):
         assert locos.gold_area[2.0].low > 0, "both retrieval heads x2: a larger answer logit"
         assert locos.gold_area[0.5].high < 0, "both retrieval heads x0.5: a smaller one"
         assert locos.area[2.0].value == 0.0  # accuracy is already 1: no room to rise
-    (row,) = [r for r in stats.steering_summary if r.detector == "locos"]
-    assert row.best_alpha in (2.0, 0.5) and row.retrieval_gain is not None and row.control_cost is None
+    (row,) = [r for r in stats.steering_summary if r.detector == "locos"]  # one alpha: chosen
+    assert row.chosen and row.alpha in (2.0, 0.5) and row.retrieval_gain is not None and row.control_cost is None
+    # The choice reads the calibration units only: the evaluation units can say anything.
+    manifest, units = load_run(run_dir.path)
+    flipped = [u.model_copy(update={"values": {m: [-v for v in vs] for m, vs in u.values.items()}})
+               if u.kind == "steer" and not u.split else u for u in units]
+    again = [r for r in analyze(manifest, flipped).steering_summary if r.detector == "locos"]
+    assert [r.alpha for r in again] == [row.alpha]
+    # A run recorded before calibration steering chooses nothing: every alpha, none chosen.
+    old = manifest.model_copy(update={"steer_calibration": False})
+    before = [r for r in analyze(old, [u for u in units if not (u.kind == "steer" and u.split)]).steering_summary
+              if r.detector == "locos"]
+    assert sorted(r.alpha for r in before) == [0.5, 2.0] and not any(r.chosen for r in before)
 
 
 def test_a_rerun_resumes_without_recomputing(steered, planted):

@@ -1,4 +1,4 @@
-"""Streaming heads (`lean_attention.streaming`): a chosen head sees only its row's first `sink`
+"""Streaming heads (`interventions.streaming`): a chosen head sees only its row's first `sink`
 real tokens and the last `window` tokens, computed under SDPA without a `[B, H, T, T]` tensor.
 
 Checked against TransformerLens's explicit path with the same keys masked out of
@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import locos_bench.models.lean_attention as attention
 from locos_bench.detectors.conformance import conformance_model
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import generate_from_ids
+from locos_bench.interventions import streaming
+from locos_bench.models.lean_attention import eager
 from locos_bench.names import hook_attn_scores, hook_z
 
 ATOL = 1e-5
@@ -67,10 +68,10 @@ def _forward(model, ids, hooks=()):
 def _streamed_and_reference(model, ids, heads, sink, window):
     """(logits, z) under `streaming`, the layers it left unaffected, and the explicit path's
     (logits, z) with the same keys masked out of the scores."""
-    with attention.streaming(model.bridge, heads, sink=sink, window=window) as unaffected:
+    with streaming(model.bridge, heads, sink=sink, window=window) as unaffected:
         lean = _forward(model, ids)
     affected = {layer: chosen for layer, chosen in heads.items() if layer not in unaffected}
-    with attention.eager(model.bridge):
+    with eager(model.bridge):
         ref = _forward(model, ids, _masking_hooks(affected, sink, window))
     return lean, unaffected, ref
 
@@ -97,20 +98,20 @@ def test_streaming_heads_equal_the_explicitly_masked_reference(model):
 def test_no_streaming_head_or_a_window_past_the_prompt_changes_nothing(model):
     ids = _ids(model, 40, seed=1)
     plain, _ = _forward(model, ids)
-    with attention.streaming(model.bridge, {0: set(), 1: set()}, sink=4, window=8):
+    with streaming(model.bridge, {0: set(), 1: set()}, sink=4, window=8):
         none, _ = _forward(model, ids)
     assert torch.equal(none, plain)
     every = {layer: set(range(model.geometry.n_heads)) for layer in range(model.geometry.n_layers)}
-    with attention.streaming(model.bridge, every, sink=0, window=40):
+    with streaming(model.bridge, every, sink=0, window=40):
         wide, _ = _forward(model, ids)
     assert _close(wide, plain)
 
 
 def test_streaming_composes_with_cached_generation(model):
     prompts = [_ids(model, 60, seed=2)[0].tolist()]
-    with attention.streaming(model.bridge, STREAM, sink=2, window=6):
+    with streaming(model.bridge, STREAM, sink=2, window=6):
         lean = generate_from_ids(model, prompts, max_new_tokens=6, batch_size=1)
-    with attention.eager(model.bridge), model.bridge.hooks(fwd_hooks=_masking_hooks(STREAM, 2, 6)):
+    with eager(model.bridge), model.bridge.hooks(fwd_hooks=_masking_hooks(STREAM, 2, 6)):
         ref = generate_from_ids(model, prompts, max_new_tokens=6, batch_size=1)
     assert lean == ref
 
@@ -122,7 +123,7 @@ def test_a_left_padded_row_keeps_its_own_sinks(model):
     mask = torch.ones_like(ids)
     mask[1, :20] = 0
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.inference_mode(), attention.streaming(model.bridge, STREAM, sink=3, window=5):
+    with torch.inference_mode(), streaming(model.bridge, STREAM, sink=3, window=5):
         batch = model.bridge(ids, attention_mask=mask, position_ids=positions)
         alone = model.bridge(short)
     assert torch.isfinite(batch).all()
@@ -134,15 +135,15 @@ def test_a_left_padded_row_keeps_its_own_sinks(model):
     (dict(sink=4, window=0), "window must be an integer >= 1"),
 ])
 def test_bad_sink_or_window(model, kwargs, message):
-    with pytest.raises(LocosError, match=message), attention.streaming(model.bridge, STREAM, **kwargs):
+    with pytest.raises(LocosError, match=message), streaming(model.bridge, STREAM, **kwargs):
         pass
 
 
 def test_bad_heads_and_layers(model):
-    with pytest.raises(LocosError, match="layer 7 out of range"), attention.streaming(model.bridge, {7: {0}}, sink=1,
+    with pytest.raises(LocosError, match="layer 7 out of range"), streaming(model.bridge, {7: {0}}, sink=1,
                                                                                        window=4):
         pass
-    with pytest.raises(LocosError, match="layer 1 has heads 0..3"), attention.streaming(model.bridge, {1: {4}}, sink=1,
+    with pytest.raises(LocosError, match="layer 1 has heads 0..3"), streaming(model.bridge, {1: {4}}, sink=1,
                                                                                         window=4):
         pass
 
@@ -151,13 +152,13 @@ def test_a_pattern_hook_or_eager_model_is_refused_not_run_full(model):
     ids = _ids(model, 20)
     hooks = [("blocks.1.attn.hook_pattern", lambda p, hook: None)]
     with pytest.raises(LocosError, match="cannot be masked on the explicit attention path"):
-        with attention.streaming(model.bridge, STREAM, sink=1, window=4), model.bridge.hooks(fwd_hooks=hooks):
+        with streaming(model.bridge, STREAM, sink=1, window=4), model.bridge.hooks(fwd_hooks=hooks):
             model.bridge(ids)
     from locos_bench.models import load_model
 
-    eager = load_model("planted", attention="eager")
+    explicit = load_model("planted", attention="eager")
     with pytest.raises(LocosError, match=r"need the lean SDPA attention; layer 1 runs eager"):
-        with attention.streaming(eager.bridge, STREAM, sink=1, window=4):
+        with streaming(explicit.bridge, STREAM, sink=1, window=4):
             pass
 
 
@@ -191,7 +192,7 @@ def test_cached_generation_past_a_sliding_window(gemma_tiny):
     heads = {geo.sliding_layers[0]: {0, 1}, geo.n_layers - 1: {0}}
     prompt = torch.randint(5, 300, (1, 2 * geo.sliding_window), generator=torch.Generator().manual_seed(1))
     bridge = gemma_tiny.bridge
-    with torch.inference_mode(), attention.streaming(bridge, heads, sink=3, window=6):
+    with torch.inference_mode(), streaming(bridge, heads, sink=3, window=6):
         logits, cache = bridge(prompt, return_type="logits_and_cache", use_cache=True, logits_to_keep=1)
         cached = [int(logits[0, -1].argmax())]
         for _ in range(5):

@@ -18,9 +18,8 @@ import pytest
 from locos_bench.cli import main
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import evaluate_task
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
 from locos_bench.harness import run_benchmark
-from locos_bench.models.lean_attention import only_full
+from locos_bench.interventions import AblationSpec, HeadAblation, only_full, reference_means
 from locos_bench.report.analysis import analyze
 from locos_bench.run import RunConfig, load_run
 from locos_bench.run.splits import build_task_data
@@ -96,12 +95,14 @@ def test_a_sufficiency_run_records_ranks_and_resumes(tmp_path, planted):
     stats = analyze(manifest, units)
     (task,) = stats.sufficiency
     locos = task.rows["locos"]
-    assert locos.retained[2].value == 1.0 and locos.retained[2].low == 1.0
+    assert locos.kept[2].value == 0.0 and locos.kept[2].low == 0.0  # both retrieval heads full: nothing lost
     assert locos.versus["random"].low > 0
-    assert task.floor.value < 0.5
+    assert task.floor.value < -0.5 and task.floor_retained.value < 0.5
     assert 0 < task.floor_kv < locos.kv_kept[1] < locos.kv_kept[2] < 1
+    summary = {r.detector: r for r in stats.sufficiency_summary}
+    assert summary["locos"].versus["headline"]["random"].value > 0  # the run's simultaneous family
     text = (run_dir.path / "leaderboard.md").read_text()
-    assert "### Sufficiency (KV compression)" in text and "retained @k=2" in text
+    assert "### Sufficiency (KV compression)" in text and "kept − unablated @k=2" in text
     again = run_benchmark(_cfg(tmp_path), model=planted)
     assert len(load_run(again.path)[1]) == len(units)  # resumed: nothing recomputed
 

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from locos_bench.errors import LocosError
-from locos_bench.evaluation import token_positions
-from locos_bench.evaluation.ablation import (
+from locos_bench.interventions import (
     AblationSpec,
     HeadAblation,
     check_positionwise_reference,
     reference_means,
-    reference_reach,
+    token_positions,
 )
+from locos_bench.interventions.means import reference_reach
 from locos_bench.models import heads as H
 
 

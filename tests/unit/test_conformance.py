@@ -22,6 +22,7 @@ from locos_bench.detectors import (
     get_detector_class,
     run_detector,
 )
+from locos_bench.detectors.answer_key import answer_key_leaks
 from locos_bench.detectors.conformance import conformance_model, detector_checks, parametrize_with_checks
 from locos_bench.errors import LocosError
 from locos_bench.models import describe_with_answer_key
@@ -233,7 +234,7 @@ class SearchesForTheKey(_Base):
     """Would cheat if it could: walks everything reachable from its model for the answer key."""
 
     def score(self, model, examples, *, rng):
-        SEARCHES.append(conformance.answer_key_leaks(model))
+        SEARCHES.append(answer_key_leaks(model))
         return super().score(model, examples, rng=rng)
 
 
@@ -284,11 +285,11 @@ def test_the_search_finds_a_key_wherever_it_is_hidden(where):
     else:
         undo = _hide(hf, "lookup", {tuple(h): "x" for h in truth["retrieval"]})
     try:
-        leaks = conformance.answer_key_leaks(model)
+        leaks = answer_key_leaks(model)
     finally:
         undo()
     assert leaks, f"the answer key hidden in {where} was not found"
-    assert conformance.answer_key_leaks(model) == []
+    assert answer_key_leaks(model) == []
 
 
 def test_suite_fails_a_model_that_carries_the_key():

@@ -325,3 +325,24 @@ def test_no_examples_is_an_error(model, name):
 def test_bad_answer_tokens_parameter(model, name):
     with pytest.raises(LocosError, match=rf"detector '{name}': answer_tokens must be one of"):
         make_detector(name, answer_tokens="last").score(model, [HAND], rng=RNG(0))
+
+
+def test_razor_rule_unites_the_top_echo_and_induction_heads_at_every_scale():
+    """RazorAttention's selection (golden-stick: top round(1% x heads) by echo united with top
+    round(14% x heads) by induction), scaled: the top k of the ranking is that union at the
+    scale that gives k heads, and at scale 1 exactly the reference's set."""
+    from locos_bench.detectors.echo import razor_rule
+
+    gen = torch.Generator().manual_seed(0)
+    echo, induction = torch.rand(20, 10, generator=gen), torch.rand(20, 10, generator=gen)  # 200 heads
+    ranking = [divmod(int(i), 10) for i in torch.argsort(razor_rule({"echo": echo, "induction": induction}).flatten(),
+                                                          descending=True)]
+
+    def top(scores, m):
+        return {divmod(int(i), 10) for i in torch.argsort(scores.flatten(), descending=True)[:m]}
+
+    reference = top(echo, round(0.01 * 200)) | top(induction, round(0.14 * 200))
+    assert set(ranking[:len(reference)]) == reference and len(reference) > 28  # the echo heads are in it
+    for t in (0.5, 2.0, 3.0):
+        union = top(echo, round(t * 2)) | top(induction, round(t * 28))
+        assert set(ranking[:len(union)]) == union, t

@@ -360,7 +360,7 @@ def test_failure_leaves_an_existing_page_untouched(model, example, tmp_path):
 def test_unsupported_architecture(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from locos_bench.models.planted import build_planted_tokenizer
+    from locos_bench.models.planted_build import build_planted_tokenizer
 
     tok = build_planted_tokenizer()
     GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=16, n_layer=1, n_head=2)

@@ -12,8 +12,9 @@ import pytest
 from locos_bench import cli
 from locos_bench.errors import LocosError
 from locos_bench.report.bootstrap import Estimate
+from locos_bench.report.display import fmt, fmt_ci
 from locos_bench.report.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
-from locos_bench.report.markdown import fmt, fmt_ci, render_markdown
+from locos_bench.report.markdown import render_markdown
 from locos_bench.run import BASELINE, RunDir, RunPlan, load_run
 from locos_bench.run.records import (
     DetectorEntry,
@@ -167,6 +168,19 @@ def test_writes_markdown_and_linked_pngs(run_dir: Path):
         assert fact in md
 
 
+def test_every_detector_has_its_own_colour_and_marker(tmp_path: Path):
+    """The published gemma3 run's 12 detectors, and up to 40: no two share a (colour, marker)."""
+    from locos_bench.report.plots import detector_styles
+    from locos_bench.run import load_run
+
+    manifest, _ = load_run(Path(__file__).resolve().parents[2] / "leaderboard" / "gemma3-default-seed0")
+    names = [d.name for d in manifest.detectors]
+    assert len(names) == 12
+    for group in (names, [f"d{i}" for i in range(40)]):
+        styles = detector_styles(group)
+        assert len(set(styles.values())) == len(group)
+
+
 def test_markdown_is_deterministic(tmp_path: Path):
     a = make_run(tmp_path / "a" / "run")
     b = make_run(tmp_path / "b" / "run")
@@ -184,15 +198,16 @@ def test_markdown_is_deterministic(tmp_path: Path):
 def test_task_table_is_ranked_and_shows_baseline_random_and_cost(run_dir: Path):
     md = render_markdown(analyze_runs(run_dir, n_resamples=200))
     rows = [_cells(r) for r in _table_after(md, "### Task `needle`")[2:]]
-    names = [r[1] for r in rows]
+    names = [r[2] for r in rows]
     assert names == ["baseline (unablated)", "locos", "attention", "random (3 draws)", "crashy"]
-    assert [r[0] for r in rows] == ["—", "1", "2", "3", "—"]
+    assert [r[0] for r in rows] == ["—", "1", "2", "3", "—"]  # rank sets on the headline
+    assert [r[1] for r in rows] == ["—", "1", "2", "3", "—"]  # and on the gold log-prob
     locos = rows[1]
-    assert locos[2] == "0.000 [0.000, 0.000]"  # exact_match at k=1: collapsed
+    assert locos[3] == "0.000 [0.000, 0.000]"  # exact_match at k=1: collapsed
     random_row = rows[3]
-    assert "±" in random_row[2]
+    assert "±" in random_row[3]
     assert random_row[-2:] == ["3.0", "16"]  # mean seconds and forward passes over 3 draws
-    assert rows[4][2] == "failed"
+    assert rows[4][3] == "failed"
     # Per-rank diagnostic: locos' rank-1 head drops gold log-prob by 2, rank 2 by 1.
     ranks = {(_cells(r)[0]): _cells(r)[1:] for r in _table_after(md, "Per-rank diagnostic")[2:]
              if "needle" in md}
@@ -213,7 +228,8 @@ def test_summary_table_specificity_and_versus(run_dir: Path):
     assert list(rows)[0] == "locos"
     spec = float(rows["locos"][5].split()[0])
     assert spec > 0.5  # collapses retrieval, spares the control
-    assert rows["locos"][6] == "0.000 [0.000, 0.000]"  # against itself: exactly zero
+    assert rows["locos"][6] == "—"  # not compared with itself
+    assert rows["attention"][6].startswith("-0.688 [")  # the family's simultaneous interval
     assert rows["crashy"][2] == "0/1 + 0/1"
 
 

@@ -15,8 +15,8 @@ from locos_bench.run import RunConfig
 from locos_bench.run.splits import SPLITS, build_task_data
 from locos_bench.tasks import BUILTIN_TASKS_DIR, load_task, make_example, make_examples
 from locos_bench.tasks.babi import fact_spans
+from locos_bench.tasks.files import with_data
 from locos_bench.tasks.loaders import availability
-from locos_bench.tasks.registry import with_data
 from locos_bench.tasks.spec import SourceSpec
 
 
@@ -463,6 +463,26 @@ def nolima_case(root):
     return spec, sized(2, 2, 6), nolima_identity
 
 
+def nolima_locos_case(root):
+    """The LOCOS authors' NoLiMa on the five needles: a calibration stream of its own (three
+    names, another grid), lengths the fixture's books can hold."""
+    spec, cfg, identity = nolima_case(root)
+    locos = load_task("nolima-locos")
+    small = locos.calibration.model_copy(update={"context_lengths": [100, 150]})
+    source = locos.source.model_copy(update={"args": {**locos.source.args, "path": str(root),
+                                                      "needle_set": "needle_set_five.json"}})
+    return locos.model_copy(update={"source": source, "context_lengths": [100, 200], "calibration": small}), \
+        cfg, identity
+
+
+def parametric_case(root):
+    from test_paper_protocol import PARAMETRIC_ROWS
+
+    path = write_jsonl(root / "parametric_arithmetic.jsonl", PARAMETRIC_ROWS)
+    return with_args("parametric-arithmetic", path=str(path)), sized(1, 1, 2), \
+        lambda e: e.prompt[slice(*e.question_span)]
+
+
 def babilong_rows():
     """Distinct stories, and one story again inside other PG19 noise (row 3 = row 0)."""
     people = ["Mary", "John", "Sandra", "Daniel", "Fred"]
@@ -537,6 +557,8 @@ BUILTIN_TASKS = sorted(p.stem for p in BUILTIN_TASKS_DIR.glob("*.yaml"))
 SPLIT_CASES = {
     **{name: generator_case(name) for name in BUILTIN_TASKS if load_task(name).source.generator},
     "nolima": nolima_case,
+    "nolima-locos": nolima_locos_case,
+    "parametric-arithmetic": parametric_case,
     "babilong": babilong_raw_case,
     "babilong-parquet-by-length": babilong_parquet_case(True),
     "babilong-parquet-by-task": babilong_parquet_case(False),
@@ -558,8 +580,10 @@ def test_no_item_crosses_splits(case, tmp_path):
     home: dict = {}
     for split in SPLITS:
         examples = data.split(split)
-        assert len(examples) == getattr(cfg, {"calibration": "n_calib", "reference": "n_ref",
-                                              "evaluation": "n_eval"}[split])
+        wanted = getattr(cfg, {"calibration": "n_calib", "reference": "n_ref", "evaluation": "n_eval"}[split])
+        if split == "calibration" and spec.calibration and spec.calibration.size is not None:
+            wanted = spec.calibration.size  # a control spends no rows on calibration
+        assert len(examples) == wanted
         for e in examples:
             assert home.setdefault(identity(e), split) == split, f"{identity(e)} in {home[identity(e)]} and {split}"
             assert e.metadata["item"]  # every built-in source names its item
@@ -568,8 +592,9 @@ def test_no_item_crosses_splits(case, tmp_path):
     for split in SPLITS:
         assert entry.splits[split] == [e.index for e in data.split(split)]
     for split in SPLITS:
-        e = data.split(split)[-1]
-        assert make_example(spec, e.index) == e
+        if data.split(split):  # calibration examples come from the calibration stream, if any
+            e = data.split(split)[-1]
+            assert make_example(spec.for_calibration() if split == "calibration" else spec, e.index) == e
 
 
 def test_a_nolima_needle_stays_in_one_split_across_books_and_question_types(tmp_path):

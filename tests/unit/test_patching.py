@@ -30,7 +30,7 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from locos_bench.detectors import _interventions as iv
+from locos_bench.detectors import _drops as iv
 from locos_bench.detectors import get_detector_class, patching, run_detector
 from locos_bench.detectors.conformance import hook_snapshot, state_snapshot
 from locos_bench.detectors.knockout import knockout_drops
@@ -40,6 +40,7 @@ from locos_bench.detectors.patching import (
     path_patching_drops,
 )
 from locos_bench.errors import LocosError
+from locos_bench.interventions import knockout_hooks, patch_z_hooks
 from locos_bench.models.planted import planted_ground_truth
 from locos_bench.tasks import Example, load_task, make_examples
 from locos_bench.tasks.tokenize import tokenize_example
@@ -197,7 +198,7 @@ def test_knockout_changes_z_only_at_the_answer_rows_of_its_head(planted, prep2):
     prep = prep2  # two answer rows
     z, pattern = "blocks.1.attn.hook_z", "blocks.1.attn.hook_pattern"
     clean = _capture(planted, prep, [], [z, pattern])
-    hooks = iv.knockout_hooks([(1, 0)], prep.positions, prep.needle_positions, len(prep.ids))
+    hooks = knockout_hooks([(1, 0)], prep.positions, prep.needle_positions, len(prep.ids))
     knocked = _capture(planted, prep, hooks, [z, pattern])
     q, needle = prep.positions, prep.needle_positions
     # The pattern row of L1H0 at the answer position: no weight on the needle, still sums to 1.
@@ -215,7 +216,7 @@ def test_knockout_changes_z_only_at_the_answer_rows_of_its_head(planted, prep2):
 def test_knockout_over_a_cached_prefix_hits_the_same_rows(planted, prep2):
     prep = prep2
     # Same hook, prefix-cache path: the answer rows' z must match the full-pass knockout.
-    hooks = iv.knockout_hooks([(1, 0)], prep.positions, prep.needle_positions, len(prep.ids))
+    hooks = knockout_hooks([(1, 0)], prep.positions, prep.needle_positions, len(prep.ids))
     full = _capture(planted, prep, hooks, ["blocks.1.attn.hook_z"])["blocks.1.attn.hook_z"]
     runner = iv.Runner(planted, prep, prefix_cache=True)
     store = {}
@@ -233,7 +234,7 @@ def test_patch_hook_sets_exactly_the_corrupted_z(planted, prep):
     _, corrupted = iv.capture_z(planted, prep.corrupted, prep.positions)
     z = "blocks.2.attn.hook_z"
     clean = _capture(planted, prep, [], [z])[z]
-    hooks = iv.patch_z_hooks([(2, 3)], corrupted, prep.positions, len(prep.ids))
+    hooks = patch_z_hooks([(2, 3)], corrupted, prep.positions, len(prep.ids))
     patched = _capture(planted, prep, hooks, [z])[z]
     q = prep.positions
     assert torch.equal(patched[0, q, 3], corrupted[2][:, 3])
@@ -258,7 +259,7 @@ def test_attribution_is_the_gradient_of_activation_patching(planted, prep):
         values = []
         for sign in (1, -1):
             src = {layer: clean[layer] + sign * eps * (corrupted[layer] - clean[layer])}
-            hooks = iv.patch_z_hooks([head], src, prep.positions, runner.end)
+            hooks = patch_z_hooks([head], src, prep.positions, runner.end)
             with torch.no_grad():
                 values.append(float(iv.gold_logprob(runner.run(1, hooks), prep.answer_ids)[0]))
         slope = (values[0] - values[1]) / (2 * eps)

@@ -22,13 +22,12 @@ from locos_bench.models.planted import (
     D_MODEL,
     PlantedConfig,
     answer_word,
-    build_planted,
-    build_planted_tokenizer,
     country_of,
     planted_ground_truth,
     planted_vocab,
     previous_token_margin,
 )
+from locos_bench.models.planted_build import build_planted, build_planted_tokenizer
 from locos_bench.tasks import Example, TaskSpec
 from locos_bench.tasks.generators import get_generator
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example

@@ -12,8 +12,9 @@ import pytest
 
 from locos_bench.errors import LocosError
 from locos_bench.models.planted import planted_truth
-from locos_bench.report.analysis import analyze, ground_truth, truth_sets
+from locos_bench.report.analysis import analyze
 from locos_bench.report.markdown import render_markdown
+from locos_bench.report.truth import ground_truth, truth_sets
 from locos_bench.run import Manifest, load_run
 
 BOARDS = Path(__file__).resolve().parents[2] / "leaderboard"
@@ -74,16 +75,16 @@ def test_the_truth_table_shows_tied_ranks_as_ties():
     stats = _stats("planted-reference", tie_seed=0)
     text = render_markdown([stats])
     lines = text.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("| rank") and "AUROC " in line
+    header = next(i for i, line in enumerate(lines) if line.startswith("| detector") and "AUROC " in line
                   and "L1H1 (read only decoy)" in line)
     cells = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
     columns = cells(lines[header])
-    row = next(cells(line) for line in lines[header + 2:] if cells(line)[1] == "retrieval-head")
+    row = next(cells(line) for line in lines[header + 2:] if cells(line)[0] == "retrieval-head")
     assert row[columns.index("retrieval heads' ranks")] == "L1H0 =1, L2H3 =1"
     assert row[columns.index("L1H1 (read only decoy)")] == "=1"
     assert row[columns.index("precision@2")] == "0.667"
     assert "**=R**" in text and "tie seed, 0" in text
-    locos = next(cells(line) for line in lines[header + 2:] if cells(line)[1] == "locos")
+    locos = next(cells(line) for line in lines[header + 2:] if cells(line)[0] == "locos")
     assert locos[columns.index("retrieval heads' ranks")] == "L1H0 1, L2H3 2", "untied ranks stay plain"
     legacy = render_markdown([_stats("planted-reference")])
     assert "L1H0 =1" not in legacy and "ties broken by layer, head" in legacy and "**=R**" not in legacy

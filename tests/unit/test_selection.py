@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from locos_bench.report.analysis import selection_stability
 from locos_bench.report.bootstrap import topk_stability
+from locos_bench.report.stability import selection_stability
 
 
 def test_identical_examples_give_a_perfectly_stable_selection():

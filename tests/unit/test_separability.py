@@ -1,145 +1,173 @@
-"""Separability of adjacent ranks: bootstrap p-values, Holm over the leaderboard's family, tie ranks."""
+"""Separability: the run's pre-specified families (written in the manifest, derived for old
+run directories), rank sets from every pair, verdicts independent of the page and of B,
+controls not ranked, and the conclusion that opens the page."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from locos_bench.errors import LocosError
+from locos_bench.report.leaderboard import analyze_runs
+from locos_bench.report.markdown import render_markdown
 from locos_bench.run import load_run
+from locos_bench.run.records import Family, default_family
 from tests.unit.test_leaderboard import _cells, _table_after, make_run
 
 BOARDS = Path(__file__).resolve().parents[2] / "leaderboard"
 
 
-def test_holm_adjusted_p_values_by_hand():
-    from locos_bench.report.bootstrap import holm
-
-    # Sorted: 0.005 x4 = 0.02, 0.01 x3 = 0.03, 0.03 x2 = 0.06, 0.04 x1 = 0.04 -> 0.06 (monotone).
-    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert holm([0.5, 0.6]) == [1.0, 1.0]  # 0.5 x2 = 1.0 caps the rest
-    assert holm([0.2]) == [0.2] and holm([]) == []
-    with pytest.raises(LocosError, match="p-values in"):
-        holm([0.1, float("nan")])
+def _copy(name: str, tmp_path: Path) -> Path:
+    out = tmp_path / name
+    out.mkdir(parents=True)
+    for f in ("manifest.json", "results.jsonl"):
+        shutil.copy(BOARDS / name / f, out / f)
+    return out
 
 
-def test_paired_bootstrap_p_value_floor_one_and_symmetry():
-    from locos_bench.report.bootstrap import Bootstrap, p_value
-
-    boot = Bootstrap(20, n_resamples=499, seed=3)
-    x = np.linspace(-1.0, 1.3, 20)
-    assert p_value([(1.0, boot, np.full(20, 0.2))]) == 2 / 500  # every replicate above zero
-    assert p_value([(1.0, boot, x), (-1.0, boot, x)]) == 1.0  # a row against itself
-    assert p_value([(1.0, boot, x)]) == p_value([(-1.0, boot, x)])
-    reps = boot.replicates(x)
-    assert p_value([(1.0, boot, x)]) == min(1.0, 2 * (1 + min((reps <= 0).sum(), (reps >= 0).sum())) / 500)
+def _verdicts(run) -> dict:
+    """Every verdict and rank set of a run, as plain data."""
+    return {"verdicts": {k: [(v.detector, v.reference, v.separable) for v in f.verdicts] for k, f in run.verdicts.items()},
+            "ranks": {k: f.ranks for k, f in run.ranks.items()},
+            "tasks": {t.section: {m: f.ranks for m, f in t.ranks.items()} for t in run.tasks}}
 
 
-def test_rank_labels_competition_ranking_with_ties():
-    from locos_bench.report.analysis import Comparison
-    from locos_bench.report.markdown import rank_labels
-
-    def pairs(*separable: bool) -> list[Comparison]:
-        return [Comparison(upper="u", lower="l", figure="f", separable=s) for s in separable]
-
-    assert rank_labels("abcd", pairs(True, False, True)) == {"a": "1", "b": "=2", "c": "=2", "d": "4"}
-    assert rank_labels("abc", pairs(True, True)) == {"a": "1", "b": "2", "c": "3"}
-    assert rank_labels("abc", pairs(False, False)) == {"a": "=1", "b": "=1", "c": "=1"}
-    assert rank_labels("ab", pairs(False)) == {"a": "=1", "b": "=1"}
+def test_the_family_is_every_detector_against_locos_and_random():
+    family = default_family(["a", "locos", "random", "b"])
+    assert family.pairs == [("a", "locos"), ("a", "random"), ("b", "locos"), ("b", "random"), ("locos", "random")]
+    assert family.figures == ["ablation:headline", "ablation:gold_logprob"]
+    both = default_family(["a", "locos"], sufficiency=True, steering=True)
+    assert both.pairs == [("a", "locos")]
+    assert both.figures[2:] == ["sufficiency:headline", "sufficiency:gold_logprob", "steering:headline",
+                                "steering:gold_logprob"]
 
 
-def _planted(tmp_path: Path, n_resamples: int):
+def test_old_run_directories_derive_the_family_from_their_configuration(tmp_path: Path):
+    """The published records predate the field: the family comes from their own detectors;
+    a family written in the manifest is the one used."""
+    manifest, units = load_run(_copy("planted-reference", tmp_path))
+    assert manifest.family is None
+    names = [d.name for d in manifest.detectors]
+    assert manifest.verdict_family() == default_family(names)
     from locos_bench.report import analyze
 
-    for name in ("manifest.json", "results.jsonl"):
-        shutil.copy(BOARDS / "planted-reference" / name, tmp_path / name)
-    manifest, units = load_run(tmp_path)
-    return analyze(manifest, units, n_resamples=n_resamples, name="planted-reference")
+    written = manifest.model_copy(update={"family": Family(figures=["ablation:gold_logprob"],
+                                                           pairs=[("dla", "locos")])})
+    run = analyze(written, units, n_resamples=200)
+    assert list(run.verdicts) == ["ablation:gold_logprob"]
+    assert [(v.detector, v.reference) for v in run.verdicts["ablation:gold_logprob"].verdicts] == [("dla", "locos")]
 
 
-def test_planted_reference_separable_and_tied_adjacent_ranks(tmp_path: Path):
-    from locos_bench.report.markdown import render_markdown
-
-    stats = _planted(tmp_path, 400)
-    (task,) = stats.tasks
-    by_pair = {(c.upper, c.lower): c for c in task.comparisons}
-    # locos picks the same retrieval heads as path-patching: a tested difference, not separable.
-    tie = by_pair[("path-patching", "locos")]
-    assert tie.figure == "gold_logprob drop-area" and tie.tested and tie.p_holm > 0.05
-    assert not tie.separable
-    # Random heads vs `echo` (no drop at all): random's 3 draws are resampled too (two
-    # levels), and a resample of draws that all miss the retrieval heads drops nothing, so 3
-    # draws cannot separate them: a tested tie.
-    apart = by_pair[("random", "echo")]
-    assert apart.figure == "exact_match drop-area" and apart.tested and apart.p_holm > 0.05
-    assert not apart.separable and apart.difference.low <= 0.0 < apart.difference.value
-    # Ordered by the ground truth: no bootstrap distribution, not tested, distinct ranks.
-    truth = by_pair[("dla", "retrieval-head")]
-    assert truth.figure == "precision@n" and not truth.tested and truth.separable
-
-    md = render_markdown([stats])
-    lines = md.splitlines()
-    main = next(i for i, line in enumerate(lines) if "| baseline (unablated)" in line)  # the task table
-    ranks = {_cells(r)[1]: _cells(r)[0] for r in lines[main + 1:main + 15]}
-    assert ranks == {"activation-patching": "=1", "attention-knockout": "=1", "attribution-patching": "=1",
-                     "path-patching": "=1", "locos": "=1", "dla": "=1", "retrieval-head": "7", "eap-ig": "=8",
-                     "attention": "=8", "headkv": "=8", "qrhead": "=8", "random (3 draws)": "=12", "echo": "=12",
-                     "locos-argmax": "=12"}
-    pairs = {r[0]: r[-1] for r in (_cells(x) for x in _table_after(md, "Adjacent ranks:")[2:])}
-    assert pairs["path-patching / locos"] == "no: tie"
-    assert pairs["random / echo"] == "no: tie"
+def test_verdicts_are_the_same_alone_and_beside_another_run(tmp_path: Path):
+    gemma = _copy("gemma3-default-seed0", tmp_path)
+    planted = _copy("planted-reference", tmp_path)
+    alone = analyze_runs([gemma])[0]
+    beside = analyze_runs([gemma, planted])[0]
+    assert _verdicts(alone) == _verdicts(beside)
+    page_alone, page_beside = render_markdown([alone]), render_markdown([alone, analyze_runs([planted])[0]])
+    for key, stats in alone.verdicts.items():
+        table = stats.verdicts
+        assert table and all(f"| {v.detector} − {v.reference}" in page_beside for v in table)
+    summary = page_alone[page_alone.index("### Summary across tasks"):page_alone.index("### Task")]
+    assert summary in page_beside  # the run's whole summary, verdicts and ranks, unchanged
 
 
-def test_the_family_is_every_comparison_the_leaderboard_shows(tmp_path: Path):
-    from locos_bench.report import analysis
-    from locos_bench.report.leaderboard import analyze_runs
-    from locos_bench.report.markdown import render_markdown
-
-    one = make_run(tmp_path / "a")
-    two = make_run(tmp_path / "b", seed=4)
-    alone = analyze_runs([one], n_resamples=300)[0]
-    m_one = alone.holm_family
-    tested = [c for t in alone.tasks for c in t.comparisons if c.tested] + \
-        [c for c in alone.summary_comparisons if c.tested]
-    assert m_one == len(tested) > 0
-    md = render_markdown([alone])
-    assert (f"Holm's step-down correction runs over **the family of every adjacent-pair comparison "
-            f"this leaderboard tests**: {m_one} comparisons") in " ".join(md.split())
-    both = analyze_runs([one, two], n_resamples=300)
-    assert both[0].holm_family == both[1].holm_family > m_one  # one family across the runs
-    assert "of every run" in render_markdown(both)
-    # The module docstrings say which family is corrected.
-    assert "The family" in analysis.__doc__ and "Holm" in analysis.__doc__
+@pytest.mark.slow
+def test_published_verdicts_do_not_depend_on_the_number_of_resamples(tmp_path: Path):
+    gemma = _copy("gemma3-default-seed0", tmp_path)
+    assert _verdicts(analyze_runs([gemma], n_resamples=1000)[0]) == _verdicts(analyze_runs([gemma], n_resamples=10000)[0])
 
 
-def test_tie_marks_in_task_and_summary_tables(tmp_path: Path):
-    from locos_bench.report.leaderboard import analyze_runs
-    from locos_bench.report.markdown import render_markdown
+def test_rank_sets_come_from_every_pair():
+    from locos_bench.report.separability import Side, rank_sets
 
-    md = render_markdown(analyze_runs(make_run(tmp_path / "r"), n_resamples=300))
-    # needle: locos collapses it, attention later, random barely: all apart.
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.1, 24)
+
+    def sides(**means: float) -> dict:
+        return {n: {"t": Side((m + noise + rng.normal(0, 0.01, 24))[None], (0,), "calibration")}
+                for n, m in means.items()}
+
+    apart = rank_sets("x", "f", sides(a=3.0, b=2.0, c=1.0), False, level=0.95, n_resamples=1000, seed=0)
+    assert apart.ranks == {"a": (1, 1), "b": (2, 2), "c": (3, 3)}
+    close = rank_sets("x", "f", sides(a=2.0, b=2.0, c=1.0), False, level=0.95, n_resamples=1000, seed=0)
+    assert close.ranks == {"a": (1, 2), "b": (1, 2), "c": (3, 3)}
+    assert close.kind == "all pairs" and close.size == 3 and close.units == 24
+
+
+def test_nothing_is_separable_when_n_is_too_small(tmp_path: Path):
+    """Four evaluation examples: 16 sign patterns, the smallest attainable p 2/16 >= 0.05: the
+    page says so, ranks nobody and shows no interval as a number."""
+    from locos_bench.report import analyze
+    from tests.unit.test_stats import build, flat
+
+    tasks = {"needle": ("retrieval", {"exact_match": [1.0] * 4, "gold_logprob": [-1.0] * 4},
+                        {"locos": flat({"exact_match": [0.0] * 4, "gold_logprob": [-4.0, -5.0, -4.5, -6.0]}),
+                         "attention": flat({"exact_match": [1.0] * 4, "gold_logprob": [-1.1, -1.2, -1.0, -1.3]})})}
+    manifest, units = build(tasks)
+    run = analyze(manifest, units, n_resamples=200)
+    stats = run.verdicts["ablation:gold_logprob"]
+    assert stats.units == 4 and stats.p_min == pytest.approx(2 / 16) and not stats.identified
+    assert not any(v.separable for v in stats.verdicts)
+    md = render_markdown([run])
+    assert "Nothing can be separable at this n" in md
+    assert re.search(r"\| attention − locos \| \S+ \[unbounded\] \| 0\.125 \| none at this n \| not separable",
+                     " ".join(md.split()))
     needle = [_cells(r) for r in _table_after(md, "### Task `needle`")[2:]]
-    assert [(r[0], r[1]) for r in needle] == [("—", "baseline (unablated)"), ("1", "locos"),
-                                              ("2", "attention"), ("3", "random (3 draws)"),
-                                              ("—", "crashy")]
-    # sums: attention and locos ablate the same borrowed heads with the same values: a tie; and
-    # random's small lead is within the spread of its draws (resampled in two levels): a tie too.
-    sums = [_cells(r) for r in _table_after(md, "### Task `sums`")[2:]]
-    assert [(r[0], r[1]) for r in sums][1:4] == [("=1", "random (3 draws)"), ("=1", "attention"),
-                                                 ("=1", "locos")]
-    # A detector with no retrieval figure is not ranked in the summary.
-    summary = {_cells(r)[1]: _cells(r)[0] for r in _table_after(md, "Headline metric of each task")[2:]}
-    assert summary["crashy"] == "—"
+    assert {r[0] for r in needle} == {r[1] for r in needle} == {"—"}
+    assert "nothing can be separable at this n" in md.split("## ")[0]  # the conclusion says it too
 
 
-def test_too_few_resamples_for_the_family_is_said(tmp_path: Path):
-    from locos_bench.report.leaderboard import analyze_runs
-    from locos_bench.report.markdown import render_markdown
+def test_controls_are_not_ranked(tmp_path: Path):
+    md = render_markdown(analyze_runs(make_run(tmp_path / "r"), n_resamples=200))
+    header = _cells(_table_after(md, "### Task `sums`")[0])
+    assert header[0] == "detector" and not any(h.startswith("rank") for h in header)
+    names = [_cells(r)[0] for r in _table_after(md, "### Task `sums`")[2:]]
+    assert names == ["baseline (unablated)", "locos", "attention", "random (3 draws)", "crashy"]  # the run's order
+    section = md[md.index("### Task `sums`"):md.index("### Failed units")]
+    assert "*Family:*" not in section
 
-    run = analyze_runs(make_run(tmp_path / "r"), n_resamples=50)[0]
-    assert not any(c.separable for t in run.tasks for c in t.comparisons if c.tested)
-    text = " ".join(render_markdown([run]).split())
-    assert "With B = 50 no pair can be separated" in text and "--n-resamples" in text
+
+def test_the_conclusion_opens_the_page_and_follows_the_verdicts(tmp_path: Path):
+    run = analyze_runs([_copy("gemma3-default-seed0", tmp_path)])[0]
+    md = render_markdown([run])
+    first = md.split("\n\n")[2]
+    assert first.startswith("**Conclusion**") and "n = 8 evaluation examples" in first
+    gold = first[first.index("On the gold log-prob"):]
+    for v in run.verdicts["ablation:gold_logprob"].verdicts:
+        if v.reference != "locos" or v.detector == "random":
+            continue
+        clause = "below:" if v.separable else "not separable:"
+        against = gold[gold.index("against `locos`"):]
+        listed = against[against.index(clause):].split(";")[0]
+        assert f"`{v.detector}`" in listed, (v.detector, clause)
+    assert not re.search(r"\b(clearly|strongly|best|significantly|dramatically)\b", first)
+    assert "conditional on those heads" in first  # one calibration draw
+
+
+def test_every_ranked_table_states_its_family(tmp_path: Path):
+    md = render_markdown(analyze_runs([_copy("gemma3-default-seed0", tmp_path)]))
+    notes = [line for line in md.splitlines() if line.startswith("*Family:*")]
+    # The summary: rank sets and verdicts on two figures; each retrieval task: rank sets on two.
+    assert len(notes) == 4 + 2 * 2
+    assert all("Smallest attainable p" in n for n in notes)
+    assert "Adjacent ranks" not in md and "Holm" not in md and not re.search(r"\| =\d", md)  # no chained ties
+
+
+def test_the_reading_notes_point_to_the_methodology_and_agree_with_it():
+    from locos_bench.report import notes
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "methodology.md").read_text()
+    text = " ".join(" ".join([notes.DEFINITIONS, notes.SEPARABILITY, notes.PAIRED_SPECIFICITY, notes.SUFFICIENCY,
+                              notes.STEERING, notes.HEADS_ONCE]).split())
+    assert "docs/methodology.md" in text
+    # Each procedure the notes name is the one the page defines and cites.
+    for note, page_term in (("max-T", "Westfall & Young 1993"), ("Mogstad, Romano, Shaikh & Wilhelm 2024", "Mogstad"),
+                            ("Fieller", "Fieller 1954"), ("D − 1 of the D random draws", "resamples **D − 1** of the D"), ("[unbounded]", "`[unbounded]`"),
+                            ("conditional on the heads it chose", "Conditional on the heads"),
+                            ("Control tasks are not ranked", "Control tasks** are not ranked")):
+        assert note in text, note
+        assert page_term in page, page_term

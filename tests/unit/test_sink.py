@@ -13,9 +13,9 @@ import torch
 
 from locos_bench import cli
 from locos_bench.errors import LocosError
-from locos_bench.evaluation import generate_answers, token_positions
-from locos_bench.evaluation._batching import _bound_positions
-from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, HeadSetAblation, reference_means
+from locos_bench.evaluation import generate_answers
+from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblation, reference_means, token_positions
+from locos_bench.interventions.positions import bound_positions
 from locos_bench.run.records import Manifest
 
 KEEP = AblationSpec.parse("mean", sink="keep")
@@ -99,7 +99,7 @@ def test_keep_during_cached_generation(planted, data, reference):
     seen = []
 
     def capture(z, hook):
-        seen.append((z[:, :, HEAD].detach().clone(), _bound_positions(z).clone()))
+        seen.append((z[:, :, HEAD].detach().clone(), bound_positions(z).clone()))
 
     hooks = [*HeadAblation([(LAYER, HEAD)], KEEP, means).hooks(), (f"blocks.{LAYER}.attn.hook_z", capture)]
     examples = data.evaluation

@@ -1,4 +1,4 @@
-"""Specificity (report.analysis): control units per retrieval task in the plan, and relative
+"""Specificity (report.specificity): control units per retrieval task in the plan, and relative
 drops that let tasks in different units average, on small hand-made run records."""
 
 from __future__ import annotations
@@ -93,12 +93,12 @@ def test_relative_drops_make_a_precise_head_set_more_specific_than_a_destructive
     assert "relative drop" in text and "mean over pairs" in text
 
 
-def test_a_relative_drop_is_clipped_on_a_rate_and_undefined_without_an_unablated_value():
+def test_a_relative_drop_is_not_clipped_undefined_at_zero_and_unbounded_when_not_identified():
     units = _units()
     helped = [u for u in units if u.task == "sums" and u.detector == "precise"][0]
     helped.values["number_match"] = _hits(14)  # the ablation helps: 0.7 > 0.5 unablated
     row = {r.detector: r for r in analyze(_manifest(), units, n_resamples=100).summary}
-    assert row["precise"].figures["headline"]["control_relative"].value == 0.0  # clipped, not -0.4
+    assert row["precise"].figures["headline"]["control_relative"].value == pytest.approx(-0.4)  # not clipped to 0
     zero = {r.detector: r for r in analyze(_manifest(), _units(control_base=0), n_resamples=100).summary}
     assert zero["precise"].figures["headline"]["specificity"] is None
     assert zero["precise"].notes == ["sums: unablated number_match is 0, so its relative drop is undefined; "
@@ -106,20 +106,37 @@ def test_a_relative_drop_is_clipped_on_a_rate_and_undefined_without_an_unablated
     assert zero["precise"].figures["gold_logprob"]["specificity"] is not None  # nats need no division
     assert "Left out of specificity: sums: unablated number_match is 0" in render_markdown(
         [analyze(_manifest(), _units(control_base=0), n_resamples=100)])
+    # One correct answer in 20: a mean of 0.05 that is not distinguishable from 0 at n = 20.
+    stats = analyze(_manifest(), _units(control_base=1), n_resamples=100)
+    faint = {r.detector: r for r in stats.summary}["precise"]
+    spec = faint.figures["headline"]["specificity"]
+    assert spec.low == -np.inf and spec.high == np.inf and np.isfinite(spec.value)
+    assert "sums: unablated number_match is not distinguishable from 0" in faint.notes[0]
+    text = render_markdown([stats])
+    assert "[unbounded]" in text and "[-inf" not in text and "inf]" not in text
 
 
-def test_bca_intervals_of_the_relative_specificity():
-    stats = analyze(_manifest(), _units(), n_resamples=300, method="bca")
-    spec = {r.detector: r.figures["headline"]["specificity"] for r in stats.summary}
-    assert spec["precise"].low <= 0.25 <= spec["precise"].high
-    assert np.isfinite([spec["destructive"].low, spec["destructive"].high]).all()
+def test_the_relative_specificity_interval_is_the_delta_method_whatever_the_bootstrap():
+    """Fieller / delta-method intervals: the same under percentile and BCa bootstraps."""
+    from scipy import stats as sps
+
+    spec = {m: {r.detector: r.figures["headline"]["specificity"]
+                for r in analyze(_manifest(), _units(), n_resamples=300, method=m).summary}
+            for m in ("percentile", "bca")}
+    assert spec["percentile"] == spec["bca"]
+    precise = spec["percentile"]["precise"]
+    # precise: needle drops 5 of 20 (relative 0.25), the control nothing: the retrieval term's
+    # influence (drop - 0.25 * unablated) / 1 is 0.75 on 5 examples and -0.25 on 15.
+    phi = np.array([0.75] * 5 + [-0.25] * 15)
+    half = sps.t.ppf(0.975, N - 1) * phi.std(ddof=1) / np.sqrt(N)
+    assert (precise.low, precise.high) == pytest.approx((0.25 - half, 0.25 + half))
 
 
 def test_relative_specificity_of_random_draws_is_resampled_in_two_levels():
     """Random's two draws differ (relative specificity 0.8 with draw 0's heads, 0 with draw
-    1's) while every example of a draw is alike: resampling the examples alone gives a zero-
-    width interval at 0.4; resampling the draws first, paired between the retrieval task and
-    the control with the same draw's heads, spans the draws."""
+    1's) while every example of a draw is alike: the examples alone give a zero-width interval
+    at 0.4; the between-draw variance, paired between the retrieval task and the control with
+    the same draw's heads, spans the draws."""
     manifest = _manifest().model_copy(update={
         "detectors": [DetectorEntry(name="random", params={}, source="built-in", cost="1", stochastic=True)],
         "random_draws": 2})
@@ -132,15 +149,19 @@ def test_relative_specificity_of_random_draws_is_resampled_in_two_levels():
                               values={"contains": [needle] * N, "gold_logprob": [-2.0 - draw] * N}))
         units.append(EvalUnit(task="sums", detector="random", draw=draw, k=4, heads=[[0, 0]], heads_from="needle",
                               values={"number_match": [sums] * N, "gold_logprob": [-1.5] * N}))
+    from scipy import stats as sps
+
     for method in ("percentile", "bca"):
         fig = analyze(manifest, units, n_resamples=400, method=method).summary[0].figures
         spec = fig["headline"]["specificity"]
         assert spec.value == pytest.approx(0.4)
         assert fig["headline"]["retrieval_relative"].value == pytest.approx(0.6)
         assert fig["headline"]["control_relative"].value == pytest.approx(0.2)
-        assert spec.high - spec.low > 0.3  # one level: 0 (every example of a draw alike)
+        # Examples alike within a draw: all the variance is between the draws' figures, 0.8
+        # and 0 (retrieval and control paired on each draw): sd over sqrt(2).
+        half = sps.t.ppf(0.975, N - 1) * np.std([0.8, 0.0], ddof=1) / np.sqrt(2)
+        assert (spec.low, spec.high) == pytest.approx((0.4 - half, 0.4 + half))
         gold = fig["gold_logprob"]["specificity"]  # nats: 1.0 - 0.5 with draw 0, 2.0 - 0.5 with draw 1
         assert gold.value == pytest.approx(1.0) and gold.high - gold.low > 0.3
-        if method == "percentile":  # replicates: 0 (draw 1 twice), 0.4 (one of each), 0.8 (draw 0 twice)
-            assert spec.low == pytest.approx(0.0) and spec.high == pytest.approx(0.8)
+        if method == "percentile":  # D - 1 = 1 draw per resample: draw 1's 0.5 or draw 0's 1.5
             assert gold.low == pytest.approx(0.5) and gold.high == pytest.approx(1.5)

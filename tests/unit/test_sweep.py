@@ -48,9 +48,9 @@ def test_grid_expands_to_one_run_per_combination(tmp_path):
     names = [p.name for p in sweep.run_dirs]
     assert names[0] == "planted-quick-seed0-detectors0" and len(set(names)) == 8
     by_name = dict(zip(names, sweep.runs))
-    assert by_name["smollm2-quick-seed1-detectors1"].detectors == ["attention"]
-    assert by_name["smollm2-quick-seed1-detectors1"].tasks == ["kv-retrieval", "arithmetic"]  # the preset's
-    assert by_name["planted-quick-seed0-detectors0"].tasks == ["planted-kv"]
+    assert by_name["smollm2-quick-seed1-detectors1"].detectors == ("attention",)
+    assert by_name["smollm2-quick-seed1-detectors1"].tasks == ("kv-retrieval", "arithmetic")  # the preset's
+    assert by_name["planted-quick-seed0-detectors0"].tasks == ("planted-kv",)
     assert all(cfg.n_eval == 4 for cfg in sweep.runs)
 
 
@@ -107,7 +107,7 @@ def test_local_sweep_runs_each_run_and_writes_one_leaderboard(tmp_path, capsys):
 def test_readme_sweep_example_is_a_valid_sweep(tmp_path):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "scaling.md").read_text()
     section = readme.split("### Sweeps", 1)[1]
     text = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     sweep = load_sweep(_write(tmp_path, text))

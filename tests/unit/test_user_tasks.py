@@ -15,7 +15,7 @@ from locos_bench.cli import main
 from locos_bench.errors import LocosError
 from locos_bench.run import RunConfig, RunDir
 from locos_bench.tasks import load_task, make_example, make_examples
-from locos_bench.tasks.registry import resolve_tasks
+from locos_bench.tasks.files import resolve_tasks
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +129,7 @@ def test_paper_falls_back_to_synthetic_twins_and_says_why(tmp_path):
     specs, fallbacks = resolve_tasks(PAPER, prefer_real=True)
     assert [s.name for s in specs] == PAPER
     assert set(fallbacks) == {"nolima-synth", "musique-synth", "babilong-synth"}
-    assert fallbacks["nolima-synth"].startswith("nolima: not redistributable")
+    assert fallbacks["nolima-synth"].startswith("nolima-locos: not redistributable")
     assert fallbacks["babilong-synth"].startswith("babilong: needs the Hugging Face hub")
 
 

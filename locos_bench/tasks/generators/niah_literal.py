@@ -13,7 +13,6 @@ from typing import Any
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.generators._characters import character_example
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE
 
 
 @register_generator("niah-literal")
@@ -25,15 +24,9 @@ def niah_literal(
     needle: str = "{name} lives next to {landmark}.",
     question: str = "Where does {name} live?",
     answer: str = "landmark",
-    n_characters: int = 4,
-    distinct: str = "city",
-    surnames: bool = False,
-    preamble: str = DEFAULT_PREAMBLE,
-    filler: str = DEFAULT_FILLER,
-    spread: bool = False,
+    **options: Any,
 ) -> Example:
-    return character_example(
-        spec, index, rng, needle=needle, question=question, answer=answer,
-        n_characters=n_characters, distinct=distinct, literal=True, surnames=surnames,
-        preamble=preamble, filler=filler, spread=spread,
-    )
+    """`options`: the scaffolding's (`character_example`: `n_characters`, `distinct`,
+    `surnames`, `preamble`, `filler`, `spread`)."""
+    return character_example(spec, index, rng, needle=needle, question=question, answer=answer, literal=True,
+                             **options)

@@ -15,7 +15,6 @@ from typing import Any
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.generators._characters import character_example
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE
 
 
 @register_generator("nolima-synth")
@@ -26,15 +25,9 @@ def nolima_synth(
     *,
     needle: str = "Actually, {name} lives next to {landmark}.",
     question: str = "Which character has been to {city}?",
-    n_characters: int = 4,
-    distinct: str = "city",
-    surnames: bool = False,
-    preamble: str = DEFAULT_PREAMBLE,
-    filler: str = DEFAULT_FILLER,
-    spread: bool = False,
+    **options: Any,
 ) -> Example:
-    return character_example(
-        spec, index, rng, needle=needle, question=question, answer="name",
-        n_characters=n_characters, distinct=distinct, literal=False, surnames=surnames,
-        preamble=preamble, filler=filler, spread=spread,
-    )
+    """`options`: the scaffolding's (`character_example`: `n_characters`, `distinct`,
+    `surnames`, `preamble`, `filler`, `spread`); the answer is always the character's name."""
+    return character_example(spec, index, rng, needle=needle, question=question, answer="name", literal=False,
+                             **options)

@@ -1,4 +1,4 @@
-"""Plan before downloading: head geometry and memory from architecture numbers alone.
+"""Memory before downloading: head geometry and memory estimates from architecture numbers alone.
 
 Every aliased hub model ships its architecture numbers (`locos_bench/data/model_configs/`),
 so `locos-bench models qwen3-8b --json` answers "what are its heads, and will it fit at this
@@ -24,7 +24,7 @@ BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 POST_ATTENTION_NORM = {"gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3"}
 """Model types whose attention output passes through a norm before the residual stream."""
 HEADROOM = 0.9
-"""Fraction of free GPU memory a run plans to use (the CUDA context and allocator need the rest)."""
+"""Fraction of free GPU memory a run may use (the CUDA context and allocator need the rest)."""
 
 
 def text_config(config: Any) -> Any:
@@ -95,7 +95,7 @@ def sequence_bytes(geo: HeadGeometry, tokens: int, dtype: str = "bfloat16", *, a
     return kv_cache_bytes(geo, tokens, dtype) + scores + activations + logits
 
 
-def plan(raw_config: dict[str, Any], contexts: Mapping[str, int], dtype: str = "bfloat16") -> dict[str, Any]:
+def memory_estimate(raw_config: dict[str, Any], contexts: Mapping[str, int], dtype: str = "bfloat16") -> dict[str, Any]:
     """Geometry, parameter counts and memory at each named context length (e.g. each preset's,
     `presets.preset_contexts()`), from a config dict."""
     config = hf_config(raw_config)
@@ -164,7 +164,7 @@ def _check_gpu_fits(spec: ModelSpec, device: str, dtype: str, context_tokens: in
     check_fits(needed, free, what)
 
 
-def plan_model(name: str, contexts: Mapping[str, int], *, dtype: str | None = None) -> dict[str, Any]:
+def estimate_memory(name: str, contexts: Mapping[str, int], *, dtype: str | None = None) -> dict[str, Any]:
     """What `locos-bench models NAME` prints for a hub alias, offline: provenance, head
     geometry, parameters and memory at each named context (`contexts`, e.g.
     `presets.preset_contexts()`), in `dtype` (default: the checkpoint's own, bfloat16 for every
@@ -182,5 +182,5 @@ def plan_model(name: str, contexts: Mapping[str, int], *, dtype: str | None = No
         "note": spec.note,
         "chat_template_kwargs": dict(spec.chat_template_kwargs),
         "planned_from": f"locos_bench/data/model_configs/{spec.config}.json (not loaded)",
-        **plan(raw, contexts, dtype=DTYPES[dtype]),
+        **memory_estimate(raw, contexts, dtype=DTYPES[dtype]),
     }

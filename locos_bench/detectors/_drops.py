@@ -1,7 +1,9 @@
-"""Shared machinery of the intervention detectors (knockout and the three patching ones).
+"""Gold-answer log-prob drops: the measurement the intervention detectors share (knockout and
+the three patching ones).
 
 Private. Everything here serves one measurement: the teacher-forced gold-answer log-prob at
 the answer positions `q_j`, clean and under a per-head intervention, one example at a time.
+The interventions themselves are hooks of `locos_bench.interventions.batched_heads`.
 
 * **Model input.** Prompt plus gold answer without its last token (nothing reads the
   prediction made there), so the answer positions are the last `P` positions.
@@ -12,7 +14,8 @@ the answer positions `q_j`, clean and under a per-head intervention, one example
   `prefix_cache=False` runs the whole sequence each time (same numbers to float rounding,
   checked by the tests; the slow path is the reference).
 * **Batched heads.** An example is replicated along the batch dimension and batch row `r`
-  carries the intervention on head `assign[r]`, so one pass scores `batch_size` heads.
+  carries the intervention on head `assign[r]`, so one pass scores `batch_size` heads
+  (`head_chunks`).
 * **Corruption.** A same-length neutral span replaces each needle: the first run (in reading
   order) of consecutive off-needle positions as long as the needle, preferring runs that hold
   no token of the gold answer, copied from the example's own context. Deterministic, keeps
@@ -23,7 +26,6 @@ the answer positions `q_j`, clean and under a per-head intervention, one example
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import token_logprobs
 from locos_bench.models import LoadedModel
-from locos_bench.names import Head, Hook, hook_attn_scores, hook_z
+from locos_bench.names import Head, Hook, hook_z
 from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
 
@@ -196,70 +198,6 @@ def head_chunks(model: LoadedModel, batch_size: int, detector: str) -> list[list
     geo = model.geometry
     heads = [(layer, head) for layer in range(geo.n_layers) for head in range(geo.n_heads)]
     return [heads[i : i + batch_size] for i in range(0, len(heads), batch_size)]
-
-
-def _by_layer(assign: Sequence[Head]) -> dict[int, tuple[Tensor, Tensor]]:
-    """layer -> (batch rows, heads) of the rows that intervene in that layer."""
-    groups: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for row, (layer, head) in enumerate(assign):
-        groups[layer].append((row, head))
-    return {
-        layer: (torch.tensor([r for r, _ in pairs]), torch.tensor([h for _, h in pairs]))
-        for layer, pairs in groups.items()
-    }
-
-
-def knockout_hooks(assign: Sequence[Head], queries: Sequence[int], keys: Sequence[int], end: int) -> list[Hook]:
-    """Hooks that block attention from `queries` to `keys` in head `assign[r]` of row `r`.
-
-    Sets those pre-softmax scores (`blocks.{L}.attn.hook_attn_scores`, `[B, H, Q, K]`, after
-    the causal mask) to -inf, so the softmax gives them zero weight and renormalises the
-    rest of the row. Positions are global; the hook maps them onto the tensor it sees,
-    whose last query and key are both position `end - 1` (so it works on the whole
-    sequence and on answer positions over a cached prefix alike).
-    """
-    q = torch.as_tensor(list(queries), dtype=torch.long)
-    k = torch.as_tensor(list(keys), dtype=torch.long)
-    hooks = []
-    for layer, (rows, heads) in _by_layer(assign).items():
-
-        def block(scores: Tensor, hook: Any, rows: Tensor = rows, heads: Tensor = heads) -> Tensor:
-            n_q, n_k = scores.shape[-2:]
-            qi = q - (end - n_q)
-            ki = k - (end - n_k)
-            ki = ki[ki >= 0]  # keys a sliding-window cache already dropped
-            if qi.min() < 0:
-                raise RuntimeError(f"{hook.name}: answer rows outside the scores tensor")
-            scores = scores.clone()
-            idx = (rows.view(-1, 1, 1), heads.view(-1, 1, 1), qi.view(1, -1, 1), ki.view(1, 1, -1))
-            scores[idx] = float("-inf")
-            return scores
-
-        hooks.append((hook_attn_scores(layer), block))
-    return hooks
-
-
-def patch_z_hooks(assign: Sequence[Head], source: dict[int, Tensor], queries: Sequence[int], end: int) -> list[Hook]:
-    """Hooks that set head `assign[r]`'s `hook_z` in row `r` at `queries` to `source`.
-
-    Args:
-        source: layer -> `[P, H, d]` replacement `z` at the `P` positions `queries`.
-        end: One past the last position of the input (maps global positions onto the
-            hooked tensor `[B, T', H, d]`, whose last position is `end - 1`).
-    """
-    q = torch.as_tensor(list(queries), dtype=torch.long)
-    hooks = []
-    for layer, (rows, heads) in _by_layer(assign).items():
-        src = source[layer]
-
-        def patch(z: Tensor, hook: Any, rows: Tensor = rows, heads: Tensor = heads, src: Tensor = src) -> Tensor:
-            qi = q - (end - z.shape[1])
-            z = z.clone()
-            z[rows.view(-1, 1), qi.view(1, -1), heads.view(-1, 1)] = src[:, heads].transpose(0, 1).to(z.dtype)
-            return z
-
-        hooks.append((hook_z(layer), patch))
-    return hooks
 
 
 # ---------------------------------------------------------------------------------------

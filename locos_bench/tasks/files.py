@@ -1,4 +1,4 @@
-"""Find, read and validate task YAMLs.
+"""Task files: find, read and validate the task YAMLs.
 
 Tasks live as one flat YAML per task in the repository's `tasks/` directory (found relative to
 this package, so an editable install is assumed; a wheel carries no `tasks/`, and then only
@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from locos_bench.errors import LocosError, read_yaml_mapping, unknown
+from locos_bench.errors import LocosError, unknown
 from locos_bench.tasks.spec import TaskSpec
+from locos_bench.yaml_files import read_yaml_mapping
 
 TASKS_ENV = "LOCOS_BENCH_TASKS_DIR"
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
@@ -141,8 +142,10 @@ def load_task(name: str | Path) -> TaskSpec:
     return read_task_file(files[text])
 
 
-REAL_TWINS = {"nolima-synth": "nolima", "musique-synth": "musique", "babilong-synth": "babilong"}
-"""Synthetic task -> the real benchmark it stands in for."""
+REAL_TWINS = {"nolima-synth": "nolima-locos", "musique-synth": "musique", "babilong-synth": "babilong",
+              "parametric-recall": "parametric-arithmetic"}
+"""Synthetic task -> the real benchmark it stands in for (`--preset paper`: NoLiMa and the
+parametric control as the LOCOS authors run them)."""
 
 
 def _usable(spec: TaskSpec) -> str | None:
@@ -163,9 +166,13 @@ def _usable(spec: TaskSpec) -> str | None:
     return None
 
 
-def _data_for(name: str, data: Path) -> Path:
-    sub = data / name
-    return sub if sub.exists() else data
+def _data_for(spec: TaskSpec, data: Path) -> Path:
+    """`DATA/<task>`, else `DATA/<loader>` (the dataset's own name: `nolima-locos` reads
+    `DATA/nolima`), else `DATA` itself."""
+    for sub in (data / spec.name, data / str(spec.source.loader)):
+        if sub.exists():
+            return sub
+    return data
 
 
 def resolve_tasks(names: list[str], *, data: str | Path | None = None,
@@ -174,8 +181,9 @@ def resolve_tasks(names: list[str], *, data: str | Path | None = None,
 
     Args:
         names: Task names or YAML paths.
-        data: A directory of local datasets: a real twin reads `DATA/<task>`; a loader task
-            named explicitly reads `DATA/<task>` when that exists, else `DATA` itself.
+        data: A directory of local datasets: a real twin reads `DATA/<its loader>` (the
+            dataset's name: `DATA/nolima`, `DATA/musique`); a loader task named explicitly
+            reads `DATA/<task>` or `DATA/<its loader>` when one exists, else `DATA` itself.
         prefer_real: Replace each synthetic twin (`REAL_TWINS`) by its real benchmark when
             that benchmark's data is present (under `data`, or on a reachable hub).
 
@@ -191,14 +199,14 @@ def resolve_tasks(names: list[str], *, data: str | Path | None = None,
         if real is not None:
             candidate = load_task(real)
             if data is not None:
-                candidate = with_data(candidate, Path(data) / real)
+                candidate = with_data(candidate, Path(data) / str(candidate.source.loader))
             reason = _usable(candidate)
             if reason is None:
                 specs.append(candidate)
                 continue
             fallbacks[spec.name] = f"{real}: {reason}"
         elif data is not None and spec.source.loader is not None and not spec.source.args.get("path"):
-            spec = with_data(spec, _data_for(spec.name, Path(data)))
+            spec = with_data(spec, _data_for(spec, Path(data)))
         specs.append(spec)
     return specs, fallbacks
 
@@ -211,6 +219,15 @@ def task_path(name: str) -> Path:
     return files[name]
 
 
-def context_tokens(tasks: list[str]) -> int:
-    """Longest prompt plus answer, in tokens, of `tasks` (their nominal context lengths)."""
-    return max(max(s.context_lengths) + s.max_new_tokens for s in map(load_task, tasks))
+def spec_tokens(spec: TaskSpec) -> int:
+    """Longest prompt plus answer of one task, in tokens (its nominal context lengths, its
+    calibration grid's included)."""
+    lengths = [*spec.context_lengths, *((spec.calibration.context_lengths or []) if spec.calibration else [])]
+    return max(lengths) + spec.max_new_tokens
+
+
+def context_tokens(tasks: list[str], *, with_twins: bool = False) -> int:
+    """Longest prompt plus answer, in tokens, of `tasks` (their nominal context lengths); with
+    `with_twins`, of their real twins too (what `--preset paper` may run in their place)."""
+    names = [*tasks, *(REAL_TWINS[t] for t in tasks if with_twins and t in REAL_TWINS)]
+    return max(spec_tokens(s) for s in map(load_task, names))

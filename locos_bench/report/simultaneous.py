@@ -1,0 +1,314 @@
+"""Simultaneous inference over a pre-specified family of paired comparisons: the studentised
+maximum (single-step max-T, Westfall & Young 1993) with sign flips at the example level and a
+Gaussian second level for draws.
+
+A comparison c is a paired difference of one figure between two detectors (d minus ref). Its
+data (`Paired`) are, per task t, the per-example differences x (each side averaged over its
+draws) with the task's weight w_t in the figure, and per draw group g (random's draws; the
+calibration draws every deterministic detector shares), the per-draw figure of the side(s) in
+that group, signed. Then:
+
+* estimate `sum_t w_t mean(x_t)`; standard error `SE^2 = sum_t w_t^2 s_t^2 / n_t + sum_g
+  s_g^2 / D_g` (ddof=1 variances: of the task's per-example differences, of the group's
+  per-draw figures). A comparison on a rate (`bound` 1: one example's difference lies in
+  [-1, 1]) takes for each task the larger of that variance and a moderated one (Smyth 2004)
+  with a fixed prior, `(sum of squared deviations + 1) / (n + 1)` (2 prior degrees of freedom
+  at 1/2): a sample that happens to show no discordant example, as 8 binary examples often
+  do, no longer claims a variance of 0;
+* reference distribution of `max_c |T*_c|`: per replicate, one sign pattern over every
+  (task, example) unit, shared by the family, applied to the centred differences (all 2^N
+  patterns when 2^N <= `ENUMERATE`, else max(`n_resamples`, `ENUMERATE`) Monte Carlo
+  patterns, so that verdicts do not hang on the bootstrap's B); per draw group D
+  Gaussian vectors with the covariance of the group's per-draw figures across the family (the
+  t_{D-1} tails that a handful of resampled draws cannot give); each replicate studentised with
+  its own standard error (the plain formula: the moderation only widens the observed one, so
+  it makes a comparison's interval wider and its p larger, never the reference distribution
+  narrower);
+* adjusted p = max(p_min, (1 + #{max|T*| >= |T_c|}) / (R + 1)), p_min = max(2 / 2^N,
+  1 / (R + 1)) the smallest attainable; critical value q the smallest threshold with p < alpha
+  beyond it, so that a comparison is separable (p < alpha) exactly when its simultaneous
+  interval `estimate +- q SE` excludes 0; minimum detectable effect at 80% power
+  `(q + z_0.80) SE`.
+
+`batch` runs S independent families of one shape at once (the calibration simulation);
+`simultaneous` is one of them. Definitions: `docs/methodology.md` (Separability).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats as _sps
+
+from locos_bench.errors import LocosError
+from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, _quantise
+
+ENUMERATE = 2**16
+"""Enumerate every sign pattern when there are at most this many (N <= 16 units); otherwise
+at least this many Monte Carlo replicates."""
+BLOCK = 2**21
+"""Replicate statistics computed at once (families x replicates x comparisons x draws)."""
+POWER = 0.80
+"""The power of the minimum detectable effect."""
+
+
+@dataclass
+class Paired:
+    """The data of one comparison (d minus ref) of a family.
+
+    Attributes:
+        tasks: Task -> (weight in the figure, `[n]` per-example differences, each side
+            averaged over its draws).
+        draws: Draw group -> `[D]` per-draw figure of the side(s) in that group, signed (+ for
+            d, - for ref; their difference when both share the group). Groups of one draw
+            carry no between-draw variance and may be left out.
+        bound: 1 when one example's difference lies in [-1, 1] (a rate), else None.
+    """
+
+    tasks: dict[str, tuple[float, np.ndarray]]
+    draws: dict[str, np.ndarray] = field(default_factory=dict)
+    bound: float | None = None
+
+
+@dataclass(frozen=True)
+class FamilyResult:
+    """Simultaneous inference over one family (arrays in the family's comparison order)."""
+
+    estimate: np.ndarray
+    se: np.ndarray
+    p: np.ndarray
+    """Max-T adjusted p-values (single step)."""
+    critical: float
+    """q: |T| > q (p < alpha) is separable; inf when nothing can be (p_min >= alpha)."""
+    p_min: float
+    """The smallest attainable adjusted p at this n, family and number of replicates."""
+    units: int
+    """N, the (task, example) units the sign flips act on."""
+    replicates: int
+    exact: bool
+    """True: every sign pattern enumerated (with draw groups: each pattern once per tile)."""
+    level: float
+
+    @property
+    def alpha(self) -> float:
+        return 1 - self.level
+
+    @property
+    def identified(self) -> bool:
+        """Whether any comparison can be separable at all at this n."""
+        return math.isfinite(self.critical)
+
+    def interval(self, i: int) -> tuple[float, float]:
+        if not self.identified:
+            return -math.inf, math.inf
+        half = self.critical * self.se[i]
+        return float(self.estimate[i] - half), float(self.estimate[i] + half)
+
+    def separable(self, i: int) -> bool:
+        return bool(self.p[i] < self.alpha)
+
+    def mde(self, i: int) -> float:
+        """The difference this comparison would detect with 80% power, at its observed SE."""
+        if not self.identified:
+            return math.inf
+        return float((self.critical + _sps.norm.ppf(POWER)) * self.se[i])
+
+
+def family_seed(seed: int, label: str) -> np.random.SeedSequence:
+    """The seed of a family's Monte Carlo patterns and draw-level replicates."""
+    return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(b"family"), zlib.crc32(label.encode())])
+
+
+def sign_patterns(n: int, start: int, stop: int, rng: np.random.Generator | None) -> np.ndarray:
+    """Sign patterns `start` to `stop` (`[stop - start, n]`): pattern i is the binary code of i
+    (every one of the 2^n, in order, when `rng` is None), else Monte Carlo signs from `rng`."""
+    if rng is not None:
+        return rng.choice(np.array([-1.0, 1.0]), size=(stop - start, n))
+    codes = np.arange(start, stop, dtype=np.int64) % (2**n)
+    return 2.0 * ((codes[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1) - 1.0
+
+
+def simultaneous(family: Sequence[Paired], *, level: float = LEVEL, n_resamples: int = N_RESAMPLES,
+                 seed: np.random.SeedSequence | int = 0) -> FamilyResult:
+    """Max-T simultaneous inference over `family` (see the module docstring)."""
+    if not family:
+        raise LocosError("a family needs at least one comparison")
+    n_comp = len(family)
+    sizes: dict[str, int] = {}
+    for c in family:
+        for t, (_, x) in c.tasks.items():
+            if sizes.setdefault(t, len(x)) != len(x):
+                raise LocosError(f"task {t}: comparisons of one family disagree on its {sizes[t]} examples")
+    bound = np.array([c.bound or 0.0 for c in family])
+    tasks = []
+    for t in sorted(sizes):
+        x = np.zeros((1, sizes[t], n_comp))
+        w = np.zeros(n_comp)
+        for i, c in enumerate(family):
+            if t in c.tasks:
+                w[i], x[0, :, i] = c.tasks[t][0], np.asarray(c.tasks[t][1], dtype=np.float64)
+        tasks.append((x, w))
+    groups: dict[str, np.ndarray] = {}
+    for i, c in enumerate(family):
+        for g, f in c.draws.items():
+            f = np.asarray(f, dtype=np.float64)
+            if f.size < 2:
+                continue
+            mat = groups.setdefault(g, np.zeros((1, f.size, n_comp)))
+            if mat.shape[1] != f.size:
+                raise LocosError(f"draw group {g}: comparisons of one family disagree on its draws")
+            mat[0, :, i] = f
+    out = batch(tasks, list(groups.values()), bound, level=level, n_resamples=n_resamples, seed=seed)
+    return FamilyResult(estimate=out.estimate[0], se=out.se[0], p=out.p[0], critical=float(out.critical[0]),
+                        p_min=out.p_min, units=out.units, replicates=out.replicates, exact=out.exact, level=level)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """S families of one shape: `[S, C]` arrays and `[S]` critical values."""
+
+    estimate: np.ndarray
+    se: np.ndarray
+    p: np.ndarray
+    critical: np.ndarray
+    p_min: float
+    units: int
+    replicates: int
+    exact: bool
+
+
+def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.ndarray], bound: np.ndarray, *,
+          level: float = LEVEL, n_resamples: int = N_RESAMPLES, seed: np.random.SeedSequence | int = 0,
+          minimum: int = ENUMERATE) -> Batch:
+    """Max-T over S families at once, sharing their sign patterns and Gaussian draws.
+
+    Args:
+        tasks: Per task, `[S, n, C]` per-example differences and `[C]` weights (0: the
+            comparison does not use the task).
+        groups: Per draw group, `[S, D, C]` signed per-draw figures (zero columns for the
+            comparisons outside the group).
+        bound: `[C]` 1 for a comparison on a rate, 0 otherwise.
+        minimum: The fewest replicates (the leaderboard's `ENUMERATE`; a simulation of
+            thousands of families may take fewer).
+    """
+    if not 0 < level < 1:
+        raise LocosError(f"confidence level must be in (0, 1), got {level}")
+    blocks = []
+    s_fam, n_comp = tasks[0][0].shape[0], tasks[0][0].shape[2]
+    estimate = np.zeros((s_fam, n_comp))
+    se2 = np.zeros((s_fam, n_comp))
+    for x, w in tasks:
+        n = x.shape[1]
+        if not np.all(np.isfinite(x)):
+            raise LocosError("a per-example difference is not finite")
+        q, scale = _quantise(x, 2 * n * n)
+        cen = n * q - q.sum(1, keepdims=True)  # n * (x - mean), integers: sign-flip sums are exact
+        unit = n * scale  # cen / unit = x - mean
+        squares = (cen * cen).sum(1) / unit**2  # [S, C]
+        estimate += w * q.sum(1) / (n * scale)
+        se2 += w**2 * _bounded_variance(squares, n, bound) / n
+        blocks.append((n, cen, unit, squares, w))
+    draws = []
+    for f in groups:
+        d = f.shape[1]
+        cen = (f - f.mean(1, keepdims=True)) / math.sqrt(d - 1)  # [S, D, C]
+        se2 += (cen * cen).sum(1) / d
+        cols = np.flatnonzero(np.any(cen != 0, axis=(0, 1)))  # the comparisons the group moves
+        draws.append((cols, cen[:, :, cols]))
+    se = np.sqrt(se2)
+
+    rng = np.random.default_rng(seed)
+    n_units = sum(b[0] for b in blocks)
+    wanted = max(int(n_resamples), minimum)
+    exact = 2**n_units <= ENUMERATE
+    # Only comparisons that vary enter the maximum (a comparison of identical rows has T* = 0).
+    active = np.flatnonzero(np.any([np.any(b[1] != 0, axis=(0, 1)) for b in blocks]
+                                   + [np.isin(np.arange(n_comp), cols) for cols, _ in draws], axis=0))
+    where = {c: i for i, c in enumerate(active)}
+    blocks = [(n, cen[:, :, active], unit, squares[:, active], w[active]) for n, cen, unit, squares, w in blocks]
+    draws = [(np.array([where[c] for c in cols], dtype=np.int64), cen) for cols, cen in draws]
+    width = max(1, BLOCK // (s_fam * max(1, active.size) * max([1, *(g.shape[1] for _, g in draws)])))
+    maxima = []
+    if exact:  # every pattern once, or (with draw groups) in as many passes as reach `wanted`,
+        passes = math.ceil(wanted / 2**n_units) if draws else 1  # each with fresh draws
+        for start in range(0, 2**n_units, width):
+            est, se2 = _example_part(sign_patterns(n_units, start, min(start + width, 2**n_units), None), blocks)
+            at_once = max(1, width // est.shape[1])  # passes of a small enumeration, in one block
+            for done in range(0, passes, at_once):
+                times = min(at_once, passes - done)
+                maxima.append(_maxima(np.tile(est, (1, times, 1)), np.tile(se2, (1, times, 1)), draws, rng))
+    else:
+        for start in range(0, wanted, width):
+            part = _example_part(sign_patterns(n_units, start, min(start + width, wanted), rng), blocks)
+            maxima.append(_maxima(*part, draws, rng))
+    m_star = np.sort(np.concatenate(maxima, axis=1), axis=1)  # [S, R]
+    r = m_star.shape[1]
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_obs = np.where(se > 0, np.abs(estimate) / se, np.where(estimate == 0, 0.0, np.inf))
+    p_min = max(2.0 / 2.0**n_units, 1.0 / (r + 1))
+    counts = r - np.stack([np.searchsorted(m, t, side="left") for m, t in zip(m_star, t_obs)])
+    p = np.maximum(p_min, (1.0 + counts) / (r + 1))
+    k = math.ceil((1 - level) * (r + 1) - 1) - 1  # the most replicates at or above |T| with p < alpha
+    critical = m_star[:, r - k - 1] if p_min < 1 - level and 0 <= k < r else np.full(s_fam, math.inf)
+    return Batch(estimate=estimate, se=se, p=p, critical=critical, p_min=p_min, units=n_units,
+                 replicates=r, exact=exact)
+
+
+def _variance(squares: np.ndarray, mean: np.ndarray | float, n: int) -> np.ndarray:
+    """ddof=1 variance of a task's n per-example differences whose squared deviations from
+    their mean sum to `squares`, after sign flips that move the mean by `mean`."""
+    return np.maximum(squares - n * mean * mean, 0.0) / max(n - 1, 1)
+
+
+def _bounded_variance(squares: np.ndarray, n: int, bound: np.ndarray) -> np.ndarray:
+    """The observed variance of a comparison on a rate: never below Smyth's moderated variance
+    with a fixed prior of bound^2 / 2 on 2 degrees of freedom, `(squares + bound^2) / (n + 1)`,
+    so a sample that shows no discordant example keeps a variance (unbounded comparisons:
+    the plain one)."""
+    plain = _variance(squares, 0.0, n)
+    return np.where(bound > 0, np.maximum(plain, (squares + bound**2) / (n + 1)), plain)
+
+
+def _example_part(eps: np.ndarray, blocks: list) -> tuple[np.ndarray, np.ndarray]:
+    """`[S, R, C]` estimates and squared standard errors of the example level under the sign
+    patterns `eps` (`[R, N]`, units in task order)."""
+    s_fam, n_comp = blocks[0][1].shape[0], blocks[0][1].shape[2]
+    est = np.zeros((s_fam, eps.shape[0], n_comp))
+    se2 = np.zeros_like(est)
+    at = 0
+    for n, cen, unit, squares, w in blocks:
+        mean = np.matmul(eps[None, :, at:at + n], cen) / (n * unit)  # exact integer sums, then scaled
+        at += n
+        est += w * mean
+        se2 += w**2 * _variance(squares[:, None, :], mean, n) / n
+    return est, se2
+
+
+def _maxima(est: np.ndarray, se2: np.ndarray, draws: list, rng: np.random.Generator) -> np.ndarray:
+    """`[S, R]` max over each family of |T*|: the example level's replicates plus fresh
+    draw-level Gaussian ones (shared by the S families; each group only on the comparisons it
+    moves)."""
+    if est.shape[2] == 0:
+        return np.zeros(est.shape[:2])
+    if draws:
+        est, se2 = est.copy(), se2.copy()
+    for cols, cen in draws:
+        d = cen.shape[1]
+        gauss = rng.standard_normal((est.shape[1], d, d))
+        y = np.zeros((est.shape[0], est.shape[1], d, cols.size))  # D draws of N(0, Sigma_g), per replicate
+        for e in range(d):
+            y += gauss[None, :, :, e, None] * cen[:, None, None, e, :]
+        mean = y.mean(2)
+        est[:, :, cols] += mean
+        se2[:, :, cols] += ((y - mean[:, :, None, :]) ** 2).sum(2) / (d * (d - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(se2 > 0, np.abs(est) / np.sqrt(se2), 0.0)
+    return t.max(2)
+
+
+__all__ = ["ENUMERATE", "Batch", "FamilyResult", "Paired", "batch", "family_seed", "sign_patterns", "simultaneous"]

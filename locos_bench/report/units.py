@@ -1,0 +1,94 @@
+"""From a run's unit records to what the statistics combine: a metric's per-example vector,
+the draws of a detector whose units are all recorded without error, and the shared draw
+resamples that keep every figure over several draws paired.
+
+Every statistics module reads records through here, so a missing or malformed unit is
+named the same way wherever it surfaces. Definitions: `docs/methodology.md`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from locos_bench.errors import LocosError
+from locos_bench.report.bootstrap import Draws, PerDraw, draws_seed
+from locos_bench.run import EvalUnit, RankUnit, RunPlan, ScoresUnit, SteeringUnit, SufficiencyUnit
+
+Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit
+
+
+def unit_label(unit: Unit) -> str:
+    """What a unit is, for a message: `scores`, `eval k=K`, `rank r=R`, ..."""
+    if isinstance(unit, EvalUnit):
+        return f"eval k={unit.k}"
+    if isinstance(unit, SufficiencyUnit):
+        return f"sufficiency k={unit.k}"
+    if isinstance(unit, SteeringUnit):
+        return f"steer x{unit.alpha:g} k={unit.k}"
+    if isinstance(unit, RankUnit):
+        return f"rank r={unit.rank}"
+    return "scores"
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """An error on one line, cut at `limit` characters."""
+    line = " ".join(text.strip().split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def vector(unit: EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit, metric: str, n: int) -> np.ndarray:
+    """The unit's `[n]` per-example values of `metric`, float64; a missing metric or a length
+    other than the evaluation split's is an error naming the unit."""
+    vals = unit.values.get(metric)
+    if vals is None:
+        raise LocosError(f"{unit.task}/{unit.detector} ({unit_label(unit)}) has no values for "
+                         f"metric {metric!r}")
+    if len(vals) != n:
+        raise LocosError(f"{unit.task}/{unit.detector} ({unit_label(unit)}): {len(vals)} values "
+                         f"of {metric!r} for {n} evaluation examples")
+    return np.asarray(vals, dtype=np.float64)
+
+
+def complete_draws(plan: RunPlan, done: dict, detector: str, keys_of: Callable[[int], Sequence[Any]],
+                   what: str) -> tuple[list[tuple[int, list[Any]]], list[str]]:
+    """The draws of `detector` whose units (`keys_of(draw)`) are all recorded without error,
+    each with its units; and why each other draw is left out (`draw D: WHAT units missing`,
+    or its first unit's error)."""
+    complete, errors = [], []
+    for draw in plan.draws(detector):
+        units = [done.get(key) for key in keys_of(draw)]
+        if any(u is None for u in units):
+            errors.append(f"draw {draw}: {what} units missing")
+            continue
+        failed = [u.error for u in units if u.error is not None]
+        if failed:
+            errors.append(failed[0])
+            continue
+        complete.append((draw, units))
+    return complete, errors
+
+
+class DrawSets:
+    """The draw resamples of one run: one `Draws` per draw group (a stochastic detector's own
+    draws; the calibration draws every deterministic detector shares) and list of draws,
+    shared by every task and table of the run, so figures over draws stay paired on draws."""
+
+    def __init__(self, seed: int, n_resamples: int) -> None:
+        self.seed, self.n_resamples = seed, n_resamples
+        self._cache: dict[tuple, Draws] = {}
+
+    def __call__(self, name: str, stochastic: bool, draws: Sequence[int]) -> Draws:
+        label = name if stochastic else "calibration"
+        key = (label, tuple(draws))
+        if key not in self._cache:
+            self._cache[key] = Draws(len(draws), n_resamples=self.n_resamples, seed=draws_seed(self.seed, label))
+        return self._cache[key]
+
+
+def draw_term(vecs: list[np.ndarray], draws: Draws | None) -> Any:
+    """One figure's per-example values over draws as a `combine` term: a `PerDraw` resampled
+    in two levels when `draws` is given, else the one draw's `[n]` vector."""
+    return PerDraw(np.stack(vecs), draws) if draws is not None else vecs[0]
