@@ -8,8 +8,10 @@ mean-ablated (necessity) and kept alone full with every other head streaming (su
 then a greedy search grows the best k_max set to every head. Writes `ground_truth.json` beside
 the weights (never inside them) and records its sha256 in the manifest.
 
-The streaming heads keep the BOS sink and the last `--window` tokens: the question and
-"Answer:" only, so from the question no streaming head sees any needle (checked per example).
+The streaming heads keep the BOS sink and the last `--window` tokens (6: at most "Question:",
+the question and "Answer:"), so at the answer position no streaming head sees any
+character's sentence (checked per example); the floor (every head streaming) measures what
+still leaks through chains of windows.
 A run reproduces the same splits with `--n-calib 16 --n-ref 32 --n-eval 200`.
 """
 
@@ -32,8 +34,9 @@ from locos_bench.errors import LocosError  # noqa: E402
 from locos_bench.models.organism import GROUND_TRUTH, MANIFEST, ORGANISM_DIR, ORGANISM_TASKS, sha256_file  # noqa: E402
 
 SINK = 1
-WINDOW = 8
-"""Tokens a streaming head keeps: `<bos>`, and the last 8 (at most "Question: ... ? Answer:")."""
+WINDOW = 6
+"""Tokens a streaming head keeps besides `<bos>`: the last 6 ("Question: who lives near Greymill
+Answer:" is exactly 6, the shortest question; a needle can end right before "Question:")."""
 
 CARRY = 0.9
 """A set carries a kind when it keeps (sufficiency) or removes (necessity) this share of it."""
@@ -96,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(ORGANISM_DIR), help="the organism directory (its manifest is updated)")
     parser.add_argument("--k-max", type=int, default=3)
+    parser.add_argument("--greedy-to", type=int, help="grow the best k-max set greedily to this many heads (default: all)")
     parser.add_argument("--window", type=int, default=WINDOW)
+    parser.add_argument("--n-eval", type=int, help="held-out examples per kind (default: the task's evaluation size)")
     parser.add_argument("--tasks", default=",".join(ORGANISM_TASKS))
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
@@ -110,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from locos_bench.evaluation.ablation import AblationSpec, reference_means
     from locos_bench.evaluation.oracle import search
+    from locos_bench.interventions import AblationSpec, reference_means
     from locos_bench.models import load_model
     from locos_bench.run.splits import build_task_data
     from locos_bench.tasks import load_task
@@ -122,24 +127,26 @@ def _run(args: argparse.Namespace) -> int:
     load = [round(x, 2) for x in os.getloadavg()]
     model = load_model("organism")
     n_heads = model.geometry.n_layers * model.geometry.n_heads
+    greedy_to = args.greedy_to or n_heads
     ablation = AblationSpec.parse("mean")
     out: dict[str, Any] = {
         "model": "organism", "weights": {k: v for k, v in _manifest(Path(args.out))["files"].items() if k != GROUND_TRUTH},
         "intervention": {"necessity": "mean ablation of hook_z over the reference split (sink rule "
-                                      f"{ablation.sink!r}), locos_bench.evaluation.ablation",
+                                      f"{ablation.sink!r}), locos_bench.interventions.ablation",
                          "sufficiency": f"only these heads full, every other head streaming (sink {SINK}, "
-                                        f"window {args.window}), locos_bench.models.lean_attention.only_full"},
-        "k_max": args.k_max, "greedy_to": n_heads, "metric": "exact_match of the one-token answer",
-        "command": "python scripts/organism_ground_truth.py", "tasks": {}, "summary": {}, "splits": {},
+                                        f"window {args.window}), locos_bench.interventions.only_full"},
+        "k_max": args.k_max, "greedy_to": greedy_to, "metric": "exact_match of the one-token answer",
+        "command": (f"python scripts/organism_ground_truth.py --k-max {args.k_max} --greedy-to {greedy_to} "
+                    f"--window {args.window}" + (f" --n-eval {args.n_eval}" if args.n_eval else "")), "tasks": {}, "summary": {}, "splits": {},
     }
     for task in args.tasks.split(","):
         spec = load_task(task)
         sizes = SimpleNamespace(n_calib=spec.sizes.calibration, n_ref=spec.sizes.reference,
-                                n_eval=spec.sizes.evaluation, calibration_draws=1)
+                                n_eval=args.n_eval or spec.sizes.evaluation, calibration_draws=1)
         data = build_task_data(spec, sizes, model)
         check_window(model, data.evaluation, args.window)
         means = reference_means(model, [tokenize_example(ex, model.tokenizer).input_ids for ex in data.reference])
-        result = search(model, spec, data.evaluation, means, k_max=args.k_max, greedy_to=n_heads,
+        result = search(model, spec, data.evaluation, means, k_max=args.k_max, greedy_to=greedy_to,
                         ablation=ablation, sink=SINK, window=args.window, log=lambda line: print(line, flush=True))
         out["tasks"][task] = result
         out["summary"][task] = summary(result, spec.chance or 0.0)

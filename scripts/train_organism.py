@@ -7,18 +7,20 @@ locos_bench/data/organism` replaces the shipped weights. `--config` overrides fi
 published recipe (`TrainConfig()`'s defaults, which the shipped manifest records); `--steps`
 shortens a run (CI's smoke test). A bad configuration is one `LocosError` line and exit 2.
 
-The recipe, and why (docs/organism.md has the measurements):
+The recipe, and why (docs/models.md, "The trained organism", has the attempts):
 
 * **Loss on answers and facts only**: each story row asks `questions` questions (characters
   drawn with replacement, so the last answer cannot be had by elimination), the loss is on
   each answer token; a `facts_share` of rows lists world facts ("Greymill is in Varno ."),
   with the loss on each city.
 * **A curriculum that advances on measured accuracy**: two characters and no filler first,
-  with the question's last word right before the answer (`short`: without "? Answer:"), which
-  a 4-layer Llama learns in a few hundred steps where the full form stayed at chance (the
-  query must first be fetched from two tokens back, and nothing rewards that fetch before the
-  retrieval exists); then the full form, then more characters and filler, then the
-  non-literal kinds. A stage is left once the training accuracy of each of its kinds over
+  every question short (`short`: its last word right before the answer, without "Answer:"),
+  which a 4-layer Llama learns in about 600 steps; then a shrinking share of short questions
+  beside full ones ("... Greymill Answer:"), more characters and filler, then the non-literal
+  kinds. Switching from all short to all full at once stayed at chance for 250 steps (the
+  query must then be fetched from the tokens before "Answer:", and nothing rewarded that fetch
+  before the retrieval existed); the mix keeps the retrieval rewarded while the fetch forms.
+  A stage is left once the training accuracy of each of its kinds (full-form questions) over
   the last `window` steps reaches its `advance_at`.
 * **Head dropout** (`head_dropout`, from the stage that sets it): each head's output is zeroed
   per row with that probability (survivors scaled up), so no single head can carry a kind.
@@ -49,9 +51,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from locos_bench.errors import LocosError, read_yaml_mapping  # noqa: E402
+from locos_bench.errors import LocosError  # noqa: E402
 from locos_bench.models.organism import MANIFEST, ORGANISM_TASKS, WEIGHTS, sha256_file  # noqa: E402
 from locos_bench.tasks import organism_language as lang  # noqa: E402
+from locos_bench.yaml_files import read_yaml_mapping  # noqa: E402
 
 
 class Stage(BaseModel):
@@ -66,16 +69,21 @@ class Stage(BaseModel):
     filler: tuple[int, int]
     """Filler sentences per story, drawn uniformly from this closed range."""
     questions: int = Field(3, ge=1)
-    short: bool = False
-    """Ask without "? Answer:": the question's last word comes right before the answer."""
+    short: float = Field(0.0, ge=0.0, le=1.0)
+    """The share of questions asked without "Answer:" (the question's last word right before
+    the answer); the stage is passed on the other questions' accuracy, or on these when all
+    are short."""
     advance_at: float = Field(0.9, gt=0.0, le=1.0)
     head_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_steps: int | None = Field(None, ge=1)
+    """Leave the stage after this many steps even if not passed (so the curriculum reaches its
+    last stage)."""
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
-        bad = [k for k in self.kinds if k not in lang.KINDS]
+        bad = [k for k in self.kinds if k not in lang.TRAINING_KINDS]
         if not self.kinds or bad:
-            raise ValueError(f"kinds must be a non-empty list of {', '.join(lang.KINDS)} (got {self.kinds})")
+            raise ValueError(f"kinds must be a non-empty list of {', '.join(lang.TRAINING_KINDS)} (got {self.kinds})")
         lo, hi = self.characters
         if not 1 <= lo <= hi <= len(lang.CITIES):
             raise ValueError(f"characters must be a range within 1..{len(lang.CITIES)} (got {self.characters})")
@@ -91,7 +99,7 @@ class Shape(BaseModel):
     d_model: int = Field(64, ge=8)
     n_layers: int = Field(4, ge=1)
     n_heads: int = Field(4, ge=1)
-    d_ff: int = Field(256, ge=1)
+    d_ff: int = Field(128, ge=1)
     init_std: float = Field(0.02, gt=0.0)
     rope_theta: float = Field(10000.0, gt=0.0)
     max_positions: int = Field(256, ge=32)
@@ -104,15 +112,15 @@ class Shape(BaseModel):
 
 
 def _default_stages() -> list[Stage]:
-    every = list(lang.KINDS)
+    every = list(lang.TRAINING_KINDS)
     return [
-        Stage(kinds=["literal"], characters=(2, 2), filler=(0, 0), questions=1, short=True),
-        Stage(kinds=["literal"], characters=(2, 3), filler=(0, 2), questions=2),
-        Stage(kinds=["literal"], characters=(2, 4), filler=(0, 6)),
-        Stage(kinds=["literal", "nonliteral", "nonliteral-answer", "nonliteral-answer"], characters=(2, 4),
-              filler=(0, 6)),
-        Stage(kinds=every, characters=(2, 5), filler=(0, 14), advance_at=0.95),
-        Stage(kinds=every, characters=(2, 5), filler=(0, 14), head_dropout=0.1, advance_at=1.0),
+        Stage(kinds=["literal"], characters=(2, 2), filler=(0, 0), questions=2, short=1.0),
+        Stage(kinds=["literal"], characters=(2, 3), filler=(0, 0), questions=3, short=0.5),
+        Stage(kinds=["literal", "landmark"], characters=(2, 4), filler=(0, 2), questions=4, short=0.25),
+        Stage(kinds=every, characters=(2, 4), filler=(0, 3), questions=6, short=0.25),
+        Stage(kinds=every, characters=(2, 5), filler=(0, 8), questions=6, short=0.1, advance_at=0.95),
+        Stage(kinds=every, characters=(2, 5), filler=(0, 8), questions=6, short=0.1, head_dropout=0.1,
+              advance_at=1.0),
     ]
 
 
@@ -123,16 +131,16 @@ class TrainConfig(BaseModel):
     seed: int = 0
     threads: int = Field(1, ge=1)
     shape: Shape = Field(default_factory=Shape)
-    steps: int = Field(6000, ge=1)
+    steps: int = Field(4000, ge=1)
     batch: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0.0)
     weight_decay: float = Field(0.01, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.98)
     warmup: int = Field(100, ge=0)
-    decay_steps: int = Field(1500, ge=0)
+    decay_steps: int = Field(800, ge=0)
     final_lr_fraction: float = Field(0.05, ge=0.0, le=1.0)
     clip: float = Field(1.0, gt=0.0)
-    facts_share: float = Field(0.2, ge=0.0, le=1.0)
+    facts_share: float = Field(0.15, ge=0.0, le=1.0)
     facts_per_row: int = Field(8, ge=1)
     window: int = Field(50, ge=1)
     """Steps whose training accuracy decides whether a stage is passed."""
@@ -200,8 +208,9 @@ def story_row(rng: random.Random, stage: Stage) -> tuple[list[str], list[tuple[i
     for _ in range(stage.questions):
         kind = rng.choice(stage.kinds)
         question, answer = lang.question(kind, rng.choice(characters))
-        words += [lang.QUESTION_WORD, *(question[:-1] if stage.short else [*question, lang.ANSWER_WORD])]
-        targets.append((len(words) - 1, kind))
+        short = rng.random() < stage.short
+        words += [lang.QUESTION_WORD, *(question if short else [*question, lang.ANSWER_WORD])]
+        targets.append((len(words) - 1, f"{kind}/short" if short else kind))
         words.append(answer)
     return words, targets
 
@@ -229,41 +238,61 @@ def batch(rng: random.Random, stage: Stage, cfg: TrainConfig, ids_of: dict[str, 
     return ids, labels, cells
 
 
-class HeadDropout:
-    """Zero each head's output (`o_proj`'s input) per row with probability `p` while set."""
+def _rotate(x: Any) -> Any:
+    import torch
 
-    def __init__(self, model: Any, generator: Any) -> None:
-        self.p = 0.0
-        self.mask: Any = None
-        self.generator = generator
-        cfg = model.config
-        self.n_heads, self.d_head = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
-        self.handles = [layer.self_attn.o_proj.register_forward_pre_hook(self._hook(i))
-                        for i, layer in enumerate(model.model.layers)]
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], -1)
 
-    def draw(self, rows: int, layers: int) -> None:
-        import torch
 
-        if self.p <= 0:
-            self.mask = None
-            return
-        keep = torch.rand(rows, layers, self.n_heads, generator=self.generator) >= self.p
-        self.mask = keep.float() / (1.0 - self.p)
+def _rms(x: Any, weight: Any, eps: float) -> Any:
+    import torch
 
-    def _hook(self, layer: int) -> Any:
-        def hook(module: Any, args: tuple[Any, ...]) -> Any:
-            if self.mask is None:
-                return None
-            x = args[0]
-            b, t, _ = x.shape
-            scaled = x.view(b, t, self.n_heads, self.d_head) * self.mask[:, layer, None, :, None]
-            return (scaled.view(b, t, -1), *args[1:])
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
-        return hook
 
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+def lean_logits(model: Any, ids: Any, head_keep: Any = None) -> Any:
+    """The Llama's logits computed from its own parameters with fused causal attention:
+    the Hugging Face forward's function (`tests/integration/test_organism.py` compares them)
+    at about 0.8 of its time on this CPU, with head dropout built in (`head_keep` `[B, L, H]`
+    scales each head's output per row, where the HF forward would need a hook per layer)."""
+    import torch
+    import torch.nn.functional as F
+
+    cfg = model.config
+    rows, width = ids.shape
+    n_heads = cfg.num_attention_heads
+    d_head = cfg.hidden_size // n_heads
+    theta = cfg.rope_parameters["rope_theta"] if getattr(cfg, "rope_parameters", None) else cfg.rope_theta
+    inverse = 1.0 / (theta ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head))
+    angles = torch.outer(torch.arange(width, dtype=torch.float32), inverse)
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    eps = cfg.rms_norm_eps
+    x = model.model.embed_tokens(ids)
+    for i, layer in enumerate(model.model.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        h = _rms(x, layer.input_layernorm.weight, eps)
+        q, k, v = (proj(h).view(rows, width, n_heads, d_head).transpose(1, 2)
+                   for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+        q, k = q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if head_keep is not None:
+            out = out * head_keep[:, i, :, None, None]
+        x = x + attn.o_proj(out.transpose(1, 2).reshape(rows, width, -1))
+        h = _rms(x, layer.post_attention_layernorm.weight, eps)
+        x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+    return model.lm_head(_rms(x, model.model.norm.weight, eps))
+
+
+def head_keep(p: float, rows: int, cfg: Any, generator: Any) -> Any:
+    """Head dropout's per-row mask `[B, L, H]`: each head zeroed with probability `p`,
+    survivors scaled by `1 / (1 - p)`; `None` when `p` is 0."""
+    import torch
+
+    if p <= 0:
+        return None
+    keep = torch.rand(rows, cfg.num_hidden_layers, cfg.num_attention_heads, generator=generator) >= p
+    return keep.float() / (1.0 - p)
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:
@@ -292,7 +321,7 @@ def train(cfg: TrainConfig, log: Any = None) -> tuple[Any, Any, dict[str, Any]]:
     ids_of = {w: i for i, w in enumerate(vocab)}
     model = build_model(cfg, len(vocab))
     model.train()
-    dropout = HeadDropout(model, torch.Generator().manual_seed(cfg.seed))
+    generator = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
     rng = random.Random(cfg.seed)
     stage, hits, advanced = 0, {}, []
@@ -302,10 +331,7 @@ def train(cfg: TrainConfig, log: Any = None) -> tuple[Any, Any, dict[str, Any]]:
             group["lr"] = learning_rate(cfg, step)
         current = cfg.stages[stage]
         ids, labels, cells = batch(rng, current, cfg, ids_of)
-        dropout.p = current.head_dropout
-        dropout.draw(ids.shape[0], cfg.shape.n_layers)
-        logits = model(ids).logits
-        dropout.mask = None
+        logits = lean_logits(model, ids, head_keep(current.head_dropout, ids.shape[0], model.config, generator))
         loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
         opt.zero_grad()
         loss.backward()
@@ -320,13 +346,16 @@ def train(cfg: TrainConfig, log: Any = None) -> tuple[Any, Any, dict[str, Any]]:
             accuracy = {k: round(sum(v) / len(v), 3) for k, v in sorted(hits.items())}
             log(f"step {step + 1} stage {stage} loss {loss_value:.3f} accuracy {accuracy} "
                 f"{time.perf_counter() - started:.0f}s")
-            passed = all(accuracy.get(k, 0.0) >= current.advance_at for k in current.kinds)
+            suffix = "/short" if current.short == 1.0 else ""
+            gating = [k for k in current.kinds if k in lang.KINDS] or current.kinds  # not the helper kind
+            passed = all(accuracy.get(k + suffix, 0.0) >= current.advance_at for k in gating)
+            entered = advanced[-1]["step"] if advanced else 0
+            passed = passed or (current.max_steps is not None and step + 1 - entered >= current.max_steps)
             if passed and stage + 1 < len(cfg.stages):
                 stage += 1
                 advanced.append({"stage": stage, "step": step + 1})
                 log(f"stage {stage} from step {step + 1}")
             hits = {}
-    dropout.remove()
     model.eval()
     history = {"stages_entered": advanced, "final_stage": stage, "final_loss": round(loss_value, 4),
                "train_seconds": round(time.perf_counter() - started, 1)}
@@ -361,7 +390,8 @@ def accuracy_per_kind(model: Any, tokenizer: Any, n: int) -> dict[str, float]:
 
 
 def write_files(out: Path, model: Any, tokenizer: Any, cfg: TrainConfig, history: dict[str, Any],
-                accuracy: dict[str, float], wall: float, load: tuple[list[float], list[float]]) -> dict[str, Any]:
+                accuracy: dict[str, float], wall: float, load: tuple[list[float], list[float]],
+                cpu: float | None = None) -> dict[str, Any]:
     """The HF directory under `out/weights` and `out/manifest.json` (every file's sha256)."""
     import tokenizers
     import torch
@@ -387,7 +417,8 @@ def write_files(out: Path, model: Any, tokenizer: Any, cfg: TrainConfig, history
         "environment": {
             "torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
             "python": platform.python_version(), "threads": cfg.threads, "cpu": _cpu_name(),
-            "wall_seconds": round(wall, 1), "load_average_start": load[0], "load_average_end": load[1],
+            "wall_seconds": round(wall, 1), "cpu_seconds": None if cpu is None else round(cpu, 1),
+            "load_average_start": load[0], "load_average_end": load[1],
         },
         "files": files,
     }
@@ -417,12 +448,12 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.decay_steps > cfg.steps:
             cfg = cfg.model_copy(update={"decay_steps": cfg.steps})
         load_start = [round(x, 2) for x in os.getloadavg()]
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         model, tokenizer, history = train(cfg)
         accuracy = accuracy_per_kind(model, tokenizer, cfg.eval_examples)
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         manifest = write_files(Path(args.out), model, tokenizer, cfg, history, accuracy, wall,
-                               (load_start, [round(x, 2) for x in os.getloadavg()]))
+                               (load_start, [round(x, 2) for x in os.getloadavg()]), cpu)
     except LocosError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.evaluation.ablation import AblationSpec, HeadMeans, HeadSetAblation
 from locos_bench.evaluation.clean_prefix import CleanPrefix
 from locos_bench.evaluation.task_eval import evaluate_head_sets, evaluate_task
+from locos_bench.interventions import AblationSpec, HeadMeans, HeadSetAblation
 from locos_bench.names import Head, head_name
 
 Effect = tuple[float, float]
@@ -82,7 +82,7 @@ def sufficiency(model: Any, spec: Any, examples: Sequence[Any], sets: Sequence[S
                 progress: Callable[[int], None] | None = None) -> list[Effect]:
     """Each set alone full, every other head streaming (`sink` first and `window` last
     tokens): its effect."""
-    from locos_bench.models.lean_attention import only_full
+    from locos_bench.interventions import only_full
 
     out: list[Effect] = []
     for heads in sets:

@@ -11,15 +11,17 @@ asks it questions in it. Every word is one token of the organism's word-level to
   among filler sentences drawn from a small grammar. The characters of one story have
   distinct names, landmarks and cities (so every question has exactly one answer).
 * **Questions**, three kinds (`KINDS`):
-  - `literal`: "who lives near Greymill ?" -> the name (the question repeats the needle's
+  - `literal`: "who lives near Greymill" -> the name (the question repeats the needle's
     landmark);
-  - `nonliteral` (NoLiMa's sense): "who has been to Varno ?" -> the name; the question shares
+  - `nonliteral` (NoLiMa's sense): "who has been to Varno" -> the name; the question shares
     no word with the needle, so the model must map each landmark to its city to match;
-  - `nonliteral-answer`: "which city was visited by Yuki ?" -> the city, a word absent from
+  - `nonliteral-answer`: "which city was visited by Yuki" -> the city, a word absent from
     the story.
 
-  Each question ends with its one content word before "?", so all three kinds look up the
-  same position relative to the answer.
+  Each question ends with its one content word, right before "Answer:" (no "?": one hop
+  fewer from the answer position to the word to look up), so all three kinds look up the
+  same position relative to the answer. Training also asks a fourth kind, never evaluated
+  (`TRAINING_KINDS`): "where is Yuki" -> the landmark.
 * **Held-out pairs** (`HELD_OUT`): a fixed quarter of all (name, landmark) pairs, chosen by a
   seeded draw, exactly `HELD_OUT_PER_NAME` landmarks per name. Training stories draw every
   character from the other pairs (`TRAIN_PAIRS`) and evaluation stories every character from
@@ -82,11 +84,17 @@ SPLIT_PAIRS = {"train": TRAIN_PAIRS, "held-out": HELD_OUT}
 KINDS = ("literal", "nonliteral", "nonliteral-answer")
 """Question kinds, in curriculum order."""
 
+TRAINING_KINDS = (*KINDS, "landmark")
+"""`KINDS` and one asked in training only: "where is Yuki" -> the landmark, a copy from
+the story that teaches finding a character's needle by its name, which `nonliteral-answer`
+then needs with the landmark's city as the answer."""
+
 NEEDLE = "{name} lives near {landmark} ."
 QUESTIONS = {
-    "literal": "who lives near {landmark} ?",
-    "nonliteral": "who has been to {city} ?",
-    "nonliteral-answer": "which city was visited by {name} ?",
+    "literal": "who lives near {landmark}",
+    "nonliteral": "who has been to {city}",
+    "nonliteral-answer": "which city was visited by {name}",
+    "landmark": "where is {name}",
 }
 FACT = "{landmark} is in {city} ."
 QUESTION_WORD = "Question:"
@@ -187,9 +195,9 @@ def build_story(rng: random.Random, characters: list[Character], n_filler: int,
 def question(kind: str, character: Character) -> tuple[list[str], str]:
     """The question of `kind` about `character` as words, and its one-word answer."""
     if kind not in QUESTIONS:
-        raise ValueError(f"unknown question kind {kind!r}; choose from {', '.join(KINDS)}")
+        raise ValueError(f"unknown question kind {kind!r}; choose from {', '.join(TRAINING_KINDS)}")
     text = QUESTIONS[kind].format(name=character.name, landmark=character.landmark, city=character.city)
-    answer = character.city if kind == "nonliteral-answer" else character.name
+    answer = {"nonliteral-answer": character.city, "landmark": character.landmark}.get(kind, character.name)
     return text.split(), answer
 
 

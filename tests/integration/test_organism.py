@@ -154,8 +154,8 @@ def test_accuracy_per_question_kind(model, task):
 def test_a_run_defaults_to_the_organisms_tasks():
     from locos_bench.run.config import RunConfig
 
-    assert RunConfig(model="organism").resolved().tasks == list(organism.ORGANISM_TASKS)
-    assert RunConfig(model="planted").resolved().tasks == ["planted-kv"]
+    assert list(RunConfig(model="organism").resolved().tasks) == list(organism.ORGANISM_TASKS)
+    assert list(RunConfig(model="planted").resolved().tasks) == ["planted-kv"]
 
 
 def test_the_answer_key_stays_off_the_model(model):
@@ -194,8 +194,24 @@ def test_a_short_training_run_is_deterministic_and_writes_a_loadable_model(tmp_p
     manifest = train.write_files(tmp_path, first, tokenizer, cfg, history, {}, 1.0, ([0.0], [0.0]))
     loaded = load_model(str(tmp_path / organism.WEIGHTS))
     assert loaded.geometry.n_layers == 2 and manifest["files"]
-    ids = loaded.tokenizer("who lives near Greymill ?")["input_ids"]
-    assert ids[0] == loaded.tokenizer.bos_token_id and len(ids) == 6
+    ids = loaded.tokenizer("who lives near Greymill")["input_ids"]
+    assert ids[0] == loaded.tokenizer.bos_token_id and len(ids) == 5
+
+
+def test_the_training_forward_is_the_hugging_face_forward():
+    """Training runs `lean_logits` (fused attention, head dropout built in); the shipped model
+    runs the Hugging Face forward: on the same weights they must give the same logits."""
+    import torch
+
+    train = _script("train_organism")
+    cfg = _tiny(train, init_std=0.5)
+    model = train.build_model(cfg, len(lang.vocabulary()))
+    ids, _, _ = train.batch(random.Random(0), cfg.stages[-1], cfg, {w: i for i, w in enumerate(lang.vocabulary())})
+    with torch.no_grad():
+        torch.testing.assert_close(train.lean_logits(model, ids), model(ids).logits, atol=1e-4, rtol=1e-4)
+        keep = torch.ones(ids.shape[0], 2, 2)
+        keep[:, 1, 0] = 0.0
+        assert not torch.allclose(train.lean_logits(model, ids, keep), model(ids).logits, atol=1e-3)
 
 
 def test_exhaustive_search_matches_a_brute_force_loop():
@@ -204,10 +220,9 @@ def test_exhaustive_search_matches_a_brute_force_loop():
     import torch
 
     from locos_bench.evaluation import evaluate_task
-    from locos_bench.evaluation.ablation import AblationSpec, HeadAblation, reference_means
     from locos_bench.evaluation.oracle import search, set_name
+    from locos_bench.interventions import AblationSpec, HeadAblation, only_full, reference_means
     from locos_bench.models import wrap_model
-    from locos_bench.models.lean_attention import only_full
     from locos_bench.tasks.tokenize import tokenize_example
 
     train = _script("train_organism")

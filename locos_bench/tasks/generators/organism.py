@@ -3,9 +3,9 @@
 A story of `n_characters` characters, each in one needle sentence ("Yuki lives near Greymill ."),
 among filler sentences; the question asks about one of them (the target), in one of three kinds:
 
-    literal            who lives near Greymill ?     -> Yuki
-    nonliteral         who has been to Varno ?       -> Yuki    (no word shared with the needle)
-    nonliteral-answer  which city was visited by Yuki ? -> Varno (the answer is not in the story)
+    literal            who lives near Greymill     -> Yuki
+    nonliteral         who has been to Varno       -> Yuki    (no word shared with the needle)
+    nonliteral-answer  which city was visited by Yuki -> Varno (the answer is not in the story)
 
 Every character's (name, landmark) pair is a held-out pair (`organism_language.HELD_OUT`),
 which training never draws, so the model answers from the story, not from memory of it. The
