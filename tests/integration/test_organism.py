@@ -21,9 +21,12 @@ from locos_bench.tasks import organism_language as lang
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCURACY_BOUND = 0.85
-"""On 40 held-out examples per kind: the shipped weights score at least 0.95 on 200 (their
-manifest), so a sound model clears 0.85 by a margin of several examples; a broken tokenizer,
+"""On 40 held-out examples per kind: the shipped weights score 1.0 on 200 on the two kinds they
+solve (their manifest), so a sound model clears 0.85 by several examples; a broken tokenizer,
 weight file or prompt format falls to chance (0.25)."""
+SOLVED = ("organism-literal", "organism-nonliteral")
+"""The kinds the shipped weights answer; `organism-nonliteral-answer` stays near chance (0.325
+on 200, docs/models.md), so no bound is claimed for it."""
 
 
 def _script(name: str):
@@ -140,7 +143,7 @@ def test_a_bad_training_configuration_is_one_line_and_exit_2(tmp_path, capsys):
 # -- the model ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task", organism.ORGANISM_TASKS)
+@pytest.mark.parametrize("task", SOLVED)
 def test_accuracy_per_question_kind(model, task):
     from locos_bench.evaluation import evaluate_task
 
