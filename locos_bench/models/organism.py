@@ -19,12 +19,12 @@ byte is one `LocosError` line, never a model that silently differs from the publ
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
+from locos_bench.models._gguf import _sha256 as sha256_file
 
 ORGANISM_DIR = Path(__file__).resolve().parents[1] / "data" / "organism"
 WEIGHTS = "weights"
@@ -34,14 +34,6 @@ ORGANISM_TASKS = ("organism-literal", "organism-nonliteral", "organism-nonlitera
 """The question kinds as tasks, in the language's curriculum order."""
 
 RETRAIN_HINT = "retrain with scripts/train_organism.py, or restore locos_bench/data/organism from git"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(directory: Path | None = None) -> dict[str, Any]:

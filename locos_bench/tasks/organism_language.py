@@ -34,11 +34,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-NAMES: tuple[str, ...] = (
-    "Yuki", "Omar", "Clara", "Mateo", "Priya", "Felix", "Nadia", "Hugo", "Leila", "Tomas",
-    "Ingrid", "Kofi", "Elena", "Ravi", "Sofia", "Bruno", "Amara", "Lars", "Mei", "Diego",
-    "Greta", "Jonas", "Alma", "Victor",
-)
+from locos_bench.tasks.world import NAMES
+
 LANDMARKS: tuple[str, ...] = (
     "Greymill", "Stonebridge", "Redgate", "Moonwell", "Ashtower", "Oakhall", "Saltpier", "Irongate",
     "Foxden", "Glasshouse", "Bellspire", "Windmill", "Copperdome", "Elmarch", "Rookfort", "Silverlake",
