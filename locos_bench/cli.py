@@ -67,9 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", False):
         print(f"locos-bench: error: `{args.command}` is not implemented yet", file=sys.stderr)
         return 2
+    if not args.debug:  # a warning is one line, as an error is (--debug keeps where it came from)
+        import warnings
+
+        warnings.formatwarning = _one_line_warning
     module = importlib.import_module(f"locos_bench._cli.{args._module}")
     try:
-        return int(module.main(args) or 0)
+        if getattr(args, "plugin", None):
+            from locos_bench.detectors.registry import load_plugin_files
+
+            load_plugin_files(args.plugin)
+        code = int(module.main(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _pipe_closed()
     except LocosError as exc:
         if args.debug:
             raise
@@ -78,6 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("locos-bench: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:
+    return f"locos-bench: warning: {message}\n"
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout went away (`locos-bench ... --json | head`): nothing more to say.
+    Stdout is pointed at /dev/null so the interpreter's last flush cannot fail again, and the
+    status is the one a shell reports for a process SIGPIPE ended (as `git log | head` gives)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

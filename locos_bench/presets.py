@@ -9,7 +9,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # A smoke test: minutes on a laptop CPU.
     "quick": dict(tasks=["kv-retrieval", "arithmetic"], budgets=[1, 4], n_calib=2, n_ref=4,
                   n_eval=6, random_draws=2, rank_diagnostic=3),
-    # The embedded default on a 2-core CPU (see README for the measured wall time).
+    # The embedded default on a 2-core CPU (its measured wall time: README, and docs/results/).
     "default": dict(tasks=["kv-retrieval", "niah-literal", "arithmetic"], budgets=[1, 4, 8],
                     n_calib=8, n_ref=4, n_eval=8, random_draws=5, rank_diagnostic=3),
     # The LOCOS authors' protocol, for GPU machines (docs/paper-protocol.md lists every setting

@@ -101,6 +101,7 @@ class LocosSession:
         With `--locos-update-baselines`, write the run's figures into `baseline_file`
         (default `baselines/<model>.yaml`) instead."""
         from locos_bench.report.baselines import (
+            check_settings,
             compare,
             load_baselines,
             run_figures,
@@ -118,6 +119,11 @@ class LocosSession:
         if not all(Path(s).exists() for s in sources):
             pytest.fail(f"no baseline file {sources[0]}: create it with --locos-update-baselines", pytrace=False)
         verdicts = compare(load_baselines(sources), manifest, figures, tolerance=self.tolerance)
+        for c in check_settings(verdicts, manifest):
+            if c.differences:
+                pytest.fail(f"{c.file} was made with other settings ({'; '.join(c.differences)}; baseline -> this "
+                            "run): its figures are not comparable; update it with --locos-update-baselines if the "
+                            "change is intended", pytrace=False)
         verdicts = [v for v in verdicts if v.status != "not-in-run"]
         if not verdicts:
             pytest.fail(f"no baseline records for {manifest.model} on "

@@ -49,6 +49,11 @@ class Registry(Generic[T]):
                 raise LocosError(f"{self.kind} alias {alias!r} is already taken; choose another name")
             self._aliases[alias] = name
 
+    def remove(self, name: str) -> None:
+        """Forget an entry and its aliases (a plugin file that failed half-way)."""
+        self._entries.pop(name, None)
+        self._aliases = {alias: target for alias, target in self._aliases.items() if target != name}
+
     def canonical(self, name: str) -> str:
         """The entry's own name for `name` (itself unless it is an alias)."""
         return self._aliases.get(name, name)

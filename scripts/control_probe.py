@@ -6,7 +6,7 @@ Reference means come from `--n-ref` examples of the same task and length (indice
 evaluation from `--n-eval` examples at indices 200..; the head sets are
 `numpy.random.default_rng(--seed)` draws without replacement. One JSON line per task and
 length: the headline metric unablated and per draw, the mean relative drop, and the gold
-log-probs. The README's *Can a control survive random heads* table quotes it.
+log-probs. The table *Can a control survive random heads* of docs/results/gemma3-default-seed0.md quotes it.
 
     .venv/bin/python scripts/control_probe.py [--tasks arithmetic,parametric-recall] [--lengths 16,64,320]
 """

@@ -18,11 +18,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--update", type=Path, metavar="FILE",
                         help="write this run's figures as reference records into FILE instead of checking")
     parser.add_argument("--source-command", dest="source_command", help="the command recorded as the source of updated records")
+    parser.add_argument("--allow-mismatch", action="store_true",
+                        help="compare with a baseline made with other settings (n-eval, seed, ablation, ...) "
+                             "instead of refusing; a warning names them")
     parser.add_argument("--json", action="store_true")
 
 
 def main(args: argparse.Namespace) -> int:
     from locos_bench.report.baselines import (
+        check_settings,
         compare,
         load_baselines,
         run_figures,
@@ -41,6 +45,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote {n} reference records for {manifest.model} into {args.update}")
         return 0
     verdicts = compare(load_baselines(args.against), manifest, figures, tolerance=args.tolerance)
+    _settings(check_settings(verdicts, manifest), allow=args.allow_mismatch)
+    checked = [v for v in verdicts if v.status != "not-in-run"]
     if args.json:
         from locos_bench._cli.common import print_json
 
@@ -59,4 +65,30 @@ def main(args: argparse.Namespace) -> int:
     failed = [v for v in verdicts if v.failed]
     if failed:
         print(f"\n{len(failed)} of {len(verdicts)} baseline checks failed", file=sys.stderr)
+    if not checked:
+        where = ", ".join(map(str, args.against or ["baselines/"]))
+        print(f"locos-bench: nothing checked: no baseline record in {where} holds a figure of this run "
+              f"(model {manifest.model}; tasks {', '.join(t.name for t in manifest.tasks)}); write some with "
+              f"`locos-bench check {args.run_dir} --update FILE`", file=sys.stderr)
+        return 1
     return 1 if failed else 0
+
+
+def _settings(checks, *, allow: bool) -> None:
+    """Refuse a baseline made with settings that change its figures (unless `allow`); say
+    where the runs cover different budgets, tasks or detectors, or a baseline cannot tell."""
+    for c in checks:
+        if c.differences and not allow:
+            raise LocosError(f"{c.file} was made with other settings ({'; '.join(c.differences)}; baseline -> "
+                             f"this run), so its figures are not comparable: make the run with `{c.command}`, "
+                             "or pass --allow-mismatch to compare anyway")
+    for c in checks:
+        if c.command is None:
+            print(f"locos-bench: note: {c.file} records no run command (written before baselines did), so its "
+                  "settings cannot be compared with this run's; rewrite it with --update", file=sys.stderr)
+        if c.differences:
+            print(f"locos-bench: warning: {c.file} was made with other settings ({'; '.join(c.differences)}; "
+                  "baseline -> this run): compared anyway (--allow-mismatch)", file=sys.stderr)
+        if c.coverage:
+            print(f"locos-bench: note: {c.file}'s run covers other figures ({'; '.join(c.coverage)}; baseline -> "
+                  "this run): figures only one run has are not compared", file=sys.stderr)

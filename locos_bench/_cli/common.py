@@ -14,18 +14,26 @@ def print_json(obj: Any) -> None:
 
 
 def print_rows(rows: list[dict[str, Any]], *, as_json: bool, headers: list[str],
-               cells: Callable[[dict[str, Any]], list[Any]]) -> None:
-    """What a listing command prints: its rows as JSON (`--json`), else a table with one line of
-    `cells(row)` per row."""
+               cells: Callable[[dict[str, Any]], list[Any]], widths: list[int | None] | None = None) -> None:
+    """What a listing command prints: its rows as JSON (`--json`), else a table of `cells(row)`
+    per row, a column with a width in `widths` wrapped at word boundaries to it (a long
+    description wraps instead of running past the terminal, where it would be cut)."""
     if as_json:
         print_json(rows)
         return
     from tabulate import tabulate
 
-    print(tabulate([cells(r) for r in rows], headers=headers))
+    print(tabulate([cells(r) for r in rows], headers=headers, maxcolwidths=widths))
 
 
 def add_model_options(parser: Any, *, default: str | None = "gemma3") -> None:
     parser.add_argument("--model", default=default, help=f"model alias or HF id (default {default})")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (GPU); default bfloat16 on cuda, float32 on cpu")
+
+
+def add_plugin_option(parser: Any) -> None:
+    """`--plugin FILE.py` (repeatable): detectors from a file, for every command that names them."""
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                        help="a Python file whose @register_detector classes become detectors (repeatable; "
+                             "also $LOCOS_BENCH_PLUGINS, separated by ':')")

@@ -10,11 +10,12 @@ import sys
 import warnings
 from typing import Any
 
-from locos_bench._cli.common import print_rows
+from locos_bench._cli.common import add_plugin_option, print_rows
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_plugin_option(parser)
 
 
 def collect() -> list[dict[str, Any]]:
@@ -67,6 +68,6 @@ def _table_row(r: dict[str, Any]) -> list[Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    print_rows(collect(), as_json=args.json, cells=_table_row,
+    print_rows(collect(), as_json=args.json, cells=_table_row, widths=[None, None, 30, 14, 30, 50],
                headers=["detector", "source", "forward passes / example", "in `all` of presets", "parameters", ""])
     return 0

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from locos_bench._cli.common import add_model_options, print_json
 from locos_bench.errors import LocosError
+from locos_bench.names import head_name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,7 +159,7 @@ def main(args: argparse.Namespace) -> int:
         print_json(result.to_json())
     if result.sufficiency and "unavailable" in result.sufficiency:
         print(f"note: no sufficiency on this page: {result.sufficiency['unavailable']}", file=sys.stderr)
-    print(f"wrote {path} (top head {result.to_json()['top'][0]}; {result.verdict['mean']['text']})",
+    print(f"wrote {path} (top head {head_name(result.top[0])}; {result.verdict['mean']['text']})",
           file=sys.stderr)
     return 0
 

@@ -26,6 +26,7 @@ def run_lm_eval_cli(argv: list[str]) -> int:
     from lm_eval.__main__ import cli_evaluate
 
     import locos_bench.lm_eval.lm  # noqa: F401  (registers `locos`)
+    from locos_bench.lm_eval.controls import cli_error
 
     saved = sys.argv
     sys.argv = ["lm-eval", *argv]
@@ -33,6 +34,20 @@ def run_lm_eval_cli(argv: list[str]) -> int:
         cli_evaluate()
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    except Exception as exc:  # an unknown task or an unreachable dataset is one line, not lm-eval's traceback
+        error = cli_error(exc, _flag(argv, "--include_path"))
+        if error is None:
+            raise
+        raise error from None
     finally:
         sys.argv = saved
     return 0
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    for n, word in enumerate(argv):
+        if word == name and n + 1 < len(argv):
+            return argv[n + 1]
+        if word.startswith(name + "="):
+            return word.partition("=")[2]
+    return None

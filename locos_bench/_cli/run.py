@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from locos_bench._cli.common import add_plugin_option
 from locos_bench.errors import LocosError
 
 
@@ -26,12 +27,28 @@ def _alpha_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 1.5,2,4 (got {text!r})") from None
 
 
+def _preset_sizes(preset: dict) -> str:
+    """A preset's values as the flags that set them (`--help` shows what a preset means)."""
+    shown = []
+    for key, value in preset.items():
+        if key == "random_seed":  # no flag: the paper's seeds for the random detector's draws
+            shown.append(f"(random heads seeded {value} + draw)")
+        elif isinstance(value, bool):
+            shown.append(f"--{key}" if value else "")
+        elif isinstance(value, list):
+            shown.append(f"--{key.replace('_', '-')} {','.join(map(str, value))}")
+        else:
+            shown.append(f"--{key.replace('_', '-')} {value}")
+    return " ".join(x for x in shown if x)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from locos_bench.run.config import PRESETS
 
     parser.add_argument("--model", default="gemma3", help="model alias, HF id or local dir (default gemma3)")
     parser.add_argument("--detector", action="append", default=None, metavar="all|NAME[,NAME]",
                         help="detectors to compare (default all)")
+    add_plugin_option(parser)
     parser.add_argument("--tasks", "--task", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         help="comma-separated task names or task YAML paths (default: the preset's)")
     parser.add_argument("--data", type=Path,
@@ -44,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mask; the flat mean where fewer than 2 reference prompts reach)")
     parser.add_argument("--sink", default=None, metavar="keep|mean",
                         help="mean ablation at a BOS sink (position 0): keep it untouched or write the mean "
-                             "there too (default: see README)")
+                             "there too (default mean; docs/methodology.md, Mean ablation and the sink)")
     parser.add_argument("--n-calib", type=int, help="calibration (detection) examples per task")
     parser.add_argument("--n-ref", type=int, help="reference examples for mean activations")
     parser.add_argument("--n-eval", type=int, help="held-out evaluation examples per task")
@@ -61,9 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sequences per forward pass (default: from free memory on cuda, 4 on cpu)")
     parser.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                        help="sizes: quick, default (2-core CPU) or paper (GPU, 7-8B models)")
+                        help="sizes: quick, default (2-core CPU) or paper (GPU, 7-8B models); "
+                             + "; ".join(f"{name}: {_preset_sizes(PRESETS[name])}" for name in ("quick", "default", "paper"))
+                             + " (a flag given overrides its preset value)")
     parser.add_argument("--resume", action="store_true", help="require an existing run directory and continue it")
     parser.add_argument("--force", action="store_true", help="overwrite a run directory with another configuration")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="compute again the units of the run directory recorded with an error")
+    parser.add_argument("--allow-failures", action="store_true",
+                        help="exit 0 when units failed (default: exit 1, naming them)")
     parser.add_argument("--publish", action="store_true", help="also copy the leaderboard into leaderboard/")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--explain", type=int, default=0, metavar="N",
@@ -71,16 +94,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sufficiency", action="store_true", default=None,
                         help="also evaluate each retrieval task with only each detector's top-k heads full and "
                              "every other head streaming (KV compression; on in --preset paper)")
-    parser.add_argument("--kv-sink", type=int, default=4, metavar="S",
-                        help="first tokens a streaming head keeps (default 4)")
-    parser.add_argument("--kv-window", type=int, default=64, metavar="W",
-                        help="last tokens a streaming head keeps (default 64)")
+    parser.add_argument("--kv-sink", type=int, default=None, metavar="S",
+                        help="with --sufficiency: first tokens a streaming head keeps (default 4)")
+    parser.add_argument("--kv-window", type=int, default=None, metavar="W",
+                        help="with --sufficiency: last tokens a streaming head keeps (default 64)")
     parser.add_argument("--steer-alphas", type=_alpha_list, default=None, metavar="A[,A]",
                         help="also evaluate every task with each detector's top-k heads amplified by each "
                              "alpha (e.g. 1.5,2,4), plus each retrieval task's harder variant")
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the units, forward passes and an estimate of wall time and peak memory, "
+                             "then stop (the model is loaded, nothing is run or written)")
+    parser.add_argument("--gpu", default=None, metavar="NAME",
+                        help="with --dry-run: also estimate for this GPU (h100, h200, a100, a100-40gb, l40s)")
     add_executor_arguments(parser)
 
 
@@ -104,10 +132,20 @@ def make_executor_from_args(args: argparse.Namespace, cfg) -> object:
                          gpus_per_worker=args.gpus_per_worker)
 
 
+def check_budgets(budgets: list[int] | None) -> None:
+    """`--budgets` as typed: increasing and without repeats (`4,1` is more likely a slip for
+    `4,10` than a wish to have it sorted)."""
+    if budgets and list(budgets) != sorted(set(budgets)):
+        given = ",".join(map(str, budgets))
+        raise LocosError(f"--budgets {given}: give increasing budgets without repeats "
+                         f"({','.join(map(str, sorted(set(budgets))))}?)")
+
+
 def main(args: argparse.Namespace) -> int:
     from locos_bench.harness import run_benchmark
     from locos_bench.run import RunConfig, RunDir
 
+    check_budgets(args.budgets)
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,
         budgets=args.budgets, ablation=args.ablation, positionwise=args.positionwise,
@@ -116,6 +154,7 @@ def main(args: argparse.Namespace) -> int:
         calibration_draws=args.calibration_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
+        retry_failed=args.retry_failed,
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
         kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas,
@@ -123,6 +162,13 @@ def main(args: argparse.Namespace) -> int:
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():
         raise LocosError(f"--resume: {resolved.output_dir} holds no run to resume")
+    if args.gpu and not args.dry_run:
+        raise LocosError("--gpu names the GPU a --dry-run estimates for; add --dry-run")
+    if args.dry_run:
+        from locos_bench.harness.estimate import dry_run, format_estimate
+
+        print(format_estimate(*dry_run(resolved, gpu=args.gpu)))
+        return 0
     start = time.perf_counter()
     executor = make_executor_from_args(args, resolved)
     try:
@@ -152,4 +198,30 @@ def main(args: argparse.Namespace) -> int:
     print("  phases (s)  " + ", ".join(f"{k} {v:.0f}" for k, v in manifest.timings.items()))
     print(f"  records     {run_dir.results_path}")
     print(f"  leaderboard {board}")
-    return 0
+    return _failures(run_dir, manifest, allow=args.allow_failures)
+
+
+def _failures(run_dir, manifest, *, allow: bool) -> int:
+    """The end of the summary when units failed: which, why (one line each, the first few),
+    where their tracebacks are, and exit 1 (0 with `--allow-failures`)."""
+    from locos_bench.run import RunPlan
+
+    plan = RunPlan.from_manifest(manifest)
+    done = {u.key: u for u in run_dir.read_units()}
+    failed = [u for u in done.values() if u.error]
+    if not failed:
+        return 0
+    skipped = sum(1 for key in plan.units() if key not in done and plan.blocked(key, done))
+    print(f"  failed      {len(failed)} unit(s)" + (f"; {skipped} evaluation(s) of their heads skipped" if skipped else ""),
+          file=sys.stderr)
+    for unit in failed[:8]:
+        why = (unit.error.splitlines() or [""])[0][:200]
+        print(f"              {plan.describe([unit.key])[0]}: {why}", file=sys.stderr)
+    if len(failed) > 8:
+        print(f"              and {len(failed) - 8} more", file=sys.stderr)
+    print(f"  tracebacks  {run_dir.failures_path}", file=sys.stderr)
+    if allow:
+        return 0
+    print("locos-bench: units failed (exit 1; --allow-failures exits 0); fix the cause and rerun the same "
+          "command with --retry-failed", file=sys.stderr)
+    return 1

@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import Any
 
-from locos_bench._cli.common import add_model_options, print_json
+from locos_bench._cli.common import add_model_options, add_plugin_option, print_json
 from locos_bench.errors import LocosError
 
 
@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
     parser.add_argument("--task", required=True, help="task name (see `locos-bench tasks`) or YAML path")
     parser.add_argument("--detector", required=True, help="detector name (see `locos-bench detectors`)")
+    add_plugin_option(parser)
     parser.add_argument("--n", type=int, help="calibration examples (default: the task's calibration size)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the detector's rng and of the order of tied heads (default 0)")
@@ -30,18 +31,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """`["answer_tokens=first", "final_norm=false"]` -> `{"answer_tokens": "first", "final_norm": False}`."""
+def parse_params(items: list[str], cls: type | None = None) -> dict[str, Any]:
+    """`--param KEY=VALUE` items as the detector's parameters: each VALUE read as the type of
+    its default in `cls.__init__` (`final_norm=false` a bool, `batch_size=8` an int,
+    `answer_tokens=first` a string as typed), else as JSON, else as a string. A VALUE that is
+    not of its default's type is one line naming the parameter, the type and the default."""
+    from locos_bench._cli.detectors import parameters
+
+    defaults = parameters(cls) if cls is not None else {}
+    name = getattr(cls, "name", "") or getattr(cls, "__name__", "?")
     params: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise LocosError(f"--param {item!r}: expected KEY=VALUE")
+        default = defaults.get(key)
+        if isinstance(default, str):
+            params[key] = value
+            continue
         try:
-            params[key.strip()] = json.loads(value)
+            parsed = json.loads(value)
         except json.JSONDecodeError:
-            params[key.strip()] = value
+            parsed = value
+        kind = _TYPES.get(type(default))
+        if kind is not None and not _is(parsed, type(default)):
+            raise LocosError(f"--param {item}: detector {name!r}: {key} must be {kind} "
+                             f"(default {json.dumps(default)})")
+        params[key] = float(parsed) if isinstance(default, float) else parsed
     return params
+
+
+_TYPES = {bool: "true or false", int: "a whole number", float: "a number"}
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is bool or isinstance(value, bool):
+        return isinstance(value, bool) and kind is bool
+    return isinstance(value, int) if kind is int else isinstance(value, (int, float))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -54,10 +81,10 @@ def main(args: argparse.Namespace) -> int:
     # Everything that can be checked without the model is checked first.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        get_detector_class(args.detector)
+        cls = get_detector_class(args.detector)
     for warning in caught:
         print(f"locos-bench: warning: {warning.message}", file=sys.stderr)
-    detector = make_detector(args.detector, **parse_params(args.param))
+    detector = make_detector(args.detector, **parse_params(args.param, cls))
     spec = load_task(args.task)
     n = spec.sizes.calibration if args.n is None else args.n
     if n < 1:

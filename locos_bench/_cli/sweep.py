@@ -7,6 +7,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from locos_bench._cli.common import add_plugin_option
 from locos_bench._cli.run import add_executor_arguments
 
 
@@ -15,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="grid of models, seeds, presets, detector and task sets (see locos_bench.harness.sweep)")
     parser.add_argument("--list", action="store_true", help="print the runs the file expands to and stop")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_plugin_option(parser)
     add_executor_arguments(parser)
 
 

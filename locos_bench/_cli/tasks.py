@@ -79,13 +79,13 @@ def task_rows() -> list[dict[str, Any]]:
 def _table_row(r: dict[str, Any]) -> list[Any]:
     if "error" in r:
         return [r["name"], "?", "?", "?", "no", f"ERROR: {r['error']}"]
-    return [r["name"], r["kind"], r["source"], r["version"], "yes" if r["offline"] else "no",
-            "" if r["offline"] else r["availability"]]
+    note = r["description"] if r["offline"] else f"{r['description']} ({r['availability']})".lstrip()
+    return [r["name"], r["kind"], r["source"], r["version"], "yes" if r["offline"] else "no", note]
 
 
 def _list(args: argparse.Namespace) -> int:
-    print_rows(task_rows(), as_json=args.json, cells=_table_row,
-               headers=["task", "kind", "source", "version", "offline", "note"])
+    print_rows(task_rows(), as_json=args.json, cells=_table_row, widths=[None, None, None, None, None, 60],
+               headers=["task", "kind", "source", "version", "offline", "description"])
     return 0
 
 

@@ -124,12 +124,34 @@ def tokenize_for(model: LoadedModel, examples: Sequence[Example], detector: str)
     return tokenize_examples(examples, model.tokenizer, reword=lambda error: f"detector {detector!r}: {error}")
 
 
+def type_name(value: Any) -> str:
+    """`numpy.ndarray`, `list`: how an error names what a detector returned."""
+    kind = type(value)
+    module = kind.__module__.split(".")[0]
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def check_tensor(value: Any, shape: tuple[int, ...], label: str, detector: str, method: str) -> Tensor:
+    """`value` if it is a tensor of `shape`; else one line naming the detector, the method that
+    returned it, the shape expected (`label`, e.g. `[n_heads]`) and what came instead."""
+    expected = f"{label} = {list(shape)}"
+    if not isinstance(value, Tensor):
+        raise LocosError(f"detector {detector!r}: {method} returned a {type_name(value)}; expected a "
+                         f"torch.Tensor of shape {expected}")
+    if tuple(value.shape) != shape:
+        raise LocosError(f"detector {detector!r}: {method} returned shape {list(value.shape)}; expected {expected}")
+    return value
+
+
 def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> HeadScores:
-    """Reject wrong shapes and non-finite values with an error naming the detector."""
+    """Reject wrong types, wrong shapes and non-finite values with an error naming the detector."""
     geo = model.geometry
     expected = (geo.n_layers, geo.n_heads)
     if not isinstance(result, HeadScores):
         raise LocosError(f"detector {detector!r} returned {type(result).__name__}, not HeadScores")
+    if not isinstance(result.scores, Tensor):
+        raise LocosError(f"detector {detector!r} returned scores as a {type_name(result.scores)}; expected a "
+                         f"torch.Tensor of shape [n_layers, n_heads] = {list(expected)}")
     if tuple(result.scores.shape) != expected:
         raise LocosError(
             f"detector {detector!r} returned scores of shape {tuple(result.scores.shape)}; "
@@ -140,6 +162,9 @@ def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> He
         where = ", ".join(head_name(tuple(h)) for h in bad[:5])
         raise LocosError(f"detector {detector!r} returned non-finite scores at {where}")
     per = result.per_example
+    if per is not None and not isinstance(per, Tensor):
+        raise LocosError(f"detector {detector!r} returned per-example scores as a {type_name(per)}; expected a "
+                         f"torch.Tensor of shape [n_examples, n_layers, n_heads]")
     if per is not None and (per.ndim != 3 or tuple(per.shape[1:]) != expected or per.shape[0] < 1
                             or not bool(torch.isfinite(per).all())):
         raise LocosError(f"detector {detector!r} returned per-example scores of shape {tuple(per.shape)}; "

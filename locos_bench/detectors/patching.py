@@ -287,7 +287,7 @@ class EapIG(Detector):
     """
 
     cost = "2 forward + steps x (forward + backward), from the first corrupted token on"
-    presets = ("paper",)  # in `--detector all` of the paper preset only: see the README
+    presets = ("paper",)  # in `--detector all` of the paper preset only: see docs/detectors.md
 
     def __init__(self, steps: int = 5, answer_tokens: str = "mean", prefix_cache: bool = True) -> None:
         self.steps = steps

@@ -101,7 +101,7 @@ class QRHead(Detector):
     """
 
     cost = "2 (the prompt, and the prompt with the null query)"
-    presets = ("paper",)  # in `--detector all` of the paper preset only: see the README
+    presets = ("paper",)  # in `--detector all` of the paper preset only: see docs/detectors.md
 
     def __init__(self, null_query: str = "N/A", sigmas: float = 2.0) -> None:
         self.null_query = null_query

@@ -1,17 +1,25 @@
 """The detector registry (a `locos_bench.registry.Registry`).
 
-Detectors come from three places: the built-ins below (lazy, so listing them imports
-nothing heavy), `@register_detector("name")` in a notebook or script, and the entry-point
+Detectors come from four places: the built-ins below (lazy, so listing them imports
+nothing heavy), `@register_detector("name")` in a notebook or script, a Python file named
+on the command line (`--plugin FILE.py`) or in `LOCOS_BENCH_PLUGINS`, and the entry-point
 group `locos_bench.detectors` of other installed packages (entry-point name = detector
-name). A built-in wins a clash with a plugin, with a warning; a plugin that fails to
-import warns and the rest still work.
+name). A built-in wins a clash with an installed plugin, with a warning; an installed plugin
+that fails to import warns and the rest still work. A plugin *file* is named by the user, so
+one that fails to import, defines no detector or takes a registered name is an error.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import os
+import sys
+import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
@@ -57,9 +65,103 @@ def register_detector(name: str) -> Callable[[type], type]:
     return decorate
 
 
+PLUGINS_ENV = "LOCOS_BENCH_PLUGINS"
+"""Environment variable: detector files to load, separated by `os.pathsep` (as `--plugin`)."""
+
+_plugin_files: dict[Path, list[str]] = {}
+"""Detector files loaded so far -> the detectors each registered."""
+_env_seen: str | None = None
+
+
+def load_plugin_files(paths: Iterable[str | Path], *, label: str = "--plugin") -> list[str]:
+    """Import each detector file once and register what it defines; returns the names of
+    the detectors the files hold. Each file is also added to `LOCOS_BENCH_PLUGINS`, so the
+    processes a run starts (Ray workers on this machine) load it too.
+
+    Raises:
+        LocosError: one line naming the file (and `label`, how it was given) when it does not
+            exist, fails to import (with the line), defines no detector or registers a name
+            already taken (a built-in's, say).
+    """
+    names: list[str] = []
+    for given in paths:
+        path = Path(given).expanduser().resolve()
+        if path not in _plugin_files:
+            _plugin_files[path] = _import_plugin(path, f"{label} {given}")
+            _export(path)
+        names += _plugin_files[path]
+    return names
+
+
+def plugin_files() -> list[str]:
+    """The detector files loaded so far (a Ray executor hands them to its workers)."""
+    return [str(p) for p in _plugin_files]
+
+
+def _export(path: Path) -> None:
+    files = [f for f in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if f]
+    if str(path) not in files:
+        os.environ[PLUGINS_ENV] = os.pathsep.join([*files, str(path)])
+
+
+def _import_plugin(path: Path, where: str) -> list[str]:
+    from locos_bench.errors import LocosError
+
+    if not path.is_file():
+        raise LocosError(f"{where}: no such file")
+    if path.suffix != ".py":
+        raise LocosError(f"{where}: not a Python file (.py)")
+    data = path.read_bytes()
+    module_name = f"_locos_plugin_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{path.stem}"
+    before = set(DETECTORS.names())
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except LocosError as exc:  # a name taken, from register_detector
+        _forget(module_name, before)
+        raise LocosError(f"{where}: {exc}") from None
+    except Exception as exc:
+        _forget(module_name, before)
+        line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else next(
+            (f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == str(path)), None)
+        at = f"line {line}: " if line else ""
+        raise LocosError(f"{where}: cannot import it ({at}{type(exc).__name__}: {exc})") from None
+    added = [name for name in DETECTORS.names() if name not in before]
+    if not added:
+        _forget(module_name, before)
+        raise LocosError(f"{where} defines no detector: decorate a Detector subclass with "
+                         "@register_detector(\"name\")")
+    source = f"{path.name} (sha256 {hashlib.sha256(data).hexdigest()[:12]})"
+    for name in added:  # the file's digest names its version: an edited file is another detector
+        DETECTORS.add(name, DETECTORS.get(name), source=source, replace=True)
+    return added
+
+
+def _forget(module_name: str, before: set[str]) -> None:
+    """Undo a plugin file that failed half-way: its module and the detectors it registered."""
+    sys.modules.pop(module_name, None)
+    for name in DETECTORS.names():
+        if name not in before:
+            DETECTORS.remove(name)
+
+
+def _load_env_plugins() -> None:
+    """The files `LOCOS_BENCH_PLUGINS` names, each once (read again when it changes)."""
+    global _env_seen
+    value = os.environ.get(PLUGINS_ENV, "")
+    if value == _env_seen:
+        return
+    load_plugin_files([f for f in value.split(os.pathsep) if f], label=PLUGINS_ENV)
+    _env_seen = value
+
+
 def load_plugins() -> None:
-    """Register detectors from the `locos_bench.detectors` entry-point group (once)."""
+    """Register detectors from the `locos_bench.detectors` entry-point group (once), and the
+    detector files `LOCOS_BENCH_PLUGINS` names."""
     global _plugins_loaded
+    _load_env_plugins()
     if _plugins_loaded:
         return
     _plugins_loaded = True

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from locos_bench.detectors import _common
 from locos_bench.detectors import _drops as iv
-from locos_bench.detectors.base import Detector, HeadScores
+from locos_bench.detectors.base import Detector, HeadScores, check_tensor
 from locos_bench.models import LoadedModel, heads
 from locos_bench.names import Head, Hook
 from locos_bench.tasks import Example
@@ -80,20 +80,26 @@ class OnePassDetector(Detector):
         geo = model.geometry
         total = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
         rows = []
+
+        def layer_scores(t: TokenizedExample, cache: dict[str, Tensor], layer: int) -> Tensor:
+            scores = self.score_layer(model, t, cache, layer)
+            return check_tensor(scores, (geo.n_heads,), "[n_heads]", name, "score_layer").double().cpu()
+
         for t in tokenized:
             row = torch.zeros(geo.n_layers, geo.n_heads, dtype=torch.float64)
             if self._by_layer():
                 scores: dict[int, Tensor] = {}
 
                 def each_layer(layer: int, cache: dict[str, Tensor], t: TokenizedExample = t) -> None:
-                    scores[layer] = self.score_layer(model, t, cache, layer).double().cpu()
+                    scores[layer] = layer_scores(t, cache, layer)
 
                 heads.run_layer_by_layer(model, t.input_ids, names, each_layer, logits_at=t.answer_positions[-1:])
                 for layer in range(geo.n_layers):  # a layer that captures nothing is scored from nothing
-                    row[layer] = scores[layer] if layer in scores else self.score_layer(model, t, {}, layer).double().cpu()
+                    row[layer] = scores[layer] if layer in scores else layer_scores(t, {}, layer)
             else:
                 _, cache = heads.run_and_capture(model, t.input_ids, names, logits_at=t.answer_positions[-1:])
-                row = self.score_example(model, t, cache).double().cpu()
+                row = check_tensor(self.score_example(model, t, cache), (geo.n_layers, geo.n_heads),
+                                   "[n_layers, n_heads]", name, "score_example").double().cpu()
                 del cache
             total += row
             rows.append(row)

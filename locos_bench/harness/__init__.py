@@ -1,5 +1,6 @@
 """Executing a run: the driver (`driver.Run`, `run_benchmark`), the worker that computes each
-unit, the executors (local, Ray), sweeps of runs, and progress bars.
+unit, the executors (local, Ray), sweeps of runs, progress bars, and `estimate` (what a run
+would cost, before it: `locos-bench run --dry-run`).
 
 The face::
 

@@ -15,7 +15,9 @@ owns timing, parameters and validation: a detector only scores.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import shlex
 import sys
 import time
@@ -30,10 +32,17 @@ from locos_bench.interventions import check_positionwise_reference
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.manifest import build_manifest, resumed
+from locos_bench.run.manifest import Comparison, build_manifest, compare, resumed
 from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask
+
+RECORD_BYTES_PER_EXAMPLE = 208
+"""Bytes of `results.jsonl` per evaluated example: the published gemma3 run's (its per-example
+values and generations; planted's are 55), for the size a run announces (`Run._announce`)."""
+LARGE_SPLIT = 2000
+"""Evaluation splits above this many examples are announced as a warning (shown under
+`--quiet`): the presets use 6 to 250."""
 
 
 class Run:
@@ -48,7 +57,13 @@ class Run:
     """
 
     def __init__(self, config: ResolvedConfig | RunConfig, model: Any, progress: Progress, executor: Any = None) -> None:
-        self.config = config.resolved().for_model(model)
+        given = config.resolved()
+        self.config = given.for_model(model)
+        if self.config.budgets_capped_at is not None:
+            heads = self.config.budgets_capped_at
+            above = ",".join(str(k) for k in given.budgets if k > heads)
+            progress.warn(f"--budgets {above} is above the model's {heads} heads: capped to {heads} "
+                          "(every head ablated)")
         self.model = model
         self.progress = progress
         self.executor = executor
@@ -63,8 +78,6 @@ class Run:
     def prepare(self) -> dict[str, RunTask]:
         """Build the splits, the manifest and the plan (nothing is written yet)."""
         config = self.config
-        if config.budgets_capped_at is not None:
-            self.progress.log(f"warning: budgets above the model's {config.budgets_capped_at} heads are capped")
         with self._timed("prepare"):
             tasks = run_tasks(config, self.model)
         if config.positionwise:
@@ -113,34 +126,64 @@ class Run:
                 self.progress.log(f"warning: --sufficiency: every evaluation prompt of {name} fits "
                                   f"{sink} sink + {window} window tokens, so streaming changes nothing there")
 
+    def _choose_dir(self) -> None:
+        """Where a run without `--output-dir` goes: its default directory when that is new or
+        holds a run this one resumes or extends (`run.manifest.compare`); else a directory of
+        its own beside it, named by a digest of its configuration, so a second experiment
+        never overwrites or blocks the first (a directory of that name that this run fits is
+        taken again, so the same command resumes it)."""
+        base = self.dir.path
+        if self.config.force or not self.config.default_dir or not self.dir.exists():
+            return
+        candidates = [base, *sorted(base.parent.glob(f"{base.name}-" + "[0-9a-f]" * 8))]
+        fits = {}
+        for path in candidates:
+            try:
+                fits[path] = compare(RunDir(path).read_manifest(), self.manifest)
+            except LocosError:
+                if path == base:
+                    return  # an unreadable manifest: `_open` says what is wrong with it
+        same = [p for p, c in fits.items() if c.same]
+        fitting = [p for p, c in fits.items() if c.fits]
+        digest = hashlib.sha256(json.dumps(self.manifest.config_key(), sort_keys=True, default=str).encode())
+        target = (same or fitting or [base.with_name(f"{base.name}-{digest.hexdigest()[:8]}")])[0]
+        if target != base:
+            differences = "; ".join(fits[base].differences)
+            self.progress.note(f"{base} holds another run ({differences}); this run goes to {target}")
+            self.dir = RunDir(target)
+
+    def previous(self) -> tuple[Any, Comparison | None]:
+        """The manifest the run directory already holds (None: none) and how this run stands to
+        it (`run.manifest.compare`): one it can neither resume nor extend is refused, naming
+        what differs, unless `force`. Reads only (`--dry-run` makes the same check)."""
+        self._choose_dir()
+        if not self.dir.exists():
+            return None, None
+        try:
+            old = self.dir.read_manifest()
+        except LocosError:
+            if not self.config.force:
+                raise
+            old = None
+        comparison = None if old is None else compare(old, self.manifest)
+        if comparison is not None and not comparison.fits and not self.config.force:
+            raise LocosError(
+                f"{self.dir.path} holds a run with another configuration ({'; '.join(comparison.differences)}); "
+                "use another --output-dir, rerun the original command to resume it, or pass --force to overwrite"
+            )
+        return old, comparison
+
     def _open(self) -> None:
-        """Start the directory, or resume it when it holds the same configuration."""
+        """Start the directory, or resume it when it holds the same configuration, or extend it
+        when this one only adds to it (its finished units kept, a replaced detector's dropped)."""
         manifest = self.manifest
         if self.dir.exists():
-            try:
-                old = self.dir.read_manifest()
-            except LocosError:
-                if not self.config.force:
-                    raise
-                old = None
-            same = old is not None and old.config_key() == manifest.config_key()
-            if old is not None and not same and not self.config.force:
-                raise LocosError(
-                    f"{self.dir.path} holds a run with a different configuration; use another "
-                    "--output-dir, rerun the original command to resume it, or pass --force to overwrite"
-                )
-            if not same:
+            old, comparison = self.previous()
+            if comparison is None or not comparison.fits:
                 self.dir.clear()
             else:
                 manifest = self.manifest = resumed(manifest, old)
-                for unit in self.dir.read_units(repair=True):
-                    self.done[unit.key] = unit
-                if self.dir.set_aside:
-                    lines = ", ".join(map(str, self.dir.set_aside))
-                    self.progress.log(
-                        f"warning: {len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
-                        f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
-                self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
+                self._resume(comparison)
         merged = dict(manifest.timings)  # a resumed run adds this session's seconds
         for phase, seconds in self.timings.items():
             merged[phase] = round(merged.get(phase, 0.0) + seconds, 3)
@@ -149,6 +192,30 @@ class Run:
         for unit in self.done.values():  # resumed units seed the identical-head-set cache
             if unit.kind != UnitKind.SCORES and not unit.error:
                 self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
+
+    def _resume(self, comparison: Comparison) -> None:
+        """Keep the directory's finished units, but a replaced detector's (and, with
+        `retry_failed`, those recorded with an error), which are discarded and computed again."""
+        units = self.dir.read_units(repair=True)
+        if self.dir.set_aside:
+            lines = ", ".join(map(str, self.dir.set_aside))
+            self.progress.log(
+                f"warning: {len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
+                f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
+        replaced = {name for name, _ in comparison.replaced}
+        stale = {u.key for u in units if u.detector in replaced or (self.config.retry_failed and u.error)}
+        self.dir.discard(stale)
+        self.done = {u.key: u for u in units if u.key not in stale}
+        if comparison.same:
+            self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
+            if stale:
+                self.progress.note(f"retrying {len(stale)} failed unit(s) in {self.dir.path}")
+            return
+        changes = [f"+ {text}" for text in comparison.additions]
+        changes += [f"detector {name} replaced ({why})" for name, why in comparison.replaced]
+        dropped = f", {len(stale)} computed again" if stale else ""
+        self.progress.note(f"extending {self.dir.path} ({'; '.join(changes)}): {len(self.done)} finished "
+                           f"units kept{dropped}")
 
     def _timed(self, phase: str) -> Any:
         return timed(self.timings, phase)
@@ -165,10 +232,12 @@ class Run:
         tasks = self.prepare()
         executor = self.executor or LocalExecutor(Worker(self.config, self.model, tasks, self.progress.log))
         command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
+        self._choose_dir()
         with self.dir.lock(command):
             self._open()
             executor.start(self.config)
             todo = self.plan.todo(self.done)
+            self._announce(todo)
             for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
                 keys = [k for k in group if not self.plan.blocked(k, self.done)]
                 label = phase_label(kind, task)
@@ -183,7 +252,29 @@ class Run:
                                     sufficiency=self.manifest.sufficiency)
             self.manifest.timings = self.timings
             self.dir.write_manifest(self.manifest)
+            self.dir.write_failures(self.failed())
         return self.dir
+
+    def _announce(self, todo: list[UnitKey]) -> None:
+        """What the run is about to do, in examples and bytes, before it does it: a unit shows
+        no progress inside itself, so a large `--n-eval` would otherwise look like a hang."""
+        splits = {t.name: t.splits for t in self.manifest.tasks}
+        sizes = [len(splits[k.task].get(k.split or "evaluation", [])) for k in todo if k.kind != UnitKind.SCORES]
+        if not sizes:
+            return
+        examples, largest = sum(sizes), max(sizes)
+        mb = examples * RECORD_BYTES_PER_EXAMPLE / 1e6
+        line = (f"{len(todo)} units to compute: up to {examples:,} example evaluations ({len(sizes)} units of up "
+                f"to {largest:,} examples each), about {mb:,.1f} MB of records")
+        if largest > LARGE_SPLIT:
+            self.progress.warn(f"{line}; a unit shows no progress until it ends, and the presets evaluate 6 to 250 "
+                               "examples (--n-eval); --dry-run estimates the time")
+        else:
+            self.progress.log(line)
+
+    def failed(self) -> list[tuple[str, UnitRecord]]:
+        """The run's units recorded with an error, each with its label (`scores t/d`)."""
+        return [(self.plan.describe([key])[0], unit) for key, unit in self.done.items() if unit.error]
 
     def _job(self, key: UnitKey) -> Job:
         if key.kind == UnitKind.SCORES:

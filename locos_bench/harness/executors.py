@@ -124,6 +124,10 @@ class _RayWorker:
         from locos_bench.models import load_model
 
         load = json.loads(load_json)
+        if load.get("plugins"):  # the driver's detector files (--plugin), at the same paths
+            from locos_bench.detectors.registry import load_plugin_files
+
+            load_plugin_files(load["plugins"])
         self.model = load_model(load["model"], device=load["device"], dtype=load["dtype"])
 
     def prepare(self, config_json: str) -> None:
@@ -201,7 +205,9 @@ class RayExecutor:
         return max(1, workers if workers is not None else fit)
 
     def _start(self) -> Any:
-        actor = self._actor_cls.remote(json.dumps(self._load))
+        from locos_bench.detectors.registry import plugin_files
+
+        actor = self._actor_cls.remote(json.dumps({**self._load, "plugins": plugin_files()}))
         if self._config_json is not None:  # a replacement: prepared before its first job (actor calls keep their order)
             actor.prepare.remote(self._config_json)
         return actor

@@ -30,3 +30,12 @@ class Progress:
     def log(self, message: str) -> None:
         if not self.quiet:
             print(message, file=sys.stderr, flush=True)
+
+    def note(self, message: str) -> None:
+        """What a run does that its command did not spell out (where it goes, what it keeps):
+        shown under `quiet` too."""
+        print(message, file=sys.stderr, flush=True)
+
+    def warn(self, message: str) -> None:
+        """A warning: shown under `quiet` too (it silences progress, not what went wrong)."""
+        print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -193,13 +193,11 @@ class Worker:
             result = run_detector(detector, self.model, data.calibration_draw(key.draw), rng=rng)
         except (KeyboardInterrupt, MemoryError):
             raise
-        except Exception as exc:  # a crashing detector is recorded; the run goes on
+        except Exception as exc:  # a crashing detector is recorded (with its traceback); the run goes on
             message = str(exc) if isinstance(exc, LocosError) else f"{type(exc).__name__}: {exc}"
             self.log(f"detector {key.detector!r} failed on {data.spec.name}: {message}")
-            if not isinstance(exc, LocosError):
-                traceback.print_exc(file=sys.stderr)
             return UnitRecord.for_key(key, params=detector.get_params(), seconds=time.perf_counter() - start,
-                                      error=message)
+                                      error=message, traceback=traceback.format_exc())
         return UnitRecord.for_key(
             key, params=result.params, scores=result.scores.double().tolist(), forward_passes=result.forward_passes,
             seconds=result.seconds,

@@ -180,14 +180,18 @@ class HeadSetAblation:
     def _hook(self, layer: int, cells: list[tuple[int, int]], n_rows: int) -> Any:
         one = self._one
         heads = sorted({head for _, head in cells})
+        # Which (row, ablated head) cells intervene, built once: a decoding step calls the hook
+        # at every layer, and a Python loop over the cells there cost rows x heads per step.
+        rows_at = torch.tensor([row for row, _ in cells], dtype=torch.long)
+        at = {head: i for i, head in enumerate(heads)}
+        heads_at = torch.tensor([at[head] for _, head in cells], dtype=torch.long)
+        chosen = torch.zeros(n_rows, 1, len(heads), 1, dtype=torch.bool)
+        chosen[rows_at, 0, heads_at, 0] = True
 
         def fn(z: Tensor, hook: Any) -> Tensor:
             if z.shape[0] != n_rows:
                 raise LocosError(f"head-set hooks bound to {n_rows} rows ran on a batch of {z.shape[0]}")
-            mask = torch.zeros(z.shape[0], 1, z.shape[2], 1, dtype=torch.bool, device=z.device)
-            for row, head in cells:
-                mask[row, 0, head, 0] = True
-            sub = mask[:, :, heads]  # [B, 1, h, 1]
+            sub = chosen.to(z.device)  # [B, 1, h, 1]
             new = one._replaced(layer, heads, z)
             z = z.clone()
             z[:, :, heads] = torch.where(sub, new, z[:, :, heads])

@@ -172,11 +172,39 @@ def _yaml_task_name(path: Path) -> str:
     return match[1]
 
 
+def cli_error(exc: Exception, include_path: str | None = None) -> LocosError | None:
+    """One line for what lm-eval's own command line raises as a traceback: an unknown task
+    (with the nearest names) or a dataset on the unreachable hub; None for anything else."""
+    text = f"{type(exc).__name__}: {exc}"
+    missing = re.match(r"ValueError: Tasks not found: (.+)", text)
+    if missing:
+        from locos_bench.errors import did_you_mean
+
+        names = [n.strip() for n in missing[1].split(", ") if n.strip()]
+        known = _manager((str(Path(include_path).resolve()),) if include_path else ()).all_tasks
+        hint = did_you_mean(names[0], known) if len(names) == 1 else ""
+        return LocosError(f"unknown lm-eval task{'s' * (len(names) > 1)} {', '.join(map(repr, names))}{hint}; "
+                          "`locos-bench lm-eval ls tasks` lists them; a folder of task YAML files needs "
+                          "--include_path DIR")
+    if _unreachable(text):
+        return _task_error("", exc)
+    return None
+
+
+def _unreachable(text: str) -> bool:
+    return any(word in text for word in ("offline", "Offline", "ConnectionError", "resolve", "Couldn't reach",
+                                         "couldn't reach", "Max retries", "Network", "not find",
+                                         "doesn't exist on the Hub"))
+
+
 def _task_error(task: str, exc: Exception, manager: Any = None) -> LocosError:
     text = f"{type(exc).__name__}: {exc}"
-    offline = any(word in text for word in ("offline", "Offline", "ConnectionError", "resolve", "Couldn't reach",
-                                            "couldn't reach", "Max retries", "Network", "not find", "doesn't exist on the Hub"))
-    if offline:
+    if not task:  # lm-eval's own command line: which of its tasks is not known here
+        return LocosError("an lm-eval task loads its dataset from the Hugging Face hub, which cannot be reached "
+                          f"from here ({text.splitlines()[0][:200]}); point it at local files: copy its YAML "
+                          "with `dataset_path: json` and `dataset_kwargs: {data_files: {test: PATH.jsonl}}` and "
+                          "pass its folder with --include_path (docs/lm-eval.md)")
+    if _unreachable(text):
         where = ""
         entry = getattr(manager, "_index", {}).get(task)
         yaml_path = getattr(entry, "yaml_path", None)
@@ -186,6 +214,6 @@ def _task_error(task: str, exc: Exception, manager: Any = None) -> LocosError:
         return LocosError(
             f"lm-eval task {task!r} loads its dataset{where} from the Hugging Face hub, which cannot be "
             "reached from here; point it at local files: copy its YAML with `dataset_path: json` and "
-            "`dataset_kwargs: {data_files: {test: PATH.jsonl}}` and pass that YAML file (README, 'lm-eval')"
+            "`dataset_kwargs: {data_files: {test: PATH.jsonl}}` and pass that YAML file (docs/lm-eval.md)"
         )
     return LocosError(f"lm-eval task {task!r} failed: {text.splitlines()[0][:300]}")

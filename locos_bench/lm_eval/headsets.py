@@ -87,11 +87,11 @@ def streaming_settings(ablation: str, kv_sink: Any = None, kv_window: Any = None
             verb = "apply" if len(given) > 1 else "applies"
             raise LocosError(f"{' and '.join(given)} {verb} only to ablation=streaming (got ablation={ablation})")
         return None
-    from locos_bench.run.config import RunConfig
+    from locos_bench.run.config import KV_SINK, KV_WINDOW
 
     values = []
-    for name, value, default, low in (("kv_sink", kv_sink, RunConfig.kv_sink, 0),
-                                      ("kv_window", kv_window, RunConfig.kv_window, 1)):
+    for name, value, default, low in (("kv_sink", kv_sink, KV_SINK, 0),
+                                      ("kv_window", kv_window, KV_WINDOW, 1)):
         if value is None:
             value = default
         elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):

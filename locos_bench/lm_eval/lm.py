@@ -14,6 +14,7 @@ backend (`TemplateLM`), so unablated results match `--model hf` on the same weig
 
 from __future__ import annotations
 
+import sys
 import warnings
 from contextlib import ExitStack, nullcontext
 from importlib import metadata
@@ -128,6 +129,9 @@ class LocosLM(TemplateLM):
                 hooks = ablation_hooks(loaded, head_set, ablation, positionwise=_flag(positionwise),
                                        sink=None if sink is None else str(sink), preset=preset, seed=seed)
             self.head_set = head_set
+            if str(heads).strip():  # a scored or run spec resolves at load time: say to what
+                names = ", ".join(head_name(h) for h in head_set.heads) or "none"
+                print(f"locos: heads={heads} -> {names} ({ablation})", file=sys.stderr, flush=True)
         elif stream is not None:  # the given hooks stay; the head set is the full heads
             self.head_set = resolve_heads(str(heads), loaded, preset=preset, seed=seed, reference=reference)
         else:

@@ -27,6 +27,8 @@ old names raise an error that says so: a re-export would import upward, from `mo
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -132,11 +134,13 @@ def plug(attn: Any, attend: Attend | None) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """Point code written against the old home of `streaming` and `only_full` to the new one
-    (a re-export here would import upward, from `models` into `interventions`)."""
+    """The documented old path of `streaming` and `only_full` keeps working, with a
+    DeprecationWarning naming the new home. It resolves at attribute access, not import, so
+    `models` still imports nothing above it (nothing in locos_bench uses the old path)."""
     if name in ("streaming", "only_full"):
-        raise AttributeError(f"{name} moved: use locos_bench.interventions.{name} "
-                             f"(from locos_bench.interventions import {name})")
+        warnings.warn(f"locos_bench.models.lean_attention.{name} moved to locos_bench.interventions.{name}; "
+                      "the old path goes in 0.2", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("locos_bench.interventions"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -23,7 +23,7 @@ ARCHITECTURES: dict[str, str] = {
     "gemma3-multimodal": "gemma3-4b",
     "llama3": "llama3-8b",
 }
-"""Each architecture the README names, and the shipped configuration it scales (named as its alias)."""
+"""Each architecture docs/architecture.md names, and the shipped configuration it scales (named as its alias)."""
 
 TINY = dict(d_model=64, d_head=16, d_mlp=128, window=16, max_positions=4096, max_kv_heads=2)
 """Scaled-down sizes: layer types, GQA ratio, norms, RoPE settings and tying stay the real ones."""
@@ -76,6 +76,24 @@ def scale_down(config: dict[str, Any], *, vocab_size: int) -> dict[str, Any]:
         for key in ("boi_token_index", "eoi_token_index", "image_token_index"):
             tiny[key] = vocab_size - 1
     return tiny
+
+
+def at_head_count(name: str, *, n_layers: int, n_heads: int, n_kv_heads: int, vocab_size: int,
+                  d_head: int = 8) -> dict[str, Any]:
+    """The shipped config `name` (an alias with one) scaled down to `TINY`'s width but with the
+    given layer and head counts: how many heads a model has, not how wide it is, is what a
+    per-head Python loop or a per-head buffer scales with (`benchmarks/head_scaling.py`:
+    Qwen3-8B's 36 x 32 heads over 8 KV heads at `d_head` 8)."""
+    config = scale_down(shipped_config(name), vocab_size=vocab_size)
+    text = _text_part(config)
+    if "layer_types" in text:
+        period = text["layer_types"]
+        text["layer_types"] = [period[i % len(period)] for i in range(n_layers)]
+    text.update(num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                head_dim=d_head)
+    if "query_pre_attn_scalar" in text:
+        text["query_pre_attn_scalar"] = d_head
+    return config
 
 
 def random_model(config: dict[str, Any], *, dtype: Any = None, device: str = "cpu", seed: int = 0) -> Any:

@@ -36,6 +36,9 @@ class Source(BaseModel):
     """`arXiv:2607.01002 <table>` for a paper; the command that produced it for a run."""
     commit: str | None = None
     """locos-bench commit of the run (runs only)."""
+    run: str | None = None
+    """The `locos-bench run` command that reproduces the run, every setting explicit (runs
+    only; None in files written before it): `check` compares its settings with the run's."""
 
 
 class BaselineRecord(BaseModel):
@@ -224,6 +227,53 @@ def compare(
     return verdicts
 
 
+FIGURE_FLAGS = ("--model", "--ablation", "--sink", "--positionwise", "--seed", "--n-calib", "--n-ref", "--n-eval",
+                "--random-draws", "--calibration-draws", "--sufficiency", "--kv-sink", "--kv-window")
+"""Settings that change a figure: a baseline made with others is not comparable."""
+COVERAGE_FLAGS = ("--tasks", "--detector", "--budgets", "--steer-alphas", "--rank-diagnostic", "--lm-eval-tasks")
+"""Settings that change only which figures a run has: records outside the run go unchecked."""
+
+
+@dataclass
+class SettingsCheck:
+    """A baseline run's settings against the checked run's (`check_settings`), one per baseline
+    file and run command among the records compared."""
+
+    file: Path
+    command: str | None
+    """The baseline's `locos-bench run` command; None for a file written before baselines
+    recorded it (its settings cannot be compared)."""
+    differences: list[str]
+    """`FIGURE_FLAGS` that differ, `flag: baseline -> this run`."""
+    coverage: list[str]
+    """`COVERAGE_FLAGS` that differ, likewise."""
+
+
+def check_settings(verdicts: Sequence[Verdict], manifest: Manifest) -> list[SettingsCheck]:
+    """The settings of each baseline run behind `verdicts` against this run's (paper records
+    are what the paper measured and are not compared)."""
+    from locos_bench.run.manifest import command_settings, run_settings
+
+    ours = run_settings(manifest)
+    checks: dict[tuple[Path, str | None], SettingsCheck] = {}
+    for v in verdicts:
+        source = v.record.source
+        if source.kind != "run" or (v.file, source.run) in checks:
+            continue
+        theirs = command_settings(source.run) if source.run else None
+
+        def differ(flags: tuple[str, ...]) -> list[str]:
+            return [f"{flag.lstrip('-')}: {_shown(theirs.get(flag))} -> {_shown(ours.get(flag))}"
+                    for flag in flags if theirs.get(flag) != ours.get(flag)] if theirs is not None else []
+
+        checks[(v.file, source.run)] = SettingsCheck(v.file, source.run, differ(FIGURE_FLAGS), differ(COVERAGE_FLAGS))
+    return list(checks.values())
+
+
+def _shown(value: str | None) -> str:
+    return "off" if value is None else "on" if value == "" else value
+
+
 def verdict_table(verdicts: Sequence[Verdict]) -> str:
     rows = []
     for v in verdicts:
@@ -252,6 +302,9 @@ def update_records(
     versions = {t.name: t.version for t in manifest.tasks}
     headline = {t.name: [t.metrics[0], "gold_logprob"] for t in manifest.tasks}
     commit = manifest.provenance.git_commit
+    from locos_bench.run.manifest import reproduce_command
+
+    run = reproduce_command(manifest)
     new = []
     for (model, task, detector, k, ablation, metric), fig in sorted(figures.items(), key=lambda kv: str(kv[0])):
         if metric not in (metrics or headline[task]):
@@ -259,7 +312,7 @@ def update_records(
         if not all(math.isfinite(x) for x in (fig.value, fig.low, fig.high)):
             continue
         new.append(BaselineRecord(
-            source=Source(kind="run", ref=command, commit=commit), model=model, task=task,
+            source=Source(kind="run", ref=command, commit=commit, run=run), model=model, task=task,
             task_version=versions[task], detector=detector, k=k, ablation=ablation, metric=metric,
             value=round(fig.value, 6), ci=(round(fig.low, 6), round(fig.high, 6)),
         ))

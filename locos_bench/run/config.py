@@ -64,6 +64,8 @@ class RunConfig:
     sets x 4 examples took 82 s where one set at a time took 126 s (niah-literal, 8 sets, 8
     examples, identical generations); 1: one at a time."""
     force: bool = False
+    retry_failed: bool = False
+    """Resuming, compute again the units recorded with an error."""
     quiet: bool = False
     explain: int = 0
     """Write explain pages for the first N evaluation examples of each retrieval task."""
@@ -75,8 +77,10 @@ class RunConfig:
     """Also evaluate each retrieval task with only each detector's top-k heads full and every
     other head streaming (`kv_sink` first and `kv_window` last tokens; DuoAttention's KV
     compression). None: the preset's (on in `paper`, off elsewhere)."""
-    kv_sink: int = 4
-    kv_window: int = 64
+    kv_sink: int | None = None
+    """First tokens a streaming head keeps (None: 4); only with `sufficiency`."""
+    kv_window: int | None = None
+    """Last tokens a streaming head keeps (None: 64); only with `sufficiency`."""
     steer_alphas: list[float] | None = None
     """Amplifications: every task evaluated again with each detector's top-k heads' outputs
     scaled by each alpha (> 0, not 1), plus each retrieval task's harder variant
@@ -98,7 +102,7 @@ class RunConfig:
             defaults["tasks"] = list(MODELS.get(self.model).tasks)
         cfg = replace(self, **{k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()})
         calibration_draws = 1 if cfg.calibration_draws is None else cfg.calibration_draws
-        check_streaming(cfg.kv_sink, cfg.kv_window)
+        kv_sink, kv_window = _streaming(cfg)
         alphas = _check_alphas(cfg.steer_alphas or [])
         detectors = _resolve_detectors(cfg.detectors, cfg.preset)
         from locos_bench.run.plan import need_retrieval
@@ -122,6 +126,11 @@ class RunConfig:
                                   ("--explain", cfg.explain, 0), ("eval_head_sets", cfg.eval_head_sets, 1)):
             if value is not None and value < low:
                 raise LocosError(f"{label} must be at least {low} (got {value})")
+        if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
+            raise LocosError(f"--seed must be a whole number of at least 0 (got {cfg.seed})")
+        if cfg.data is not None and not Path(cfg.data).is_dir():
+            why = "not a folder" if Path(cfg.data).exists() else "no such folder"
+            raise LocosError(f"--data {cfg.data}: {why} (it holds DATA/<task> in each release's layout)")
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
         from locos_bench.interventions import DEFAULT_SINK, AblationSpec  # torch: only once the names are checked
@@ -130,6 +139,7 @@ class RunConfig:
         output_dir = cfg.output_dir
         if output_dir is None:
             output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
+        _check_output_dir(Path(output_dir))
         return ResolvedConfig(
             model=cfg.model, preset=cfg.preset, detectors=tuple(detectors), tasks=tuple(cfg.tasks),
             specs=(*specs, *variant_specs), fallbacks=tuple(fallbacks.items()),
@@ -141,7 +151,8 @@ class RunConfig:
             eval_head_sets=cfg.eval_head_sets, force=cfg.force, quiet=cfg.quiet, explain=cfg.explain,
             lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=None if cfg.data is None else Path(cfg.data),
             sufficiency=bool(cfg.sufficiency),
-            kv_sink=cfg.kv_sink, kv_window=cfg.kv_window, steer_alphas=tuple(alphas),
+            kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas),
+            default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
         )
 
 
@@ -201,6 +212,12 @@ class ResolvedConfig:
     manifest's `model_info` records it."""
     budgets_capped_at: int | None = None
     """The model's head count, where budgets above it were capped to it (`for_model`)."""
+    default_dir: bool = False
+    """`output_dir` is the default name (no `--output-dir`): a run of another configuration
+    then goes to a directory of its own beside it instead of being refused."""
+    retry_failed: bool = False
+    """Resuming, compute again the units recorded with an error (a fixed detector, a lost
+    worker); otherwise a failed unit counts as done."""
 
     @property
     def positionwise(self) -> bool:
@@ -216,14 +233,21 @@ class ResolvedConfig:
 
     def for_model(self, model: Any) -> ResolvedConfig:
         """This configuration bound to the loaded model: a batch size chosen from its memory
-        (`LoadedModel.batch_size_for`) where none was given, and budgets above its number of
-        heads capped to it. Binding a bound configuration again returns it unchanged."""
+        (`LoadedModel.batch_size_for`) where none was given, and a budget above its number of
+        heads capped to it (every head ablated). Two budgets that would both become the head
+        count are refused (`LocosError`): the curve would hold one point twice. Binding a bound
+        configuration again returns it unchanged."""
         changes: dict[str, Any] = {}
         if self.batch_size is None:
             size, why = model.batch_size_for(self.context_tokens)
             changes.update(batch_size=size, batch_size_chosen=f"{size} ({why})")
         heads = model.geometry.n_total_heads
-        if max(self.budgets) > heads:
+        above = [k for k in self.budgets if k > heads]
+        if len(above) > 1 or (above and heads in self.budgets):
+            raise LocosError(f"--budgets {','.join(map(str, above))} would all become {heads}, the model's head "
+                             f"count{' (already a budget)' if heads in self.budgets else ''}: keep at most one "
+                             f"budget of {heads} or more")
+        if above:  # one budget past the model's heads: every head ablated, said as a warning
             changes.update(budgets=tuple(sorted({min(k, heads) for k in self.budgets})), budgets_capped_at=heads)
         return replace(self, **changes) if changes else self
 
@@ -265,6 +289,37 @@ def _check_alphas(alphas: Sequence[float]) -> list[float]:
         if float(alpha) not in out:
             out.append(float(alpha))
     return out
+
+
+KV_SINK, KV_WINDOW = 4, 64
+"""A sufficiency run's streaming heads keep these first and last tokens unless `--kv-sink` /
+`--kv-window` say otherwise (the flags default to None, so one given without `--sufficiency`
+is seen and refused)."""
+
+
+def _streaming(cfg: RunConfig) -> tuple[int, int]:
+    """The streaming heads' sink and window: only a sufficiency run has streaming heads, so
+    either given without it is refused rather than ignored."""
+    if not cfg.sufficiency:
+        for label, value in (("--kv-sink", cfg.kv_sink), ("--kv-window", cfg.kv_window)):
+            if value is not None:
+                raise LocosError(f"{label} sets the streaming heads of --sufficiency, which this run "
+                                 "leaves out: add --sufficiency, or drop it")
+    sink = KV_SINK if cfg.kv_sink is None else cfg.kv_sink
+    window = KV_WINDOW if cfg.kv_window is None else cfg.kv_window
+    check_streaming(sink, window)
+    return sink, window
+
+
+def _check_output_dir(path: Path) -> None:
+    """Refuse a run directory that is a file, or lies under one (before anything is written)."""
+    if path.exists() and not path.is_dir():
+        raise LocosError(f"--output-dir {path} is a file, not a run directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise LocosError(f"--output-dir {path}: {parent} is a file")
+            break
 
 
 def check_streaming(sink: int, window: int) -> None:

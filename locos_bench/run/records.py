@@ -6,7 +6,7 @@ Nothing is pickled and no metadata lives in file names.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
@@ -208,8 +208,25 @@ class UnitRecord(BaseModel):
     seconds: float = 0.0
     error: str | None = None
     """Set when the unit failed; the run records it and goes on."""
+    traceback: str | None = None
+    """Where it failed (a failed unit's Python traceback; a run writes them all to
+    `failures.log`). Left out of a record without one, so other lines read as before."""
     kind: UnitKind
     """Each record narrows it to its own kind: the tag a results line is read back by."""
+
+    _left_out_when_empty: ClassVar[tuple[str, ...]] = ("traceback",)
+    """Fields added after records were first written: left out of a line while empty, so
+    older lines read back byte for byte (one serializer for every kind: a subclass's own
+    would replace this one)."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_fields(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self._left_out_when_empty:
+                if not data.get(name):
+                    data.pop(name, None)
+        return data
 
     @property
     def key(self) -> UnitKey:
@@ -326,13 +343,7 @@ class SteeringUnit(UnitRecord):
     split: str = ""
     """`calibration` (`Manifest.steer_calibration`), or empty: the evaluation split (then left
     out of the record, so records written before the field read back byte for byte)."""
-
-    @model_serializer(mode="wrap")
-    def _without_empty_split(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and not data.get("split"):
-            data.pop("split", None)
-        return data
+    _left_out_when_empty: ClassVar[tuple[str, ...]] = ("traceback", "split")
     heads: list[list[int]] = Field(default_factory=list)
     """The scaled heads as `[layer, head]`, best first."""
     values: dict[str, list[float]] = Field(default_factory=dict)

@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from locos_bench.errors import LocosError
-from locos_bench.run.plan import RunPlan
+from locos_bench.run.plan import RunPlan, UnitKey
 from locos_bench.run.records import Manifest, UnitRecord, unit_from_json
 
 _UMASK = os.umask(0)
@@ -78,6 +78,7 @@ class RunDir:
     MANIFEST = "manifest.json"
     RESULTS = "results.jsonl"
     CORRUPT = "results.corrupt.jsonl"
+    FAILURES = "failures.log"
     LOCK = ".lock"
 
     def __init__(self, path: Path | str) -> None:
@@ -96,6 +97,22 @@ class RunDir:
     @property
     def corrupt_path(self) -> Path:
         return self.path / self.CORRUPT
+
+    @property
+    def failures_path(self) -> Path:
+        """The failed units of the run, each with its error and traceback (none: no file)."""
+        return self.path / self.FAILURES
+
+    def write_failures(self, failed: list[tuple[str, UnitRecord]]) -> None:
+        """`failures.log` for the (label, unit) pairs given, or no such file when none failed."""
+        if not failed:
+            self.failures_path.unlink(missing_ok=True)
+            return
+        parts = [f"# {len(failed)} unit(s) of {self.path} recorded with an error. Fix the cause, then rerun the "
+                 "same command with --retry-failed (a detector file that changed is computed again anyway).\n"]
+        for label, unit in failed:
+            parts.append(f"\n## {label}\n{unit.error}\n\n{(unit.traceback or '(no traceback recorded)').rstrip()}\n")
+        write_atomic(self.failures_path, "".join(parts))
 
     def exists(self) -> bool:
         return self.manifest_path.exists()
@@ -164,6 +181,17 @@ class RunDir:
                                          "text": line.decode("utf-8", "replace")}).encode() + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
+        write_atomic(self.results_path, b"".join(line + b"\n" for line in kept) + torn)
+
+    def discard(self, keys: set[UnitKey]) -> None:
+        """Rewrite `results.jsonl` without the units of `keys` (a replaced detector's, failed
+        ones to retry), atomically; every other line is kept byte for byte."""
+        if not keys or not self.results_path.exists():
+            return
+        raw = self.results_path.read_bytes()
+        lines = raw.split(b"\n")
+        torn = lines.pop()
+        kept = [line for line in lines if unit_from_json(line).key not in keys]
         write_atomic(self.results_path, b"".join(line + b"\n" for line in kept) + torn)
 
     def clear(self) -> None:

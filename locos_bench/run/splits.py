@@ -161,7 +161,7 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
              "evaluation": cfg.n_eval}
     n_total = sum(sizes.values())
     window = n_total
-    examples = make_examples(spec, window, model=model, skip_errors=True)
+    examples, ended = _read(spec, window, 0, model)
     caps: dict[str, float] = dict.fromkeys(sizes, math.inf)
     while True:
         parts = assign_splits(examples, sizes, caps)
@@ -172,7 +172,7 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
                                                  model))
             return TaskData(spec, parts["calibration"], parts["reference"], parts["evaluation"],
                             [parts[_draw_split(d)] for d in range(1, draws)])
-        if len(examples) < window or window >= LOOKAHEAD * n_total:
+        if ended is not None or window >= LOOKAHEAD * n_total:
             if draws > 1:
                 n_items = len({example_item(e) for e in examples})
                 raise LocosError(
@@ -181,12 +181,26 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
                     f"examples), besides {cfg.n_ref} reference and {cfg.n_eval} evaluation; its first "
                     f"{len(examples)} examples hold {n_items} distinct items: ask for fewer draws or "
                     "fewer calibration examples")
-            raise LocosError(_shortfall(spec, sizes, examples, parts, window))
+            raise LocosError(_shortfall(spec, sizes, examples, parts, window, ended))
         if window == n_total:  # items repeat across the index ranges: share them out
             caps = _item_caps(examples, sizes)
         grown = min(LOOKAHEAD * n_total, window + missing)
-        examples += make_examples(spec, grown - window, start=window, model=model, skip_errors=True)
+        more, ended = ([], ended) if ended is not None else _read(spec, grown - window, window, model)
+        examples += more
         window = grown
+
+
+def _read(spec: TaskSpec, n: int, start: int, model: Any) -> tuple[list[Example], int | None]:
+    """Examples `start .. start+n-1`, each failing one skipped with a warning, and where the
+    task's data ended (its number of examples; None: it did not)."""
+    import warnings
+
+    from locos_bench.tasks.examples import read_examples
+
+    examples, skipped, ended = read_examples(spec, n, start=start, model=model, skip_errors=True)
+    for message in skipped:
+        warnings.warn(f"skipped: {message}", stacklevel=3)
+    return examples, ended
 
 
 def _calibration_stream(spec: TaskSpec, parts: dict[str, list[Example]], model: Any) -> dict[str, list[Example]]:
@@ -274,8 +288,11 @@ def _item_caps(examples: list[Example], sizes: dict[str, int]) -> dict[str, floa
 
 
 def _shortfall(spec: TaskSpec, sizes: dict[str, int], examples: list[Example],
-               parts: dict[str, list[Example]], window: int) -> str:
+               parts: dict[str, list[Example]], window: int, ended: int | None = None) -> str:
     wanted = f"{sizes['calibration']} calibration + {sizes['reference']} reference + {sizes['evaluation']} evaluation"
+    if ended is not None and ended < sum(sizes.values()):
+        return f"task {spec.name!r} has {ended} examples (its data ends there), too few for the requested {wanted}"
+    window = window if ended is None else ended
     failed = window - len(examples)
     if failed:
         dropped = len(examples) - sum(len(p) for p in parts.values())

@@ -188,15 +188,33 @@ def make_examples(
             plain completion.
         skip_errors: Warn about and skip an example that fails (a dataset row without an
             answer, a needle that cannot be placed) instead of raising; the rest survive.
+            Where the task's data ends, the list ends, without a warning.
     """
+    examples, skipped, _ = read_examples(spec, n, start=start, model=model, skip_errors=skip_errors)
+    for message in skipped:
+        warnings.warn(f"skipped: {message}", stacklevel=2)
+    return examples
+
+
+def read_examples(spec: TaskSpec, n: int, *, start: int = 0, model: Any = None,
+                  skip_errors: bool = False) -> tuple[list[Example], list[str], int | None]:
+    """`make_examples`, told apart: (the examples, why each skipped one failed, the index where
+    the task's data ended, None if not before `start + n`), for a caller that reports them
+    itself."""
+    from locos_bench.tasks.reading import EndOfData
+
     if n < 0 or start < 0:
         raise LocosError("n and start must be non-negative")
-    out = []
+    out, skipped = [], []
     for index in range(start, start + n):
         try:
             out.append(make_example(spec, index, model=model))
+        except EndOfData:
+            if not skip_errors:
+                raise
+            return out, skipped, index
         except LocosError as exc:
             if not skip_errors:
                 raise
-            warnings.warn(f"skipped: {exc}", stacklevel=2)
-    return out
+            skipped.append(str(exc))
+    return out, skipped, None

@@ -56,11 +56,14 @@ from locos_bench.tasks.nolima import (
     spread_order,
 )
 from locos_bench.tasks.reading import (
+    BadLine,
+    EndOfData,
     data_tables,
     dataset_rows,
     local_path,
     offline,
     read_files,
+    read_jsonl,
     read_text,
     require,
 )
@@ -89,12 +92,15 @@ class Loader:
 # Shared helpers
 
 
-def _row(rows: tuple[dict[str, Any], ...], index: int, source: str) -> dict[str, Any]:
+def _row(rows: tuple[dict[str, Any] | BadLine, ...], index: int, source: str) -> dict[str, Any]:
     if not rows:
         raise LocosError(f"{source}: the dataset has no rows")
     if index >= len(rows):
-        raise LocosError(f"{source}: the dataset has only {len(rows)} rows (asked for row {index})")
-    return rows[index]
+        raise EndOfData(f"{source}: the dataset has only {len(rows)} rows (asked for row {index})")
+    row = rows[index]
+    if isinstance(row, BadLine):
+        raise LocosError(f"{source}: row {index} (line {row.line}): {row.reason}")
+    return row
 
 
 def _answer_list(values: list[Any], source: str, index: int | str) -> list[str]:
@@ -220,7 +226,7 @@ def load_musique(spec: Any, index: int, rng: random.Random, **args: Any) -> Exam
     kept = [n for n, r in enumerate(rows) if r["answerable"] or not answerable_only]
     skipped = len(rows) - len(kept)
     if index >= len(kept):
-        raise LocosError(f"{source}: only {len(kept)} usable rows ({skipped} unanswerable skipped); "
+        raise EndOfData(f"{source}: only {len(kept)} usable rows ({skipped} unanswerable skipped); "
                          f"asked for example {index}")
     n = kept[index]
     row = rows[n]
@@ -375,6 +381,37 @@ def _locate(text: str, needles: list[Any], spans: list[Any], what: str, source: 
     return out
 
 
+_STRINGS = ("answers", "needles", "distractors")
+_SPANS = ("needle_spans", "distractor_spans")
+
+
+def _check_fields(row: dict[str, Any], source: str, index: int) -> None:
+    """One line naming the row and the first field of the wrong type (`answers: "Lyon"` would
+    otherwise be read as the answers L, y, o, n)."""
+    def wrong(name: str, what: str, got: str) -> LocosError:
+        return LocosError(f"{source}: row {index}: field {name!r} must be {what} (got {got})")
+
+    for name in ("prompt", "context", "question"):
+        value = row.get(name)
+        if value is not None and not isinstance(value, str):
+            raise wrong(name, "a string", type(value).__name__)
+    for name in (*_STRINGS, *_SPANS):
+        value = row.get(name)
+        what = "a list of strings" if name in _STRINGS else "a list of [start, end] pairs"
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise wrong(name, what, type(value).__name__)
+        if name in _STRINGS:
+            odd = next((v for v in value if not isinstance(v, str) and not (name == "answers" and _number(v))), None)
+            if odd is not None:
+                raise wrong(name, what, f"a list holding {type(odd).__name__}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
     """Row `index` of a user's JSON Lines file (`source.args.path`, relative to the YAML).
 
@@ -389,10 +426,10 @@ def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Exampl
     local = local_path(args, where)
     if local is None:
         raise LocosError(f"{where}: the jsonl loader needs source.args.path (a .jsonl file)")
-    rows = read_files([local])
     source = str(local)
-    row = _row(rows, index, source)
+    row = _row(read_jsonl(local), index, source)
     require(row, ("answers",), source, index)
+    _check_fields(row, source, index)
     answers = _answer_list(list(row["answers"]), source, index)
     prompt_only = row.get("prompt") is not None
     if prompt_only:

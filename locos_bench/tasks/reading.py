@@ -8,8 +8,11 @@ or `text` builder. Either way the loader sees a list of row dicts, and every fai
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,16 +34,35 @@ def _rows(ds: Any) -> tuple[dict[str, Any], ...]:
     return tuple(dict(row) for row in ds)
 
 
+class EndOfData(LocosError):
+    """The task's data holds no example at the index asked for: the stream has ended (a run
+    reading ahead for its splits stops there, where another error skips one example)."""
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of a JSON Lines file that is not a JSON object, kept in its row's place so the
+    rows after it keep their numbers (`read_jsonl`)."""
+
+    line: int
+    reason: str
+
+
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """No `Generating train split` bars on stderr while a loader reads (restored after)."""
+    """No `Generating train split` bars, and no `datasets` error log (our own error names the
+    file and row in one line), on stderr while a loader reads (restored after)."""
     import datasets
 
     was_disabled = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
+    log = logging.getLogger("datasets")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
+        log.setLevel(level)
         if not was_disabled:
             datasets.enable_progress_bars()
 
@@ -71,6 +93,37 @@ def read_files(files: Iterable[Path]) -> tuple[dict[str, Any], ...]:
         if not p.is_file():
             raise LocosError(f"{p}: no such data file")
     return _cached_local(tuple(str(p) for p in paths), tuple(p.stat().st_mtime for p in paths))
+
+
+def read_jsonl(path: Path) -> tuple[dict[str, Any] | BadLine, ...]:
+    """Rows of one JSON Lines file, read by `datasets`. Where `datasets` refuses the file (a
+    line that is not JSON, a field whose type changes between rows), its lines are read one
+    by one instead, so only the bad lines are lost: each stays in its row's place as a
+    `BadLine` for the loader to name (blank lines are no rows, as for `datasets`)."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise LocosError(f"{path}: no such data file")
+    return _cached_jsonl(str(path), path.stat().st_mtime)
+
+
+@lru_cache(maxsize=32)
+def _cached_jsonl(file: str, stamp: float) -> tuple[dict[str, Any] | BadLine, ...]:
+    try:
+        return read_files([Path(file)])
+    except LocosError:
+        pass
+    rows: list[dict[str, Any] | BadLine] = []
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                rows.append(BadLine(number, f"not valid JSON ({exc})"))
+                continue
+            rows.append(row if isinstance(row, dict) else BadLine(number, f"a JSON {type(row).__name__}, not an object"))
+    return tuple(rows)
 
 
 def read_text(path: Path) -> str:

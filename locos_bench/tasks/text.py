@@ -330,3 +330,49 @@ def grid(spec: Any, index: int) -> tuple[int, float]:
     cycled, so every cell gets the same number of examples."""
     cells = [(n, d) for n in spec.context_lengths for d in spec.depths]
     return cells[index % len(cells)]
+
+
+@dataclass(frozen=True)
+class Haystack:
+    """The scaffolding every synthetic generator shares: example `index`'s cell of the task's
+    grid and how its context is written. Its options (`preamble`, `filler`, `spread`) come from
+    the task file's `source.args`, so a generator takes them as `**scaffold` and states none."""
+
+    spec: Any
+    index: int
+    rng: random.Random
+    preamble: str = DEFAULT_PREAMBLE
+    filler: str = DEFAULT_FILLER
+    spread: bool = False
+
+    def __post_init__(self) -> None:
+        if self.filler not in FILLER_STYLES:
+            raise LocosError(f"{self.where}: unknown filler style {self.filler!r}; "
+                             f"choose from {', '.join(FILLER_STYLES)}")
+
+    @property
+    def where(self) -> str:
+        return f"{self.spec.name}[{self.index}]"
+
+    @property
+    def context_tokens(self) -> int:
+        return grid(self.spec, self.index)[0]
+
+    @property
+    def depth(self) -> float:
+        return grid(self.spec, self.index)[1]
+
+    def context(self, pieces: list[Piece], *, ordered: bool = False) -> Context:
+        """The haystack around `pieces` (drawing from the example's `rng`)."""
+        if self.spread and not pieces:
+            raise LocosError(f"{self.where}: spread spaces a task's pieces, and this context holds none")
+        return place(self.rng, self.context_tokens, pieces, ordered=ordered, where=self.where,
+                     filler=self.filler, spread=self.spread)
+
+    def example(self, context: Context, pieces: list[Piece], *, question: str, answers: list[str],
+                metadata: dict[str, Any]) -> Example:
+        """The raw example; `metadata` follows the cell's `context_length` and `depth` (None
+        without pieces: a control's context holds no needle)."""
+        cell = {"context_length": self.context_tokens, "depth": self.depth if pieces else None}
+        return raw_example(self.spec, self.index, context=context, pieces=pieces, question=question,
+                           answers=answers, preamble=self.preamble, metadata={**cell, **metadata})

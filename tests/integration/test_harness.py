@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from locos_bench.models.planted import planted_ground_truth
 from locos_bench.names import rank_heads
 from locos_bench.report.analysis import analyze
 from locos_bench.run import BASELINE, EvalUnit, RankUnit, RunConfig, RunDir, ScoresUnit, load_run
+from locos_bench.run.records import unit_from_json
 
 BOARDS = Path(__file__).resolve().parents[2] / "leaderboard"
 
@@ -143,11 +145,92 @@ def test_interrupted_run_resumes_without_recomputing(tmp_path, planted, monkeypa
         assert len(handle.readlines()) == len(keys)
 
 
-def test_other_configuration_is_refused_unless_forced(tmp_path, planted):
-    _execute(_cfg(tmp_path, budgets=[1]), planted)
-    with pytest.raises(LocosError, match="different configuration"):
-        _execute(_cfg(tmp_path, budgets=[1, 2]), planted)
-    _execute(_cfg(tmp_path, budgets=[1, 2], force=True), planted)
+def test_other_configuration_is_refused_naming_what_differs_unless_forced(tmp_path, planted):
+    """A run that takes from the directory's (a budget, examples) cannot use its units: the
+    refusal names each difference, old -> new (#36)."""
+    _execute(_cfg(tmp_path, budgets=[1, 2]), planted)
+    with pytest.raises(LocosError, match=r"holds a run with another configuration \(budgets: \[1, 2\] -> \[1\]; "
+                                         r"n_eval of planted-kv: 8 -> 4\); use another --output-dir"):
+        _execute(_cfg(tmp_path, budgets=[1], n_eval=4), planted)
+    _execute(_cfg(tmp_path, budgets=[1], force=True), planted)
+
+
+def _lines(run_dir):
+    return run_dir.results_path.read_bytes().splitlines(keepends=True)
+
+
+def test_adding_a_detector_computes_only_its_units_and_rewrites_the_leaderboard(tmp_path, planted, capsys):
+    from locos_bench.harness import run_benchmark
+    from locos_bench.run import RunPlan
+
+    first = run_benchmark(_cfg(tmp_path, detectors=["test-oracle"]), model=planted)
+    before = _lines(first)
+    assert not re.search(r"^\| random +\| built-in", (first.path / "leaderboard.md").read_text(), re.M)
+    capsys.readouterr()
+    second = run_benchmark(_cfg(tmp_path, detectors=["test-oracle,random"], budgets=[1, 2, 4, 8]), model=planted)
+    assert second.path == first.path
+    assert "extending" in capsys.readouterr().err
+    after = _lines(second)
+    assert after[:len(before)] == before  # the finished units, byte for byte
+    new = [unit_from_json(line) for line in after[len(before):]]
+    plan = RunPlan.from_manifest(second.read_manifest())
+    assert sorted(u.key for u in new) == sorted(k for k in plan.units()
+                                                if k.detector == "random" or k.index == 8)
+    assert re.search(r"^\| random +\| built-in", (second.path / "leaderboard.md").read_text(), re.M)
+    manifest = second.read_manifest()
+    assert [d.name for d in manifest.detectors] == ["test-oracle", "random"] and manifest.budgets == [1, 2, 4, 8]
+
+
+def test_a_detector_with_other_parameters_is_computed_again_alone(tmp_path, planted, capsys):
+    from locos_bench.detectors.registry import DETECTORS
+
+    class Weighted(Oracle):
+        def __init__(self, weight: float = 1.0):
+            self.weight = weight
+
+    class Reweighted(Weighted):
+        def __init__(self, weight: float = 2.0):
+            self.weight = weight
+
+    register_detector("test-weighted")(Weighted)
+    try:
+        first = _execute(_cfg(tmp_path, detectors=["test-oracle,test-weighted"]), planted)
+        before = {u.key: u for u in first.read_units()}
+        lines = _lines(first)
+        DETECTORS.add("test-weighted", Reweighted, replace=True)
+        capsys.readouterr()
+        second = _execute(_cfg(tmp_path, detectors=["test-oracle,test-weighted"]), planted)
+    finally:
+        DETECTORS.remove("test-weighted")
+    assert "detector test-weighted replaced (params {'weight': 1.0} -> {'weight': 2.0})" in capsys.readouterr().err
+    after = {u.key: u for u in second.read_units()}
+    assert after.keys() == before.keys()
+    kept = [line for line in lines if unit_from_json(line).detector != "test-weighted"]
+    assert _lines(second)[:len(kept)] == kept  # the oracle's and the baseline's units, byte for byte
+    assert {unit_from_json(line).detector for line in _lines(second)[len(kept):]} == {"test-weighted"}
+    scores = next(u for u in after.values() if u.kind == "scores" and u.detector == "test-weighted")
+    assert scores.params == {"weight": 2.0}
+
+
+def test_a_second_experiment_without_output_dir_lands_beside_the_first(tmp_path, planted, monkeypatch, capsys):
+    """No --output-dir: the default directory is resumed or extended when it can be; another
+    configuration goes to a directory of its own, named by its digest, which the same command
+    finds again (#36)."""
+    monkeypatch.chdir(tmp_path)
+    first = _execute(_cfg(tmp_path, detectors=["test-oracle"], output_dir=None), planted)
+    assert first.path == Path("runs/planted-default-seed0")
+    before = _lines(first)
+    capsys.readouterr()
+    second = _execute(_cfg(tmp_path, detectors=["test-oracle"], n_eval=4, output_dir=None), planted)
+    assert re.fullmatch(r"planted-default-seed0-[0-9a-f]{8}", second.path.name)
+    assert (f"runs/planted-default-seed0 holds another run (n_eval of planted-kv: 8 -> 4); this run goes to "
+            f"{second.path}") in capsys.readouterr().err
+    assert _lines(first) == before  # the first run untouched
+    again = _execute(_cfg(tmp_path, detectors=["test-oracle"], n_eval=4, output_dir=None), planted)
+    assert again.path == second.path and len(_lines(again)) == len(_lines(second))
+    wider = _execute(_cfg(tmp_path, detectors=["test-oracle,random"], n_eval=4, output_dir=None), planted)
+    assert wider.path == second.path  # the sibling it extends
+    assert _lines(first) == before and len(list(Path("runs").iterdir())) == 2
 
 
 def test_torn_line_is_ignored_and_repaired(tmp_path, planted):

@@ -13,6 +13,7 @@ directory (`save_pretrained`, the hub's format) and `locos` on the same director
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,14 @@ def test_heads_on_the_fly_are_the_harness_heads(ablated_lm):
     assert ablated_lm.head_set.task == "planted-kv"
 
 
+def test_the_resolved_heads_are_printed(le, capsys):
+    """`heads=locos@TASK:K` (or `RUN_DIR:K`) is chosen at load time: the heads it resolved to
+    are printed on one line (#36, point 9), so a researcher sees what lm-eval ablated."""
+    le.LocosLM(model="planted", heads="locos@planted-kv:2")
+    err = capsys.readouterr().err
+    assert re.search(r"^locos: heads=locos@planted-kv:2 -> (L1H0, L2H3|L2H3, L1H0) \(mean\)$", err, re.M), err
+
+
 def test_ablation_matches_the_harness(ablated_lm, locos_results, manager):
     """The harness's own evaluation of the same examples with the same hooks predicts the
     lm-eval result example by example: retrieval collapses to about chance."""
@@ -196,6 +205,34 @@ def test_cli_runs_lm_eval_with_locos(capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "planted_kv_mc" in out and "acc" in out
+
+
+@pytest.mark.parametrize("task, message", [
+    ("planted_kv_mcq", r"^locos-bench: error: unknown lm-eval task 'planted_kv_mcq' \(did you mean 'planted_kv_mc'\?\); "
+                       r"`locos-bench lm-eval ls tasks` lists them"),
+    ("arc_easy", r"^locos-bench: error: an lm-eval task loads its dataset from the Hugging Face hub, which cannot be "
+                 r"reached from here \(.*\); point it at local files"),
+])
+def test_cli_unknown_or_unreachable_task_is_one_line(capsys, task, message):
+    """`locos-bench lm-eval run --tasks ...` as the run path does it: one line and exit 2, not
+    lm-eval's traceback (#36, point 5)."""
+    import logging
+
+    from locos_bench.cli import main
+
+    lm_eval_logger = logging.getLogger("lm_eval")
+    handlers, level = list(lm_eval_logger.handlers), lm_eval_logger.level
+    try:
+        rc = main(["lm-eval", "run", "--model", "locos", "--model_args", "model=planted", "--tasks", task,
+                   "--include_path", str(FIXTURES), "--limit", "2", "--device", "cpu"])
+    finally:
+        lm_eval_logger.handlers[:] = handlers
+        lm_eval_logger.setLevel(level)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err
+    line = [ln for ln in err.splitlines() if ln.startswith("locos-bench:")]
+    assert len(line) == 1 and re.search(message, line[0]), err
 
 
 def test_entry_point_is_declared_for_newer_lm_eval():

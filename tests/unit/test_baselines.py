@@ -174,3 +174,96 @@ def test_plugin_replaces_a_cached_run_whose_tasks_changed(pytester):
     """)
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=2)
+
+
+# ---------------------------------------------------------------------------------------
+# Like with like (#36, point 4)
+
+
+def _check(capsys, *argv):
+    from locos_bench.cli import main
+
+    code = main(["check", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _set_run(path, **flags):
+    """Rewrite every record's run command with `flags` changed (`n_eval="16"`)."""
+    from locos_bench.run.manifest import command_settings
+
+    data = yaml.safe_load(path.read_text())
+    for rec in data["records"]:
+        settings = command_settings(rec["source"]["run"])
+        settings.update({f"--{k.replace('_', '-')}": v for k, v in flags.items()})
+        rec["source"]["run"] = "locos-bench run " + " ".join(f"{k} {v}".strip() for k, v in settings.items())
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_a_baseline_records_the_run_command_that_reproduces_it(planted_run, baseline_file):
+    from locos_bench.run.manifest import reproduce_command
+
+    records = load_baselines([baseline_file])
+    manifest = RunDir(planted_run).read_manifest()
+    assert {rec.source.run for _, rec in records} == {reproduce_command(manifest)}
+    assert reproduce_command(manifest) == (
+        "locos-bench run --model planted --tasks planted-kv --detector locos,random --budgets 2 --ablation mean "
+        "--sink mean --n-calib 2 --n-ref 4 --n-eval 8 --random-draws 2 --calibration-draws 1 --rank-diagnostic 0 "
+        "--seed 0")
+    from locos_bench.cli import build_parser
+
+    args = build_parser().parse_args(reproduce_command(manifest).split()[1:])  # a command `run` takes as it is
+    assert (args.n_eval, args.budgets, args.detector) == (8, [2], ["locos,random"])
+
+
+def test_check_refuses_a_baseline_made_with_other_settings(planted_run, baseline_file, capsys):
+    _set_run(baseline_file, n_eval="16", seed="1")
+    code, out, err = _check(capsys, planted_run, "--against", baseline_file)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert (f"{baseline_file} was made with other settings (seed: 1 -> 0; n-eval: 16 -> 8; baseline -> this run), "
+            "so its figures are not comparable: make the run with `locos-bench run") in err
+    code, out, err = _check(capsys, planted_run, "--against", baseline_file, "--allow-mismatch")
+    assert code == 0 and "compared anyway (--allow-mismatch)" in err and "pass" in out
+
+
+def test_check_notes_a_baseline_covering_other_budgets_and_detectors(planted_run, baseline_file, capsys):
+    _set_run(baseline_file, budgets="2,4", detector="locos,random,dla")
+    code, out, err = _check(capsys, planted_run, "--against", baseline_file)
+    assert code == 0, err
+    assert ("'s run covers other figures (detector: locos,random,dla -> locos,random; budgets: 2,4 -> 2; "
+            "baseline -> this run)") in err
+
+
+def test_check_with_nothing_matched_fails(planted_run, baseline_file, capsys):
+    data = yaml.safe_load(baseline_file.read_text())
+    for rec in data["records"]:
+        rec["k"] = 4 if rec["k"] else 0
+        rec["detector"] = rec["detector"] if rec["k"] else "locos"
+        rec["k"] = rec["k"] or 4
+    baseline_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, out, err = _check(capsys, planted_run, "--against", baseline_file)
+    assert code == 1 and "not-in-run" in out
+    assert "nothing checked: no baseline record in" in err
+    for rec in data["records"]:
+        rec["model"] = "gemma3"
+    baseline_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, out, err = _check(capsys, planted_run, "--against", baseline_file)
+    assert code == 1 and "no baseline records match model 'planted'" in out and "nothing checked" in err
+
+
+def test_an_old_baseline_without_a_run_command_loads_and_says_so(planted_run, baseline_file, capsys):
+    data = yaml.safe_load(baseline_file.read_text())
+    for rec in data["records"]:
+        del rec["source"]["run"]
+    baseline_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, _, err = _check(capsys, planted_run, "--against", baseline_file)
+    assert code == 0 and "records no run command (written before baselines did)" in err
+
+
+def test_a_quick_run_against_the_shipped_planted_baseline_is_refused(planted_run, capsys):
+    """The issue's case: baselines/planted.yaml was made with other sizes; its +0.0005-nat
+    'regressions' are not comparisons."""
+    code, _, err = _check(capsys, planted_run)
+    assert code == 2, err
+    assert "baselines/planted.yaml was made with other settings (n-calib: 4 -> 2; n-ref: 8 -> 4; n-eval: 16 -> 8; " \
+           "random-draws: 3 -> 2; baseline -> this run)" in err

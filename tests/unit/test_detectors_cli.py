@@ -59,6 +59,7 @@ def test_detectors_json_lists_every_builtin(capsys):
 def test_detectors_table(capsys):
     code, out, _ = run(capsys, "detectors")
     assert code == 0 and "locos-argmax" in out and "answer_tokens='mean'" in out
+    assert max(map(len, out.splitlines())) <= 180  # long cells wrap instead of being cut by a terminal (#36)
 
 
 def test_score_json_puts_planted_retrieval_heads_first(capsys, planted):
@@ -128,3 +129,146 @@ def test_score_rejects_nan_and_wrong_shape_from_a_detector(capsys, planted, runt
     assert code == 2 and "detector 'emits-nan' returned non-finite scores at L1H2" in err
     code, _, err = run(capsys, *base, "emits-kv-shape")
     assert code == 2 and "detector 'emits-kv-shape' returned scores of shape (3, 2)" in err
+
+
+def test_sdk_detectors_returning_numpy_or_a_wrong_shape_are_one_line(capsys, planted, runtime_detectors):
+    """A plugin's `score_example`/`score_layer` returning a numpy array or the wrong shape is
+    named with the shape and type expected, not a broadcast error inside the SDK (#36)."""
+    import numpy as np
+
+    from locos_bench.detectors import OnePassDetector
+
+    @register_detector("layer-numpy")
+    class LayerNumpy(OnePassDetector):
+        cost = "1"
+
+        def score_layer(self, model, example, cache, layer):
+            return np.zeros(model.geometry.n_heads)
+
+    @register_detector("example-wrong-shape")
+    class ExampleWrongShape(OnePassDetector):
+        cost = "1"
+
+        def score_example(self, model, example, cache):
+            return torch.zeros(model.geometry.n_heads, model.geometry.n_layers)
+
+    @register_detector("scores-numpy")
+    class ScoresNumpy(Detector):
+        cost = "0"
+
+        def score(self, model, examples, *, rng):
+            return HeadScores(scores=np.zeros((model.geometry.n_layers, model.geometry.n_heads)), detector=self.name)
+
+    base = ["score", "--model", "planted", "--task", "planted-kv", "--n", "1", "--detector"]
+    for name, message in [
+        ("layer-numpy", "detector 'layer-numpy': score_layer returned a numpy.ndarray; expected a torch.Tensor "
+                        "of shape [n_heads] = [4]"),
+        ("example-wrong-shape", "detector 'example-wrong-shape': score_example returned shape [4, 3]; expected "
+                                "[n_layers, n_heads] = [3, 4]"),
+        ("scores-numpy", "detector 'scores-numpy' returned scores as a numpy.ndarray; expected a torch.Tensor of "
+                         "shape [n_layers, n_heads] = [3, 4]"),
+    ]:
+        code, out, err = run(capsys, *base, name)
+        assert code == 2 and out == "", err
+        assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("param, message", [
+    (["locos", "final_norm=abc"], r"--param final_norm=abc: detector 'locos': final_norm must be true or false "
+                                  r"\(default true\)$"),
+    (["locos", "final_norm=1"], r"--param final_norm=1: detector 'locos': final_norm must be true or false"),
+    (["echo", "length=4.5"], r"--param length=4.5: detector 'echo': length must be a whole number \(default 32\)$"),
+    (["qrhead", "sigmas=two"], r"--param sigmas=two: detector 'qrhead': sigmas must be a number \(default 2.0\)$"),
+    (["locos", "answer_tokens=3"], r"detector 'locos': answer_tokens must be one of \['mean', 'first'\], got '3'$"),
+])
+def test_params_are_read_as_the_type_of_their_default(capsys, planted, param, message):
+    """`final_norm=abc` was the string 'abc' (truthy) for a boolean; a string parameter keeps
+    its text as typed (`answer_tokens=3` is '3')."""
+    detector, param = param
+    code, out, err = run(capsys, "score", "--model", "planted", "--task", "planted-kv", "--n", "1",
+                         "--detector", detector, "--param", param)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and re.search(message, err), err
+
+
+# ---------------------------------------------------------------------------------------
+# Detector files from the command line (#36, point 3)
+
+PLUGIN = '''
+import torch
+
+from locos_bench import OnePassDetector, heads, register_detector
+
+
+@register_detector("file-attention")
+class FileAttention(OnePassDetector):
+    """Attention from the first answer position onto the needle."""
+
+    cost = "1"
+
+    def score_example(self, model, example, cache):
+        q = example.answer_positions[:1]
+        rows = [heads.attention_rows(model, cache, layer, q)[:, 0] for layer in range(model.geometry.n_layers)]
+        return torch.stack([r[:, example.needle_positions].mean(-1) for r in rows])
+'''
+
+
+@pytest.fixture
+def plugin_state(monkeypatch, runtime_detectors):
+    """Plugin files loaded by a test are forgotten after it (registry, files, environment)."""
+    from locos_bench.detectors import registry
+
+    monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
+    monkeypatch.setattr(registry, "_plugin_files", {})
+    monkeypatch.setattr(registry, "_env_seen", None)
+    return registry
+
+
+def test_a_detector_file_works_from_the_command_line(tmp_path, capsys, planted, plugin_state):
+    path = tmp_path / "my_detector.py"
+    path.write_text(PLUGIN)
+    code, out, err = run(capsys, "detectors", "--plugin", str(path), "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert code == 0, err
+    assert re.fullmatch(r"my_detector\.py \(sha256 [0-9a-f]{12}\)", rows["file-attention"]["source"])
+    assert rows["file-attention"]["description"] == "Attention from the first answer position onto the needle."
+    code, out, err = run(capsys, "score", "--plugin", str(path), "--model", "planted", "--task", "planted-kv",
+                         "--detector", "file-attention", "--n", "2", "--json")
+    assert code == 0, err
+    assert torch.tensor(json.loads(out)["scores"]).shape == (3, 4)
+
+
+def test_a_detector_file_from_the_environment(tmp_path, capsys, monkeypatch, plugin_state):
+    path = tmp_path / "my_detector.py"
+    path.write_text(PLUGIN)
+    monkeypatch.setenv(plugin_state.PLUGINS_ENV, str(path))
+    code, out, _ = run(capsys, "detectors", "--json")
+    assert code == 0 and "file-attention" in {r["name"] for r in json.loads(out)}
+
+
+@pytest.mark.parametrize("body, message", [
+    ("import torch\n1 / 0\n", r"--plugin {path}: cannot import it \(line 2: ZeroDivisionError: division by zero\)$"),
+    ("import torch\nx = (\n", r"--plugin {path}: cannot import it \(line 2: SyntaxError: .*\)$"),
+    ("import torch\n", r"--plugin {path} defines no detector: decorate a Detector subclass with "
+                       r"@register_detector\(\"name\"\)$"),
+    (PLUGIN.replace('"file-attention"', '"locos"'),
+     r"--plugin {path}: detector 'locos' is already registered \(from built-in\); choose another name$"),
+    (None, r"--plugin {path}: no such file$"),
+])
+def test_a_bad_detector_file_is_one_line(tmp_path, capsys, plugin_state, body, message):
+    path = tmp_path / "bad_detector.py"
+    if body is not None:
+        path.write_text(body)
+    code, out, err = run(capsys, "detectors", "--plugin", str(path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and re.search(message.format(path=re.escape(str(path))), err), err
+    assert "locos" in plugin_state.detector_names()  # a failed file leaves the registry as it was
+
+
+def test_a_bad_detector_file_in_the_environment_is_one_line(tmp_path, capsys, monkeypatch, plugin_state):
+    path = tmp_path / "bad_detector.py"
+    path.write_text("import torch\n")
+    monkeypatch.setenv(plugin_state.PLUGINS_ENV, str(path))
+    code, _, err = run(capsys, "detectors")
+    assert code == 2 and err.count("\n") == 1
+    assert f"LOCOS_BENCH_PLUGINS {path} defines no detector" in err

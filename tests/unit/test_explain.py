@@ -169,13 +169,16 @@ def test_a_window_that_covers_the_prompt_answers_alone(planted, example):
 
 def test_the_defaults_are_the_runs():
     from locos_bench.explain.attribution import KV_SINK, KV_WINDOW
-    from locos_bench.run import RunConfig
+    from locos_bench.run import config
 
-    cfg = RunConfig(model="planted")
     explain_args = cli.build_parser().parse_args(["explain", "--task", "planted-kv"])
     run_args = cli.build_parser().parse_args(["run", "--model", "planted"])
-    assert (KV_SINK, KV_WINDOW) == (cfg.kv_sink, cfg.kv_window) == (explain_args.kv_sink, explain_args.kv_window) \
-        == (run_args.kv_sink, run_args.kv_window) == (4, 64)
+    assert (KV_SINK, KV_WINDOW) == (config.KV_SINK, config.KV_WINDOW) \
+        == (explain_args.kv_sink, explain_args.kv_window) == (4, 64)
+    # run's flags stay unset (None) so that one given without --sufficiency is refused; a
+    # sufficiency run without them streams with the same defaults
+    assert (run_args.kv_sink, run_args.kv_window) == (None, None)
+    assert config._streaming(config.RunConfig(model="planted", sufficiency=True)) == (4, 64)
 
 
 def test_steering_scales_the_top_heads(planted, example, far):
@@ -209,8 +212,11 @@ def test_cli_streaming_and_steering_flags(cli_model, capsys, tmp_path):
     out = tmp_path / "s.html"
     code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--json",
                      "--top", "2", "--kv-sink", str(SINK), "--kv-window", str(WINDOW), "--steer-alpha", "2"])
-    data = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
     assert code == 0 and data["metric"] == "exact_match"  # planted-kv's headline metric
+    top = data["top"][0]
+    assert f"(top head L{top[0]}H{top[1]};" in captured.err  # heads print as everywhere else (#36, point 8)
     s = data["sufficiency"]
     assert (s["sink"], s["window"]) == (SINK, WINDOW) and s["top"]["correct"] and not s["floor"]["correct"]
     assert data["steering"]["alpha"] == 2.0

@@ -56,14 +56,18 @@ def test_old_import_paths_still_work():
     assert CleanPrefix.__module__ == "locos_bench.evaluation.clean_prefix"
 
 
-def test_streaming_names_their_new_home_on_the_old_path():
-    """`models.lean_attention` cannot re-export streaming (an import back up the layers): the
-    old name says where it went, in one line."""
+def test_streaming_keeps_its_documented_old_path_with_a_warning():
+    """The README of 0.1 taught `lean_attention.streaming(...)`: that path still works, warns with
+    the new home, and nothing inside locos_bench uses it (so `models` imports nothing above it)."""
+    from locos_bench import interventions
     from locos_bench.models import lean_attention
 
     for name in ("streaming", "only_full"):
-        with pytest.raises(AttributeError, match=f"use locos_bench.interventions.{name}"):
-            getattr(lean_attention, name)
+        with pytest.warns(DeprecationWarning, match=f"moved to locos_bench.interventions.{name}"):
+            assert getattr(lean_attention, name) is getattr(interventions, name)
+    users = [p for p in LIBRARY.rglob("*.py")
+             if re.search(r"lean_attention\.(streaming|only_full)\b", p.read_text())]
+    assert users == []
 
 
 INTERVENTIONS = ("AblationSpec", "HeadAblation", "HeadSetAblation", "HeadMeans", "reference_means",

@@ -162,9 +162,10 @@ def test_babilong_schema_errors_name_file_row_and_field(tmp_path):
         warnings.simplefilter("always")
         got = make_examples(spec, 3, skip_errors=True)
     assert [e.index for e in got] == [0]
-    messages = [str(w.message) for w in caught]  # every skipped row is counted by a warning
-    assert len(messages) == 2 and "row 1 has no field 'question'" in messages[0]
-    assert "the dataset has only 2 rows" in messages[1]
+    messages = [str(w.message) for w in caught]  # every skipped row is counted by a warning;
+    assert len(messages) == 1 and "row 1 has no field 'question'" in messages[0]  # the data's end is none (#36)
+    with pytest.raises(LocosError, match="the dataset has only 2 rows"):
+        make_example(spec, 2)
 
 
 def test_babilong_story_that_contradicts_its_target_fails(tmp_path):

@@ -257,6 +257,28 @@ def test_bad_generator_args_are_a_locos_error():
         make_example(bad, 0)
 
 
+@pytest.mark.parametrize("args, message", [
+    ({"n_kez": 3}, r"kv-retrieval\[0\]: bad source.args.*n_kez"),
+    ({"filler": "nonsense"}, r"kv-retrieval\[0\].*filler"),
+])
+def test_bad_haystack_args_name_the_option(args, message):
+    """The haystack's options reach every generator through `**scaffold`: a misspelt one still
+    names itself, and a bad value is refused where the context is written."""
+    spec = load_task("kv-retrieval")
+    bad = spec.model_copy(update={"source": spec.source.model_copy(update={"args": args})})
+    with pytest.raises(LocosError, match=message):
+        make_example(bad, 0)
+
+
+@pytest.mark.parametrize("task", ["arithmetic", "parametric-recall"])
+def test_spread_on_a_context_without_pieces_is_refused(task):
+    """A control's context holds no needle, so `spread` would do nothing: said, not ignored."""
+    spec = load_task(task)
+    bad = spec.model_copy(update={"source": spec.source.model_copy(update={"args": {"spread": True}})})
+    with pytest.raises(LocosError, match=rf"{task}\[0\]: spread spaces a task's pieces"):
+        make_example(bad, 0)
+
+
 def test_babilong_synth_keeps_story_order():
     for e in make_examples(load_task("babilong-synth"), 20):
         spans = e.needle_spans

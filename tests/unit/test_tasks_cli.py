@@ -36,6 +36,14 @@ def test_list_survives_a_broken_yaml(capsys, tmp_path, monkeypatch):
     assert "ERROR" in out and "kv-retrieval" in out
 
 
+def test_the_listing_shows_each_description_wrapped(capsys):
+    """Every task file has a description: the listing shows it, wrapped, not cut (#36, point 8)."""
+    code, out, _ = run(capsys, "tasks")
+    assert code == 0 and out.splitlines()[0].split()[-1] == "description"
+    assert "Control: sums of two numbers" in out
+    assert max(map(len, out.splitlines())) <= 150
+
+
 def test_show_json_spans_are_exact(capsys):
     code, out, _ = run(capsys, "tasks", "show", "nolima-synth", "--n", "3", "--json")
     assert code == 0

@@ -113,6 +113,71 @@ def test_run_takes_a_task_path_end_to_end(tmp_path, capsys):
     assert "my-kv" in (tmp_path / "run" / "leaderboard.md").read_text()
 
 
+def test_a_line_that_is_not_json_is_one_line_and_the_other_rows_still_load(tmp_path, capfd):
+    """The README's promise: one line naming the file, the row and what is wrong; the file's
+    other rows stay usable, and `datasets`' own error log is not shown (#36)."""
+    path = write_task(tmp_path, planted_rows(6), name="my-kv", prompt_format="completion")
+    lines = (tmp_path / "my-kv.jsonl").read_text().splitlines()
+    lines[2] = lines[2][:-9]  # a torn line
+    (tmp_path / "my-kv.jsonl").write_text("\n".join(lines) + "\n")
+    spec = load_task(str(path))
+    with pytest.raises(LocosError, match=r"my-kv.jsonl: row 2 \(line 3\): not valid JSON \(.*\)$"):
+        make_example(spec, 2)
+    assert make_example(spec, 3).answers == planted_rows(6)[3]["answers"]
+    assert "Failed to load JSON" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("answers", "v3", r"row 1: field 'answers' must be a list of strings \(got str\)"),
+    ("needles", [1, 2], r"row 1: field 'needles' must be a list of strings \(got a list holding int\)"),
+    ("prompt", ["k1 v2"], r"row 1: field 'prompt' must be a string \(got list\)"),
+    ("needle_spans", {"start": 1}, r"row 1: field 'needle_spans' must be a list of \[start, end\] pairs \(got dict\)"),
+])
+def test_a_field_of_the_wrong_type_is_one_line_naming_the_row_and_the_field(tmp_path, field, value, message):
+    rows = planted_rows(3)
+    rows[1][field] = value
+    spec = load_task(str(write_task(tmp_path, rows, name="my-kv", prompt_format="completion")))
+    with pytest.raises(LocosError, match=message):
+        make_example(spec, 1)
+    assert make_example(spec, 2).answers == rows[2]["answers"]
+
+
+def test_a_run_skips_a_malformed_row_with_one_warning(tmp_path):
+    from locos_bench.run.splits import SplitSizes, build_task_data
+
+    path = write_task(tmp_path, planted_rows(12), name="my-kv", prompt_format="completion")
+    lines = (tmp_path / "my-kv.jsonl").read_text().splitlines()
+    lines[4] = "{not json"
+    (tmp_path / "my-kv.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning) as caught:
+        data = build_task_data(load_task(str(path)), SplitSizes(2, 2, 4), model=None)
+    assert [str(w.message) for w in caught] == [
+        f"skipped: {tmp_path / 'my-kv.jsonl'}: row 4 (line 5): not valid JSON (Expecting property name enclosed "
+        "in double quotes: line 1 column 2 (char 1))"]
+    assert 4 not in [e.index for e in data.calibration + data.reference + data.evaluation]
+
+
+def test_too_many_calibration_draws_for_a_small_task_is_the_clear_line_alone(tmp_path):
+    """A 12-row task asked for 50 calibration draws: the reason in one line, without a warning
+    for every row past the end of the file first (#36: 198 of them)."""
+    import warnings
+
+    from locos_bench.run.splits import SplitSizes, build_task_data
+
+    spec = load_task(str(write_task(tmp_path, planted_rows(12), name="my-kv", prompt_format="completion")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(LocosError, match=r"--calibration-draws 50 needs 50 disjoint calibration subsets"):
+            build_task_data(spec, SplitSizes(2, 2, 4, calibration_draws=50), model=None)
+    assert [str(w.message) for w in caught] == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(LocosError, match=r"task 'my-kv' has 12 examples \(its data ends there\), too few for "
+                                             r"the requested 8 calibration \+ 2 reference \+ 4 evaluation"):
+            build_task_data(spec, SplitSizes(8, 2, 4), model=None)
+    assert [str(w.message) for w in caught] == []
+
+
 def test_run_config_rejects_an_unknown_task_name():
     with pytest.raises(LocosError, match="unknown task 'kv-retreival' .*did you mean 'kv-retrieval'"):
         RunConfig(model="planted", tasks=["kv-retreival"]).resolved()

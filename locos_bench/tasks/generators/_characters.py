@@ -9,7 +9,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
+from locos_bench.tasks.text import Haystack, Piece
 
 
 def _fields(name: str, landmark: world.Landmark) -> dict[str, str]:
@@ -38,9 +38,7 @@ def character_example(
     distinct: str = "city",
     literal: bool,
     surnames: bool = False,
-    preamble: str = DEFAULT_PREAMBLE,
-    filler: str = DEFAULT_FILLER,
-    spread: bool = False,
+    **scaffold: Any,
 ) -> Example:
     """One example of the character scaffolding.
 
@@ -57,13 +55,13 @@ def character_example(
             alone also counts as a correct answer.
         literal: True for niah-literal (the question must repeat needle words); False for
             nolima-synth (the question must share no content word with its needle).
-        spread: Space the characters' sentences evenly through the haystack (see
-            `locos_bench.tasks.text.place`).
+        scaffold: The haystack's options (`locos_bench.tasks.text.Haystack`: `preamble`,
+            `filler`, `spread`, which spaces the characters' sentences evenly).
     """
-    where = f"{spec.name}[{index}]"
+    hay = Haystack(spec, index, rng, **scaffold)
+    where, depth = hay.where, hay.depth
     if not 2 <= n_characters <= len(world.NAMES):
         raise LocosError(f"{where}: n_characters must be between 2 and {len(world.NAMES)}")
-    context_tokens, depth = grid(spec, index)
     names = rng.sample(world.NAMES, n_characters)
     firsts = list(names)
     if surnames:
@@ -99,7 +97,7 @@ def character_example(
         Piece(s, "needle" if i == target else "distractor", depth if i == target else None)
         for i, s in enumerate(sentences)
     ]
-    context = place(rng, context_tokens, pieces, where=where, filler=filler, spread=spread)
+    context = hay.context(pieces)
     if answer == "name":
         answers = [names[target]] + ([firsts[target]] if surnames else [])
     elif answer == "landmark":
@@ -110,17 +108,12 @@ def character_example(
         shown = (context.text + " " + q).lower()
         if answers[0].lower() in shown:
             raise LocosError(f"{where}: the answer {answers[0]!r} appears in the prompt")
-    return raw_example(
-        spec,
-        index,
-        context=context,
-        pieces=pieces,
+    return hay.example(
+        context,
+        pieces,
         question=q,
         answers=answers,
-        preamble=preamble,
         metadata={
-            "context_length": context_tokens,
-            "depth": depth,
             "characters": names,
             "landmarks": [lm.name for lm in landmarks],
             "target": names[target],

@@ -20,7 +20,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
+from locos_bench.tasks.text import Haystack, Piece
 
 _MOVES = ("went to the {room}.", "moved to the {room}.", "walked into the {room}.",
           "travelled to the {room}.")
@@ -38,18 +38,17 @@ def babilong_synth(
     moves_per_person: int = 1,
     question1: str = "Where is {person}?",
     question2: str = "Where is the {object}?",
-    preamble: str = DEFAULT_PREAMBLE,
-    filler: str = DEFAULT_FILLER,
-    spread: bool = False,
+    **scaffold: Any,
 ) -> Example:
-    where = f"{spec.name}[{index}]"
+    """`scaffold`: the haystack's options (`locos_bench.tasks.text.Haystack`)."""
+    hay = Haystack(spec, index, rng, **scaffold)
+    where, depth = hay.where, hay.depth
     kinds = [qa] if isinstance(qa, int) else list(qa)
     if not kinds or any(k not in (1, 2) for k in kinds):
         raise LocosError(f"{where}: qa must be 1, 2 or a list of them")
     kind = kinds[index % len(kinds)]
     if not 1 <= n_people <= 6 or not 1 <= moves_per_person <= 3:
         raise LocosError(f"{where}: need 1..6 people and 1..3 moves per person")
-    context_tokens, depth = grid(spec, index)
     people = rng.sample(world.NAMES, n_people)
     target = people[0]
 
@@ -98,22 +97,17 @@ def babilong_synth(
         )
         for i, (p, text, k) in enumerate(events)
     ]
-    context = place(rng, context_tokens, pieces, ordered=True, where=where, filler=filler, spread=spread)
+    context = hay.context(pieces, ordered=True)
     if kind == 1:
         question = question1.format(person=target)
     else:
         question = question2.format(object=holder[target])
-    return raw_example(
-        spec,
-        index,
-        context=context,
-        pieces=pieces,
+    return hay.example(
+        context,
+        pieces,
         question=question,
         answers=[finals[target]],
-        preamble=preamble,
         metadata={
-            "context_length": context_tokens,
-            "depth": depth,
             "qa": kind,
             "people": people,
             "target": target if kind == 1 else holder[target],

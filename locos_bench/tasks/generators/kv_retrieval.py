@@ -18,7 +18,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
+from locos_bench.tasks.text import Haystack, Piece
 
 _FORMS = ("copy", "word-to-digit", "digit-to-word")
 _WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -34,12 +34,12 @@ def kv_retrieval(
     digits: int = 4,
     needle: str = "The number of the {key} is {value}.",
     question: str = "What is the number of the {key}?",
-    preamble: str = DEFAULT_PREAMBLE,
-    filler: str = DEFAULT_FILLER,
-    spread: bool = False,
     answer_form: str = "copy",
+    **scaffold: Any,
 ) -> Example:
-    where = f"{spec.name}[{index}]"
+    """`scaffold`: the haystack's options (`locos_bench.tasks.text.Haystack`)."""
+    hay = Haystack(spec, index, rng, **scaffold)
+    where, depth = hay.where, hay.depth
     if answer_form not in _FORMS:
         raise LocosError(f"{where}: answer_form must be one of {', '.join(_FORMS)}, not {answer_form!r}")
     if answer_form != "copy" and digits != 1:
@@ -48,7 +48,6 @@ def kv_retrieval(
         raise LocosError(f"{where}: n_keys must be between 1 and {len(world.KEY_ADJECTIVES)}")
     if not 1 <= digits <= 9:
         raise LocosError(f"{where}: digits must be between 1 and 9")
-    context_tokens, depth = grid(spec, index)
     adjectives = rng.sample(world.KEY_ADJECTIVES, n_keys)
     nouns = rng.sample(world.KEY_NOUNS, n_keys)
     keys = [f"{a} {n}" for a, n in zip(adjectives, nouns)]
@@ -73,21 +72,16 @@ def kv_retrieval(
         )
         for i, (k, v) in enumerate(zip(keys, written))
     ]
-    context = place(rng, context_tokens, pieces, where=where, filler=filler, spread=spread)
+    context = hay.context(pieces)
     q = question.format(key=keys[target])
     if answer_form != "copy" and re.search(rf"\b{answer}\b", context.text + " " + q, re.IGNORECASE):
         raise LocosError(f"{where}: the answer {answer!r} appears in the prompt")
-    return raw_example(
-        spec,
-        index,
-        context=context,
-        pieces=pieces,
+    return hay.example(
+        context,
+        pieces,
         question=q,
         answers=[answer],
-        preamble=preamble,
         metadata={
-            "context_length": context_tokens,
-            "depth": depth,
             "keys": keys,
             "values": values,
             "target": keys[target],

@@ -14,7 +14,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, Piece, grid, place, raw_example
+from locos_bench.tasks.text import Haystack, Piece
 
 
 @register_generator("musique-synth")
@@ -27,14 +27,13 @@ def musique_synth(
     first: str = "{a} is married to {b}.",
     second: str = "{b} works as a {job}.",
     question: str = "What is the job of the person married to {a}?",
-    preamble: str = DEFAULT_PREAMBLE,
-    filler: str = DEFAULT_FILLER,
-    spread: bool = False,
+    **scaffold: Any,
 ) -> Example:
-    where = f"{spec.name}[{index}]"
+    """`scaffold`: the haystack's options (`locos_bench.tasks.text.Haystack`)."""
+    hay = Haystack(spec, index, rng, **scaffold)
     if not 1 <= n_chains <= min(len(world.NAMES) // 2, len(world.JOBS)):
-        raise LocosError(f"{where}: n_chains must be between 1 and {len(world.JOBS)}")
-    context_tokens, depth = grid(spec, index)
+        raise LocosError(f"{hay.where}: n_chains must be between 1 and {len(world.JOBS)}")
+    depth = hay.depth
     names = rng.sample(world.NAMES, 2 * n_chains)
     jobs = rng.sample(world.JOBS, n_chains)
     target = rng.randrange(n_chains)
@@ -45,19 +44,14 @@ def musique_synth(
         # The first hop sits at the example's depth; the second hop anywhere.
         pieces.append(Piece(first.format(a=a, b=b), role, depth if i == target else None))
         pieces.append(Piece(second.format(b=b, job=jobs[i]), role, None))
-    context = place(rng, context_tokens, pieces, where=where, filler=filler, spread=spread)
+    context = hay.context(pieces)
     a = names[2 * target]
-    return raw_example(
-        spec,
-        index,
-        context=context,
-        pieces=pieces,
+    return hay.example(
+        context,
+        pieces,
         question=question.format(a=a),
         answers=[jobs[target]],
-        preamble=preamble,
         metadata={
-            "context_length": context_tokens,
-            "depth": depth,
             "bridge": names[2 * target + 1],
             "target": a,
             "candidates": jobs,

@@ -14,7 +14,7 @@ from locos_bench.errors import LocosError
 from locos_bench.tasks import world
 from locos_bench.tasks.generators import register_generator
 from locos_bench.tasks.spec import Example
-from locos_bench.tasks.text import DEFAULT_FILLER, DEFAULT_PREAMBLE, grid, place, raw_example
+from locos_bench.tasks.text import Haystack
 
 _RELATIONS = ("capital", "landmark", "language")
 
@@ -34,23 +34,14 @@ def parametric_recall(
     rng: random.Random,
     *,
     relations: list[str] = _RELATIONS,
-    preamble: str = DEFAULT_PREAMBLE,
-    filler: str = DEFAULT_FILLER,
+    **scaffold: Any,
 ) -> Example:
-    where = f"{spec.name}[{index}]"
+    """`scaffold`: the haystack's options (`locos_bench.tasks.text.Haystack`)."""
+    hay = Haystack(spec, index, rng, **scaffold)
     bad = [r for r in relations if r not in _RELATIONS]
     if not relations or bad:
-        raise LocosError(f"{where}: relations must be among {', '.join(_RELATIONS)}")
-    context_tokens, depth = grid(spec, index)
+        raise LocosError(f"{hay.where}: relations must be among {', '.join(_RELATIONS)}")
     relation = list(relations)[index % len(relations)]
     question, answer = rng.choice(_facts(relation))
-    context = place(rng, context_tokens, [], where=where, filler=filler)
-    return raw_example(
-        spec,
-        index,
-        context=context,
-        question=question,
-        answers=[answer],
-        preamble=preamble,
-        metadata={"context_length": context_tokens, "depth": None, "relation": relation, "item": question},
-    )
+    return hay.example(hay.context([]), [], question=question, answers=[answer],
+                       metadata={"relation": relation, "item": question})
