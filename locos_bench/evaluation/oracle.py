@@ -6,7 +6,7 @@ For every head set of size 1..`k_max` it measures, on held-out examples,
   benchmark's own intervention, `HeadSetAblation`, several sets per forward through
   `evaluate_head_sets`), and
 * **sufficiency**: the same with only the set full and every other head streaming (the
-  benchmark's own `lean_attention.only_full`; a sink and window that keep the needle out of
+  benchmark's own `interventions.only_full`; a sink and window that keep the needle out of
   every streaming head's view from the question);
 
 then the best achievable effect at each k and every set that reaches it. Beyond `k_max` a
