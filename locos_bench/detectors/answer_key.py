@@ -23,7 +23,9 @@ _KEY_NAMES = ("ground_truth", "answer_key")
 @functools.cache
 def _answer_keys() -> tuple[frozenset[frozenset[tuple[int, int]]], tuple[str, ...]]:
     """The planted models' head sets of two or more heads (a single head is too common a
-    pair to search for) and their role texts: what a leak would look like."""
+    pair to search for) and their role texts, and the organism's best sets of two or more
+    heads: what a leak would look like."""
+    from locos_bench.models.organism import oracle_head_sets
     from locos_bench.models.planted import PLANTED_TASKS, planted_ground_truth
 
     sets, texts = set(), set()
@@ -33,6 +35,7 @@ def _answer_keys() -> tuple[frozenset[frozenset[tuple[int, int]]], tuple[str, ..
             if isinstance(value, list) and len(value) >= 2 and all(_is_head(h) for h in value):
                 sets.add(frozenset((int(h[0]), int(h[1])) for h in value))
         texts.update([truth["description"], *truth["roles"].values()])
+    sets.update(frozenset((h[0], h[1]) for h in heads) for heads in oracle_head_sets() if len(heads) >= 2)
     return frozenset(sets), tuple(sorted(texts))
 
 

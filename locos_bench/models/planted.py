@@ -99,6 +99,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from locos_bench.models.aliases import MODELS
 from locos_bench.names import head_name
 
 D_HEAD = 32
@@ -334,8 +335,8 @@ def planted_truth(config: PlantedConfig | None = None) -> dict[str, Any]:
     }
 
 
-PLANTED_TASKS = {"planted": "planted-kv", "planted-nonliteral": "planted-assoc"}
-"""Each planted alias and the one task its vocabulary speaks."""
+PLANTED_TASKS = {alias: MODELS.get(alias).tasks[0] for alias in ("planted", "planted-nonliteral")}
+"""Each planted alias and the one task its vocabulary speaks (`ModelSpec.tasks`)."""
 
 
 def planted_ground_truth(alias: str) -> dict[str, Any] | None:

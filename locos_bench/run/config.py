@@ -106,10 +106,10 @@ class RunConfig:
         if self.preset not in PRESETS:
             raise unknown("preset", self.preset, PRESETS)
         defaults = dict(PRESETS[self.preset])
-        from locos_bench.models.planted import PLANTED_TASKS
+        from locos_bench.models.aliases import MODELS
 
-        if self.model in PLANTED_TASKS:  # its toy vocabulary only speaks its own task
-            defaults["tasks"] = [PLANTED_TASKS[self.model]]
+        if self.model in MODELS and MODELS.get(self.model).tasks:  # a toy vocabulary speaks only its own
+            defaults["tasks"] = list(MODELS.get(self.model).tasks)
         cfg = replace(self, **{k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()})
         calibration_draws = 1 if cfg.calibration_draws is None else cfg.calibration_draws
         kv_sink, kv_window = _streaming(cfg)

@@ -1,0 +1,261 @@
+"""The trained model organism: its language's held-out partition, the shipped files, its
+accuracy through the benchmark's own path, the training script and the exhaustive search."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import random
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from locos_bench.errors import LocosError
+from locos_bench.models import organism
+from locos_bench.tasks import load_task, make_examples
+from locos_bench.tasks import organism_language as lang
+
+ROOT = Path(__file__).resolve().parents[2]
+ACCURACY_BOUND = 0.85
+"""On 40 held-out examples per kind: the shipped weights score 1.0 on 200 on the two kinds they
+solve (their manifest), so a sound model clears 0.85 by several examples; a broken tokenizer,
+weight file or prompt format falls to chance (0.25)."""
+SOLVED = ("organism-literal", "organism-nonliteral")
+"""The kinds the shipped weights answer; `organism-nonliteral-answer` stays near chance (0.325
+on 200, docs/models.md), so no bound is claimed for it."""
+
+
+def _script(name: str):
+    """A script of `scripts/` as a module (registered, so pydantic resolves its annotations)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def model():
+    from locos_bench.models import load_model
+
+    return load_model("organism")
+
+
+# -- the language ---------------------------------------------------------------------------
+
+
+def test_held_out_pairs_are_a_quarter_and_disjoint_from_training():
+    assert lang.HELD_OUT.isdisjoint(lang.TRAIN_PAIRS)
+    assert len(lang.HELD_OUT) + len(lang.TRAIN_PAIRS) == len(lang.NAMES) * len(lang.LANDMARKS)
+    for name in lang.NAMES:
+        assert sum((name, lm) in lang.HELD_OUT for lm in lang.LANDMARKS) == lang.HELD_OUT_PER_NAME
+    for lm in lang.LANDMARKS:  # every landmark is also seen in training, with other names
+        assert any((name, lm) in lang.TRAIN_PAIRS for name in lang.NAMES)
+
+
+def test_training_never_draws_an_evaluation_pair():
+    train = _script("train_organism")
+    rng = random.Random(0)
+    seen = set()
+    for stage in train.TrainConfig().stages:
+        for _ in range(300):
+            words, _ = train.story_row(rng, stage)
+            story = words[: words.index(lang.QUESTION_WORD)]
+            for i, word in enumerate(story[:-3]):
+                if story[i + 1:i + 3] == ["lives", "near"]:
+                    seen.add((word, story[i + 3]))
+    assert seen and seen <= lang.TRAIN_PAIRS
+    for task in organism.ORGANISM_TASKS:
+        for ex in make_examples(load_task(task), 60):
+            pairs = {(name, landmark) for name, landmark, _ in ex.metadata["characters"]}
+            assert pairs <= lang.HELD_OUT, ex.index
+
+
+def test_examples_mark_the_needle_and_the_question_shares_no_needle_word():
+    for task in organism.ORGANISM_TASKS:
+        ex = make_examples(load_task(task), 1)[0]
+        needle = ex.prompt[slice(*ex.needle_spans[0])]
+        name, landmark, city = ex.metadata["characters"][ex.metadata["target"]]
+        assert needle == f"{name} lives near {landmark} ." and len(ex.distractor_spans) == 3
+        question = set(ex.prompt[slice(*ex.question_span)].split())
+        if task == "organism-nonliteral":
+            assert not question & set(needle.split())
+        if task == "organism-nonliteral-answer":
+            assert ex.answers == [city] and city not in ex.prompt
+        assert ex.metadata["item"] == f"{name}@{landmark}"
+
+
+# -- shipped files ----------------------------------------------------------------------------
+
+
+def test_shipped_files_match_the_manifest():
+    manifest = organism.read_manifest()
+    assert {f"{organism.WEIGHTS}/model.safetensors", f"{organism.WEIGHTS}/config.json",
+            f"{organism.WEIGHTS}/tokenizer.json", organism.GROUND_TRUTH} <= set(manifest["files"])
+    for name, digest in manifest["files"].items():
+        assert organism.sha256_file(organism.ORGANISM_DIR / name) == digest, name
+    size = sum((organism.ORGANISM_DIR / name).stat().st_size for name in manifest["files"])
+    assert size < 5 * 1024 * 1024
+
+
+def test_the_published_recipe_is_the_scripts_default():
+    train = _script("train_organism")
+    recorded = organism.read_manifest()["training"]["config"]
+    assert json.loads(train.TrainConfig().model_dump_json()) == recorded
+
+
+@pytest.mark.parametrize("damage", ["missing", "changed"])
+def test_damaged_weights_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, damage):
+    from locos_bench.cli import main
+
+    copy = tmp_path / "organism"
+    shutil.copytree(organism.ORGANISM_DIR, copy)
+    weights = copy / organism.WEIGHTS / "model.safetensors"
+    if damage == "missing":
+        weights.unlink()
+    else:
+        weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    with pytest.raises(LocosError, match="model.safetensors"):
+        organism.checked_weights(copy)
+    monkeypatch.setattr(organism, "ORGANISM_DIR", copy)
+    assert main(["models", "organism"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model.safetensors" in err, err
+
+
+def test_a_bad_training_configuration_is_one_line_and_exit_2(tmp_path, capsys):
+    train = _script("train_organism")
+    bad = tmp_path / "bad.yaml"
+    for text in ("batch: 0\n", "stages: [{kinds: [riddle], characters: [2, 2], filler: [0, 0]}]\n", "shape: {d_model: 30}\n",
+                 "learning_rate: 0.1\n"):
+        bad.write_text(text)
+        assert train.main(["--config", str(bad), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: bad training configuration"), err
+    assert not (tmp_path / "out").exists()
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", SOLVED)
+def test_accuracy_per_question_kind(model, task):
+    from locos_bench.evaluation import evaluate_task
+
+    spec = load_task(task)
+    rows = evaluate_task(model, spec, make_examples(spec, 40, start=1000, model=model), batch_size=40)
+    accuracy = float(np.mean([r["exact_match"] for r in rows]))
+    assert accuracy >= ACCURACY_BOUND, (task, accuracy)
+    assert ACCURACY_BOUND > 2 * spec.chance
+
+
+def test_a_run_defaults_to_the_organisms_tasks():
+    from locos_bench.run.config import RunConfig
+
+    assert list(RunConfig(model="organism").resolved().tasks) == list(organism.ORGANISM_TASKS)
+    assert list(RunConfig(model="planted").resolved().tasks) == ["planted-kv"]
+
+
+def test_the_answer_key_stays_off_the_model(model):
+    from locos_bench.detectors.conformance import answer_key_leaks
+    from locos_bench.models import describe_with_answer_key
+
+    assert organism.oracle_head_sets(), "the ground truth names no head set"
+    assert answer_key_leaks(model) == []
+    recorded = describe_with_answer_key(model)["oracle"]
+    assert set(recorded) == set(organism.ORGANISM_TASKS)
+    assert not any(organism.GROUND_TRUTH in str(p) for p in organism.checked_weights().iterdir())
+
+
+# -- the training script and the search ---------------------------------------------------------
+
+
+def _tiny(train, init_std: float = 0.02, **fields):
+    shape = train.Shape(d_model=16, n_layers=2, n_heads=2, d_ff=32, init_std=init_std)
+    return train.TrainConfig(shape=shape, batch=8, steps=6, window=2, eval_examples=4, **fields)
+
+
+def test_a_short_training_run_is_deterministic_and_writes_a_loadable_model(tmp_path):
+    import torch
+
+    from locos_bench.models import load_model
+
+    train = _script("train_organism")
+    cfg = _tiny(train)
+    first, tokenizer, history = train.train(cfg, log=lambda line: None)
+    second, _, _ = train.train(cfg, log=lambda line: None)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), name
+    other, _, _ = train.train(cfg.model_copy(update={"seed": 1}), log=lambda line: None)
+    assert not torch.equal(other.lm_head.weight, first.lm_head.weight)
+    assert history["final_stage"] >= 0 and len(history["stages_entered"]) == history["final_stage"]
+    manifest = train.write_files(tmp_path, first, tokenizer, cfg, history, {}, 1.0, ([0.0], [0.0]))
+    loaded = load_model(str(tmp_path / organism.WEIGHTS))
+    assert loaded.geometry.n_layers == 2 and manifest["files"]
+    ids = loaded.tokenizer("who lives near Greymill")["input_ids"]
+    assert ids[0] == loaded.tokenizer.bos_token_id and len(ids) == 5
+
+
+def test_the_training_forward_is_the_hugging_face_forward():
+    """Training runs `lean_logits` (fused attention, head dropout built in); the shipped model
+    runs the Hugging Face forward: on the same weights they must give the same logits."""
+    import torch
+
+    train = _script("train_organism")
+    cfg = _tiny(train, init_std=0.5)
+    model = train.build_model(cfg, len(lang.vocabulary()))
+    ids, _, _ = train.batch(random.Random(0), cfg.stages[-1], cfg, {w: i for i, w in enumerate(lang.vocabulary())})
+    with torch.no_grad():
+        torch.testing.assert_close(train.lean_logits(model, ids), model(ids).logits, atol=1e-4, rtol=1e-4)
+        keep = torch.ones(ids.shape[0], 2, 2)
+        keep[:, 1, 0] = 0.0
+        assert not torch.allclose(train.lean_logits(model, ids, keep), model(ids).logits, atol=1e-3)
+
+
+def test_exhaustive_search_matches_a_brute_force_loop():
+    """Every set of a 2-layer 2-head random model, ablated and alone full one at a time by a
+    plain loop, against the batched search (several sets per forward, clean prefixes)."""
+    import torch
+
+    from locos_bench.evaluation import evaluate_task
+    from locos_bench.evaluation.oracle import search, set_name
+    from locos_bench.interventions import AblationSpec, HeadAblation, only_full, reference_means
+    from locos_bench.models import wrap_model
+    from locos_bench.tasks.tokenize import tokenize_example
+
+    train = _script("train_organism")
+    cfg = _tiny(train, init_std=0.5)
+    torch.manual_seed(0)
+    model = wrap_model(train.build_model(cfg, len(lang.vocabulary())), train.build_tokenizer(256))
+    spec = load_task("organism-literal").model_copy(update={"context_lengths": [24]})
+    examples, reference = make_examples(spec, 6), make_examples(spec, 4, start=6)
+    means = reference_means(model, [tokenize_example(e, model.tokenizer).input_ids for e in reference])
+    result = search(model, spec, examples, means, k_max=3, greedy_to=4, sink=1, window=8, batch_size=4,
+                    sets_per_pass=3)
+    heads = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    plain = {"necessity": {}, "sufficiency": {}}
+    for k in (1, 2, 3):
+        for s in itertools.combinations(heads, k):
+            rows = evaluate_task(model, spec, examples, hooks=HeadAblation(list(s), AblationSpec("mean"), means).hooks())
+            plain["necessity"][set_name(s)] = np.mean([r["gold_logprob"] for r in rows])
+            with only_full(model.bridge, list(s), sink=1, window=8):
+                rows = evaluate_task(model, spec, examples)
+            plain["sufficiency"][set_name(s)] = np.mean([r["gold_logprob"] for r in rows])
+    base = result["unablated"][1]
+    for mode, table in plain.items():
+        found = {name: v[1] for name, v in result[mode]["sets"].items() if name.count("+") < 3}
+        assert found.keys() == table.keys()
+        np.testing.assert_allclose([found[n] for n in table], list(table.values()), atol=1e-5)
+        for k in (1, 2, 3):
+            of_k = {n: v for n, v in table.items() if n.count("+") == k - 1}
+            effect = {n: (base - v if mode == "necessity" else v) for n, v in of_k.items()}
+            top = max(effect.values())
+            assert result[mode]["by_k"][str(k)]["logprob"]["value"] == pytest.approx(top, abs=1e-5)
+            assert set(result[mode]["by_k"][str(k)]["logprob"]["sets"]) == {n for n, v in effect.items() if v >= top - 1e-6}
+    assert set(result["necessity"]["greedy"]) == {"4"}  # grown from the best k=3 set to every head
+    assert result["necessity"]["greedy"]["4"]["set"] == "L0H0+L0H1+L1H0+L1H1"
