@@ -84,7 +84,7 @@ def _table_row(r: dict[str, Any]) -> list[Any]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    print_rows(task_rows(), as_json=args.json, cells=_table_row, widths=[None, None, None, None, None, 60],
+    print_rows(task_rows(), as_json=args.json, cells=_table_row, widths=[None, None, None, None, None, 56],
                headers=["task", "kind", "source", "version", "offline", "description"])
     return 0
 

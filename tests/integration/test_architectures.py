@@ -14,6 +14,7 @@ import pytest
 
 from locos_bench.models import heads, load_model
 from locos_bench.models.miniature import ARCHITECTURES, TINY, miniature
+from locos_bench.run import RunDir
 from tests.integration.test_attention import (  # noqa: F401
     count_lean,
     test_a_pattern_hook_gets_the_explicit_path,
@@ -132,7 +133,7 @@ def test_every_detector_conforms(real_model):
             target = make_detector(name, gate=False) if name in ("locos", "dla") else name
             for check in conformance.detector_checks(target):
                 if check.name == "gqa":
-                    scores = conformance._shared_result(conformance.make_instance(name)).scores
+                    scores = conformance._shared_result(conformance.make_instance(target)).scores
                     if mha or not scores.any():
                         continue
                 check()
@@ -144,9 +145,13 @@ def test_quick_preset_ends_with_a_leaderboard(architecture_dirs, arch, tmp_path)
     from locos_bench.cli import main
 
     out = tmp_path / "run"
+    # Random weights never say the gold answer, so the gated detectors (`locos`, `dla`) fail
+    # their units by design: the run ends with a leaderboard that names them, and exit 1.
     code = main(["run", "--model", str(architecture_dirs[arch]), "--preset", "quick", "--quiet",
                  "--n-eval", "2", "--budgets", "2", "--random-draws", "1", "--rank-diagnostic", "1",
-                 "--output-dir", str(out)])
+                 "--output-dir", str(out), "--allow-failures"])
     assert code == 0
+    failed = {(getattr(u.kind, "value", u.kind), u.detector) for u in RunDir(out).read_units() if u.error}
+    assert failed <= {("scores", "locos"), ("scores", "dla")}, failed
     board = (out / "leaderboard.md").read_text()
     assert "locos" in board and "random" in board and "kv-retrieval" in board

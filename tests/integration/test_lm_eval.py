@@ -549,7 +549,7 @@ def test_scale_steers_the_heads(le, planted):
     ({"ablation": "scale:-1.5"}, r"bad ablation 'scale:-1.5': ALPHA must be a finite number above 0"),
     ({"ablation": "scale:nan"}, r"bad ablation 'scale:nan': ALPHA must be a finite number above 0"),
     ({"ablation": "scale:x"}, r"bad ablation 'scale:x': scale needs a number"),
-    ({"ablation": "stream"}, r"unknown ablation 'stream'; choose mean, zero, scale:ALPHA or streaming"),
+    ({"ablation": "stream"}, r"unknown ablation 'stream'; choose mean, zero, scale:ALPHA, mean-q, zero-q or streaming"),
 ])
 def test_bad_streaming_and_scale_args(le, args, message):
     from locos_bench.errors import LocosError
