@@ -53,6 +53,18 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _plugin_files_stay_in_their_test():
+    """`--plugin` adds its file to `LOCOS_BENCH_PLUGINS` so the processes a run starts load it;
+    in-process CLI tests would leak it into every later test's subprocesses."""
+    before = os.environ.get("LOCOS_BENCH_PLUGINS")
+    yield
+    if before is None:
+        os.environ.pop("LOCOS_BENCH_PLUGINS", None)
+    else:
+        os.environ["LOCOS_BENCH_PLUGINS"] = before
+
+
 @pytest.fixture(scope="session")
 def gemma3():
     from locos_bench.models import load_model
