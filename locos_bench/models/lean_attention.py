@@ -21,14 +21,13 @@ A head intervention that changes attention itself (streaming heads,
 (`plug`), which then runs it in place of SDPA, after the same hooks and the same cache update;
 on the explicit path a plugged layer refuses to run rather than silently attend in full.
 
-`streaming` and `only_full` lived here; they are `locos_bench.interventions.streaming` now (the
-old names raise an error that says so: a re-export would import upward, from `models`).
+`streaming` and `only_full` lived here in 0.1; they are `locos_bench.interventions` now. The old
+names raise an AttributeError that names the new home: a working alias would have to import
+`interventions`, which imports this module, from `models`, below it (an import circle).
 """
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -134,14 +133,15 @@ def plug(attn: Any, attend: Attend | None) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """The documented old path of `streaming` and `only_full` keeps working, with a
-    DeprecationWarning naming the new home. It resolves at attribute access, not import, so
-    `models` still imports nothing above it (nothing in locos_bench uses the old path)."""
-    if name in ("streaming", "only_full"):
-        warnings.warn(f"locos_bench.models.lean_attention.{name} moved to locos_bench.interventions.{name}; "
-                      "the old path goes in 0.2", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module("locos_bench.interventions"), name)
+    """The 0.1 names of the streaming interventions fail with their new home, not a bare
+    AttributeError (see the module docstring for why they are not aliased)."""
+    if name in _MOVED:
+        raise AttributeError(f"locos_bench.models.lean_attention.{name} moved to locos_bench.interventions.{name} "
+                             f"after 0.1.0: use `from locos_bench.interventions import {name}`")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_MOVED = ("streaming", "only_full")
 
 
 def _listened(hook_point: Any) -> bool:

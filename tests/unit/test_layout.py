@@ -56,15 +56,18 @@ def test_old_import_paths_still_work():
     assert CleanPrefix.__module__ == "locos_bench.evaluation.clean_prefix"
 
 
-def test_streaming_keeps_its_documented_old_path_with_a_warning():
-    """The README of 0.1 taught `lean_attention.streaming(...)`: that path still works, warns with
-    the new home, and nothing inside locos_bench uses it (so `models` imports nothing above it)."""
-    from locos_bench import interventions
+def test_streaming_old_path_names_its_new_home_without_importing_upward():
+    """0.1's README named `lean_attention.only_full`: the old names fail with the new home in the
+    message (an alias would import `interventions` from `models`, a circle), and nothing inside
+    locos_bench uses them."""
     from locos_bench.models import lean_attention
 
     for name in ("streaming", "only_full"):
-        with pytest.warns(DeprecationWarning, match=f"moved to locos_bench.interventions.{name}"):
-            assert getattr(lean_attention, name) is getattr(interventions, name)
+        with pytest.raises(AttributeError, match=f"moved to locos_bench.interventions.{name}"):
+            getattr(lean_attention, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        lean_attention.nothing  # noqa: B018
+    assert "import_module" not in (LIBRARY / "models" / "lean_attention.py").read_text()
     users = [p for p in LIBRARY.rglob("*.py")
              if re.search(r"lean_attention\.(streaming|only_full)\b", p.read_text())]
     assert users == []
