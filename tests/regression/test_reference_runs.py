@@ -16,10 +16,12 @@ PLANTED = dict(
 )
 
 # The real models, small enough for CI: one retrieval task and one control, the write-side
-# detector against a read-side one and random heads.
+# detector against a read-side one and random heads. No bottom-k units: the baselines hold no
+# bottom-k figure (tests/integration/test_bottom_k.py covers the control), and they cost 12-13 s
+# a model.
 SMALL = dict(
     tasks=["kv-retrieval", "arithmetic"], detectors=["locos,attention,random"], budgets=[1, 4],
-    n_calib=2, n_ref=4, n_eval=8, random_draws=2, rank_diagnostic=0, seed=0,
+    n_calib=2, n_ref=4, n_eval=8, random_draws=2, rank_diagnostic=0, seed=0, bottom_k=["none"],
 )
 
 
