@@ -37,3 +37,18 @@ def add_plugin_option(parser: Any) -> None:
     parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
                         help="a Python file whose @register_detector classes become detectors (repeatable; "
                              "also $LOCOS_BENCH_PLUGINS, separated by ':')")
+
+
+def detector_class(name: str) -> type:
+    """The registered class of detector `name` (one line with the nearest names when unknown);
+    warnings from loading installed plugins go to stderr, one line each."""
+    import warnings
+
+    from locos_bench.detectors import get_detector_class
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cls = get_detector_class(name)
+    for warning in caught:
+        print(f"locos-bench: warning: {warning.message}", file=sys.stderr)
+    return cls

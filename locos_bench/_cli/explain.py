@@ -10,6 +10,10 @@ with only the top heads full and every other head streaming (`--kv-sink`, `--kv-
 the floor with every head streaming; a model whose attention cannot stream (eager) gets a note
 on the page and on stderr instead. `--no-sufficiency` leaves it out (two greedy answers fewer).
 `--steer-alpha A` also shows the answer with the top heads' outputs scaled by A.
+
+The top heads are LOCOS's; `--detector NAME` (a built-in, or from `--plugin FILE.py`) makes
+them that detector's top heads scored on this one example, the LOCOS and attention maps staying
+for context. A stochastic detector (`random`) needs `--seed S`: its top heads are one draw.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from locos_bench._cli.common import add_model_options, print_json
+from locos_bench._cli.common import add_model_options, add_plugin_option, detector_class, print_json
 from locos_bench.errors import LocosError
 from locos_bench.names import head_name
 
@@ -39,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=Path("explain.html"), help="the page (default explain.html)")
     parser.add_argument("--json", action="store_true", help="also print the page's numbers as JSON")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="top heads shown and ablated (default 5)")
+    parser.add_argument("--detector", metavar="NAME",
+                        help="whose top heads the page follows, scored on this one example (default: locos, "
+                             "the page's own LOCOS map; see `locos-bench detectors`)")
+    add_plugin_option(parser)
+    parser.add_argument("--seed", type=int, metavar="S",
+                        help="with --detector: seed of its rng and of the order of tied heads (default 0; "
+                             "a stochastic detector such as random needs it: its top heads are one draw)")
     parser.add_argument("--ablate", action="store_true", help="ablate the top heads; show the answer before and after")
     parser.add_argument("--ablation", default=None, metavar="MODE",
                         help="how --ablate ablates: mean (default), zero, mean-q or zero-q (the heads' queries)")
@@ -124,6 +135,7 @@ def main(args: argparse.Namespace) -> int:
     if args.steer_alpha is not None and not (math.isfinite(args.steer_alpha) and args.steer_alpha > 0):
         raise LocosError(f"--steer-alpha must be a finite number above 0, got {args.steer_alpha!r}")
     ablation = _ablation(args)
+    detector = _detector(args)
     if (args.task is None) == (args.prompt is None):
         raise LocosError("give either --task T [--index I] or --prompt TEXT --answer TEXT --needle TEXT")
     spec = example = None
@@ -157,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
     result = explain(model, example, top=args.top, reference=reference, max_new_tokens=budget,
                      metric=headline_metric(spec) if spec is not None else "contains",
                      sufficiency=args.sufficiency, kv_sink=args.kv_sink, kv_window=args.kv_window,
-                     steer_alpha=args.steer_alpha, ablation=ablation)
+                     steer_alpha=args.steer_alpha, ablation=ablation, detector=detector, seed=args.seed or 0)
     path = write_page(result, args.output)
     if args.json:
         print_json(result.to_json())
@@ -180,6 +192,23 @@ def _ablation(args: argparse.Namespace):
     if ablation.mode == "scale":
         raise LocosError(f"--ablation {args.ablation}: scaling the top heads is --steer-alpha")
     return ablation
+
+
+def _detector(args: argparse.Namespace):
+    """The `--detector` whose top heads the page follows (None: LOCOS's, the page's own map)."""
+    from locos_bench.detectors import make_detector
+
+    if args.detector is None:
+        if args.seed is not None:
+            raise LocosError("--seed goes with --detector (LOCOS's top heads involve no draw)")
+        return None
+    cls = detector_class(args.detector)
+    if args.seed is not None and args.seed < 0:
+        raise LocosError(f"--seed must be at least 0, got {args.seed}")
+    if getattr(cls, "stochastic", False) and args.seed is None:
+        raise LocosError(f"detector {args.detector!r} is stochastic: its top heads are one draw of its rng; "
+                         "give --seed S to explain the draw of seed S")
+    return make_detector(args.detector)
 
 
 def reference_split(spec, model, preset: str):

@@ -2,7 +2,8 @@
 
 lm-eval 0.4.13 finds models only through `@register_model` at import time, so a plain
 `lm-eval --model locos` cannot see ours; this command imports `locos_bench.lm_eval.lm` and then
-hands ARGS, unchanged, to lm-eval's CLI.
+hands ARGS, unchanged, to lm-eval's CLI; paths inside task files are taken relative to each file
+(`lm_eval.taskfiles`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ def run_lm_eval_cli(argv: list[str]) -> int:
 
     import locos_bench.lm_eval.lm  # noqa: F401  (registers `locos`)
     from locos_bench.lm_eval.controls import cli_error
+    from locos_bench.lm_eval.taskfiles import resolving_everywhere
 
     saved = sys.argv
     sys.argv = ["lm-eval", *argv]
     try:
-        cli_evaluate()
+        with resolving_everywhere():  # a task file's data files are relative to it
+            cli_evaluate()
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except Exception as exc:  # an unknown task or an unreachable dataset is one line, not lm-eval's traceback

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import warnings
 from typing import Any
 
-from locos_bench._cli.common import add_model_options, add_plugin_option, print_json
+from locos_bench._cli.common import add_model_options, add_plugin_option, detector_class, print_json
 from locos_bench.errors import LocosError
 
 
@@ -74,16 +72,12 @@ def _is(value: Any, kind: type) -> bool:
 def main(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from locos_bench.detectors import detector_source, get_detector_class, head_name, make_detector, run_detector
+    from locos_bench.detectors import detector_source, head_name, make_detector, run_detector
     from locos_bench.models import load_model
     from locos_bench.tasks import load_task, make_examples
 
     # Everything that can be checked without the model is checked first.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cls = get_detector_class(args.detector)
-    for warning in caught:
-        print(f"locos-bench: warning: {warning.message}", file=sys.stderr)
+    cls = detector_class(args.detector)
     detector = make_detector(args.detector, **parse_params(args.param, cls))
     spec = load_task(args.task)
     n = spec.sizes.calibration if args.n is None else args.n

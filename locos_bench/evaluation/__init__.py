@@ -5,11 +5,13 @@ The face::
     from locos_bench.evaluation import evaluate_task, generate_answers, gold_logprobs
 
 Modules: `generation`, `logprobs`, `clean_prefix` (start ablated runs at their lowest ablated
-layer), `task_eval` (answers plus every metric a task lists). The hooks they run under (mean,
-zero and scale ablation, streaming heads) are `locos_bench.interventions`; every forward here
-binds its token positions (`interventions.token_positions`) for the hooks to read.
+layer), `task_eval` (answers plus every metric a task lists); `batch_progress` reports their
+batches to a caller. The hooks they run under (mean, zero and scale ablation, streaming heads)
+are `locos_bench.interventions`; every forward here binds its token positions
+(`interventions.token_positions`) for the hooks to read.
 """
 
+from locos_bench.evaluation._batching import batch_progress
 from locos_bench.evaluation.clean_prefix import CleanPrefix
 from locos_bench.evaluation.generation import generate_answers, generate_from_ids, stop_token_ids
 from locos_bench.evaluation.logprobs import continuation_logprobs, gold_logprobs, token_logprobs
@@ -18,6 +20,7 @@ from locos_bench.evaluation.task_eval import answers_and_logprobs, evaluate_head
 __all__ = [
     "CleanPrefix",
     "answers_and_logprobs",
+    "batch_progress",
     "continuation_logprobs",
     "evaluate_head_sets",
     "evaluate_task",

@@ -4,7 +4,9 @@ of prompt ids, in a fixed order, with each token's position (`interventions.posi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from locos_bench.interventions.positions import positions_from_mask
@@ -25,8 +27,30 @@ def _pad_id(tokenizer: Any) -> int:
     return 0
 
 
-def _batches(order: list[int], size: int) -> list[list[int]]:
-    return [order[i:i + size] for i in range(0, len(order), size)]
+def _batches(order: list[int], size: int) -> Iterator[list[int]]:
+    """`order` in batches of `size`; after each batch's work, the `batch_progress` callback
+    (if any) hears how many are done."""
+    batches = [order[i:i + size] for i in range(0, len(order), size)]
+    report = _REPORT.get()
+    for done, batch in enumerate(batches, 1):
+        yield batch
+        if report is not None:
+            report(done, len(batches))
+
+
+_REPORT: ContextVar[Callable[[int, int], None] | None] = ContextVar("batch_progress", default=None)
+
+
+@contextmanager
+def batch_progress(report: Callable[[int, int], None]) -> Iterator[None]:
+    """Within the block, every evaluation loop over batches calls `report(done, total)` after
+    each batch: how a caller (the harness's worker) shows progress inside a long evaluation
+    without the evaluation functions taking a callback each."""
+    token = _REPORT.set(report)
+    try:
+        yield
+    finally:
+        _REPORT.reset(token)
 
 
 def _prompt_ids(model: Any, example: Example | TokenizedExample) -> list[int]:

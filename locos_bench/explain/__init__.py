@@ -1,5 +1,6 @@
-"""Explaining one answer: which heads wrote it and from which source tokens (`attribution`),
-as one self-contained HTML page (`page`), screenshot by headless Chromium (`_chromium`).
+"""Explaining one answer: which heads wrote it and from which source tokens (`attribution`; its
+answers with the top heads ablated, alone or scaled: `answers`; another detector's top heads:
+`chooser`), as one self-contained HTML page (`page`), screenshot by headless Chromium (`_chromium`).
 
 The face::
 

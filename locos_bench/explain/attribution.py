@@ -20,7 +20,10 @@ detector's own methods (no second formula):
   keeps (`models.architecture.kv_kept_share`). A model whose attention cannot stream (the
   eager path) gets a note saying why instead, never a silently full-attention answer;
 * optionally steering: the greedy answer with the top heads' outputs scaled by alpha
-  (`AblationSpec.parse("scale:ALPHA")`).
+  (`AblationSpec.parse("scale:ALPHA")`). The answers under these interventions are `answers`'s.
+
+The top heads are LOCOS's unless `detector` names another detector: then they are its top heads
+scored on this one example (`chooser`), and `detector` in the JSON says so.
 
 A trial the gate would drop (the answer not found, or ROUGE-1 recall at most 50) is still
 shown, at every generated step when no answer step exists (as with `gate=false`); `trial`
@@ -70,9 +73,9 @@ class Explanation:
         attention: `[L][H][P]` attention-mass contrast per answer token.
         locos_mean: `[L][H]` LOCOS averaged over answer tokens (what `locos` scores).
         attention_mean: `[L][H]` the same for `attention`.
-        top: The top heads by `locos_mean` (the detector's tie-break).
+        top: The top heads by `locos_mean` (the detector's tie-break), or by `detector`.
         top_attention: The top heads by `attention_mean`.
-        sources: Per head `L{l}H{h}` (top heads of both maps): `write`, `c_h(j, s)`, and
+        sources: Per head `L{l}H{h}` (top heads of both maps and `top`): `write`, `c_h(j, s)`, and
             `read`, `A_h[q_j, s]`, each as `mean` `[T]` over answer tokens and `tokens` `[P][T]`.
         verdict: `mean` and per answer token: the top heads' summed write from needle,
             distractors and elsewhere, and a one-line text.
@@ -91,6 +94,8 @@ class Explanation:
             when not asked for.
         steering: With `steer_alpha`, the top heads' outputs scaled by `alpha`: greedy answer,
             correctness and gold log-prob.
+        detector: When another detector chose `top` (`chooser.ChosenHeads.to_json`): its name,
+            source, params, seed, scores and LOCOS's own top heads; None: LOCOS chose.
     """
 
     model: str
@@ -119,6 +124,7 @@ class Explanation:
     ablation: dict[str, Any] | None = None
     sufficiency: dict[str, Any] | None = None
     steering: dict[str, Any] | None = None
+    detector: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         ex = self.example
@@ -152,6 +158,7 @@ class Explanation:
             "ablation": self.ablation,
             "sufficiency": self.sufficiency,
             "steering": self.steering,
+            **({"detector": self.detector} if self.detector is not None else {}),
         }
 
 
@@ -232,19 +239,21 @@ def _rounded(data: Any, digits: int) -> Any:
     return float(f"{data:.{digits}g}")
 
 
-def _verdict(write: Any, t: TokenizedExample, n_heads: int) -> dict[str, Any]:
-    """`write`: `[N, T]` the top heads' `c_h(j, s)` for one answer token (or their mean)."""
+def _verdict(write: Any, t: TokenizedExample, n_heads: int, by: str = "") -> dict[str, Any]:
+    """`write`: `[N, T]` the top heads' `c_h(j, s)` for one answer token (or their mean); `by`:
+    the detector that chose them, when not LOCOS."""
     per_source = write.sum(0)  # [T]
     needle = float(per_source[t.needle_positions].sum())
     distractors = float(per_source[t.distractors].sum()) if t.distractors else 0.0
     total = float(per_source.sum())
     elsewhere = total - needle - distractors
     parts = {"needle": needle, "distractors": distractors, "elsewhere": elsewhere}
+    heads = f"top {n_heads} heads" + (f" by {by}" if by else "")
     if total > 0:
         shares = ", ".join(f"{100 * v / total:.0f}% from {_WHERE[k]}" for k, v in parts.items())
-        text = f"The top {n_heads} heads write {total:+.3g} toward the answer: {shares}."
+        text = f"The {heads} write {total:+.3g} toward the answer: {shares}."
     else:
-        text = (f"The top {n_heads} heads write {total:+.3g}, against the answer "
+        text = (f"The {heads} write {total:+.3g}, against the answer "
                 f"(needle {needle:+.3g}, distractors {distractors:+.3g}, elsewhere {elsewhere:+.3g}).")
     return {**parts, "total": total, "needle_share": needle / total if total > 0 else None, "text": text}
 
@@ -263,11 +272,15 @@ def explain(
     kv_window: int = KV_WINDOW,
     steer_alpha: float | None = None,
     ablation: Any = "mean",
+    detector: Any = None,
+    seed: int = 0,
 ) -> Explanation:
     """Explain `example`'s answer on `model` (see the module docstring).
 
     Args:
         top: Heads whose source tokens are shown and that `reference` ablates.
+        detector: A `Detector` whose top heads on this one example replace LOCOS's as the
+            page's top heads (`explain.chooser`); None: LOCOS's. `seed`: its rng and tie order.
         reference: Prompts of the same task whose mean `hook_z` (`hook_q` under `mean-q`)
             replaces the top heads' (the harness's reference split); None skips the ablation.
         max_new_tokens: Generation budget of the greedy answers.
@@ -285,15 +298,16 @@ def explain(
         LocosError: unsupported architecture, `top` out of range, an unknown or model-scored
             metric, a bad sink or window (or a window past the model's context), a non-finite
             `steer_alpha`, an answer that tokenises to nothing, a needle that maps to no token,
-            a prompt beyond the model's context.
+            a prompt beyond the model's context, a `detector` that cannot score this one example.
     """
     import math
 
     import torch
 
     from locos_bench.detectors import attention, locos
-    from locos_bench.detectors.base import HeadScores, head_name, validate_scores
+    from locos_bench.detectors.base import HeadScores, validate_scores
     from locos_bench.evaluation import generate_answers, gold_logprobs
+    from locos_bench.explain import answers
     from locos_bench.models import heads
 
     check_supported(model)
@@ -302,13 +316,18 @@ def explain(
         raise LocosError(f"--top must be between 1 and the model's {total_heads} heads, got {top}")
     judge = _metric(metric)
     if sufficiency:
-        _check_window(model, kv_sink, kv_window)
+        answers.check_window(model, kv_sink, kv_window)
     if steer_alpha is not None and not (math.isfinite(steer_alpha) and steer_alpha > 0):
         raise LocosError(f"--steer-alpha must be a finite number above 0, got {steer_alpha!r}")
-    spec = _ablation_spec(ablation)
+    spec = answers.ablation_spec(ablation)
     reader = locos.Locos(**(locos_params or {}))
     reader.check_params()
     t = tokenize_checked(model, example)
+    chosen = None
+    if detector is not None:
+        from locos_bench.explain.chooser import detector_top
+
+        chosen = detector_top(model, example, detector, top, seed=seed)
     rows, _ = reader.rows(model, t, keep_failed=True)
     if rows is None:
         raise LocosError(f"{example.task}[{example.index}]: the model's greedy answer is empty "
@@ -319,8 +338,10 @@ def explain(
     write_scores = torch.stack([reader.step_scores(model, cache, t, layer, rows) for layer in range(n_layers)])
     read_scores = attention.token_scores(model, cache, t, positions)  # [L, H, P]
     write_mean, read_mean = write_scores.mean(-1), read_scores.mean(-1)
-    top_heads = validate_scores(HeadScores(write_mean, "locos"), model, "locos").top_k(top)
+    locos_top = validate_scores(HeadScores(write_mean, "locos"), model, "locos").top_k(top)
     top_read = validate_scores(HeadScores(read_mean, "attention"), model, "attention").top_k(top)
+    top_heads = locos_top if chosen is None else chosen.top
+    with_sources = {*top_heads, *locos_top, *top_read}
 
     sources: dict[str, dict[str, Any]] = {}
     top_writes = {}
@@ -329,29 +350,30 @@ def explain(
     if len(rows.input_ids) == positions[-1] + 1:
         shown = [*shown, rows.token_ids[-1]]
     pad = t.prompt_len + len(shown) - len(rows.input_ids)
-    for layer in sorted({h[0] for h in [*top_heads, *top_read]}):
+    for layer in sorted({h[0] for h in with_sources}):
         c = torch.nn.functional.pad(reader.contributions(model, cache, layer, rows), (0, pad))  # [H, P, T]
         attn = torch.nn.functional.pad(heads.attention_rows(model, cache, layer, positions), (0, pad))
         for head in range(model.geometry.n_heads):
-            if (layer, head) in top_heads or (layer, head) in top_read:
+            if (layer, head) in with_sources:
                 sources[head_name((layer, head))] = {"write": _per_token(c[head]), "read": _per_token(attn[head])}
             if (layer, head) in top_heads:
                 top_writes[(layer, head)] = c[head]
     del cache
     stacked = torch.stack([top_writes[h] for h in top_heads])  # [N, P, T]
+    by = "" if chosen is None else chosen.name
     verdict = {
-        "mean": _verdict(stacked.mean(1), t, top),
-        "tokens": [_verdict(stacked[:, j], t, top) for j in range(len(positions))],
+        "mean": _verdict(stacked.mean(1), t, top, by),
+        "tokens": [_verdict(stacked[:, j], t, top, by) for j in range(len(positions))],
     }
     greedy = generate_answers(model, [t], max_new_tokens=max_new_tokens)[0]
     gold = gold_logprobs(model, [t])[0]
     ablation = suff = steering = None
     if reference is not None:
-        ablation = _ablate(model, t, top_heads, reference, spec, max_new_tokens, greedy, gold, judge)
+        ablation = answers.ablated(model, t, top_heads, reference, spec, max_new_tokens, greedy, gold, judge)
     if sufficiency:
-        suff = _sufficiency(model, t, top_heads, max_new_tokens, judge, kv_sink, kv_window)
+        suff = answers.sufficiency(model, t, top_heads, max_new_tokens, judge, kv_sink, kv_window)
     if steer_alpha is not None:
-        steering = _steer(model, t, top_heads, max_new_tokens, judge, steer_alpha)
+        steering = answers.steered(model, t, top_heads, max_new_tokens, judge, steer_alpha)
     return Explanation(
         model=model.name, example=example, tokens=token_texts(model, t, shown), prompt_len=t.prompt_len,
         answer_positions=positions, needle=t.needle_positions, distractors=t.distractors,
@@ -362,6 +384,7 @@ def explain(
         answer_tokens=[model.tokenizer.decode([a]) for a in rows.token_ids], trial=locos.describe_rows(rows),
         metric=metric, correct=judge(greedy, example.answers), gold_logprob=gold,
         ablation=ablation, sufficiency=suff, steering=steering,
+        detector=None if chosen is None else chosen.to_json(locos_top),
     )
 
 
@@ -380,115 +403,3 @@ def _metric(name: str) -> Any:
     if fn is None:
         raise LocosError(f"metric {name!r} is scored by the model, not from the answer's text")
     return lambda answer, answers: fn(answer, answers) >= 1.0
-
-
-def _check_window(model: LoadedModel, sink: int, window: int) -> None:
-    """A sink and window the streaming mask takes, within the model's context (one line)."""
-    from locos_bench.models.heads import context_length
-    from locos_bench.run.config import check_streaming
-
-    check_streaming(sink, window)
-    longest = context_length(model)
-    if longest is not None and window > longest:
-        raise LocosError(f"--kv-window {window} is longer than {model.name}'s context of {longest} tokens")
-
-
-def _answer(model: LoadedModel, t: TokenizedExample, max_new_tokens: int, judge: Any,
-            hooks: Sequence[Any] = ()) -> dict[str, Any]:
-    """Greedy answer, whether it is correct, and gold log-prob (with `hooks`, under any
-    context the caller holds)."""
-    from locos_bench.evaluation import generate_answers, gold_logprobs
-
-    greedy = generate_answers(model, [t], max_new_tokens=max_new_tokens, hooks=hooks)[0]
-    return {"greedy": greedy, "correct": judge(greedy, t.example.answers),
-            "gold_logprob": gold_logprobs(model, [t], hooks=hooks)[0]}
-
-
-def _ablation_spec(ablation: Any) -> Any:
-    """`ablation` as an `AblationSpec` (a name is parsed: one clear error for an unknown one)."""
-    from locos_bench.interventions import AblationSpec
-
-    return ablation if isinstance(ablation, AblationSpec) else AblationSpec.parse(str(ablation))
-
-
-def _ablate(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], reference: Sequence[Example],
-            spec: Any, max_new_tokens: int, greedy: str, gold: float, judge: Any) -> dict[str, Any]:
-    """Greedy answer and gold log-prob with `top_heads` ablated by `spec` (means over `reference`)."""
-    from locos_bench.interventions import HeadAblation, reference_means
-
-    means = None
-    if spec.needs_reference:
-        if not reference:
-            raise LocosError("--ablate needs at least one reference prompt for the mean activations")
-        ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in reference]
-        means = reference_means(model, ids, positionwise=spec.positionwise, site=spec.site)
-    hooks = HeadAblation(list(top_heads), spec, means).hooks()
-    after = _answer(model, t, max_new_tokens, judge, hooks)
-    return {
-        "heads": [list(h) for h in top_heads],
-        "mode": str(spec),
-        "reference": [f"{ex.task}[{ex.index}]" for ex in reference],
-        "greedy_before": greedy,
-        "greedy_after": after["greedy"],
-        "correct_before": judge(greedy, t.example.answers),
-        "correct_after": after["correct"],
-        "gold_logprob_before": gold,
-        "gold_logprob_after": after["gold_logprob"],
-    }
-
-
-def _sufficiency(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], max_new_tokens: int,
-                 judge: Any, sink: int, window: int) -> dict[str, Any]:
-    """The answer with only `top_heads` full and every other head streaming, and the floor
-    (every head streaming); a note instead where the model cannot stream."""
-    from locos_bench.interventions import only_full
-    from locos_bench.models.architecture import kv_kept_share
-
-    entry: dict[str, Any] = {"heads": [list(h) for h in top_heads], "sink": sink, "window": window}
-    runs = {}
-    try:
-        for key, full in (("top", top_heads), ("floor", [])):
-            with only_full(model.bridge, full, sink=sink, window=window) as unaffected:
-                runs[key] = _answer(model, t, max_new_tokens, judge)
-            runs[key]["kv_kept"] = kv_kept_share(model.geometry, full, [t.prompt_len], sink=sink, window=window)
-    except LocosError as exc:
-        # Streaming exists only on the lean attention path; answering with full attention
-        # instead would pass for sufficiency, so the entry says why there is none.
-        return {**entry, "unavailable": str(exc)}
-    note = None
-    if t.prompt_len <= sink + window:
-        note = (f"the whole prompt ({t.prompt_len} tokens) fits {sink} sink + {window} window tokens: "
-                "streaming changes nothing here")
-    entry.update(runs, unaffected_layers=list(unaffected), note=note, prompt_len=t.prompt_len)
-    entry["text"] = _sufficiency_text(entry)
-    return entry
-
-
-def _sufficiency_text(e: dict[str, Any]) -> str:
-    """One sentence: what the top heads alone answer, and what the window alone answers."""
-    names = " ".join(head_name(h) for h in e["heads"])
-    top, floor = e["top"], e["floor"]
-
-    def said(run: dict[str, Any]) -> str:
-        return f"{run['greedy']!r} ({'correct' if run['correct'] else 'wrong'})"
-
-    if top["correct"] and not floor["correct"]:
-        meaning = "these heads alone carry the answer from beyond the window"
-    elif top["correct"]:
-        meaning = "the window alone already answers, so this does not show the heads are needed"
-    else:
-        meaning = "these heads alone do not suffice"
-    return (f"With only {names} attending to the whole prompt and every other head to its first "
-            f"{e['sink']} and last {e['window']} tokens ({100 * top['kv_kept']:.0f}% of the KV cache kept), "
-            f"the answer is {said(top)}; with every head so limited ({100 * floor['kv_kept']:.0f}% kept) "
-            f"it is {said(floor)}: {meaning}.")
-
-
-def _steer(model: LoadedModel, t: TokenizedExample, top_heads: list[Head], max_new_tokens: int,
-           judge: Any, alpha: float) -> dict[str, Any]:
-    """The answer with the top heads' outputs (`hook_z`) scaled by `alpha`."""
-    from locos_bench.interventions import AblationSpec, HeadAblation
-
-    hooks = HeadAblation(list(top_heads), AblationSpec.parse(f"scale:{float(alpha)!r}")).hooks()
-    return {"heads": [list(h) for h in top_heads], "alpha": float(alpha),
-            **_answer(model, t, max_new_tokens, judge, hooks)}

@@ -19,12 +19,19 @@ DATA_MARK = "/*__EXPLAIN_DATA__*/null"
 
 
 def render_html(explanation: Explanation) -> str:
-    """One self-contained page: the template with the explanation's JSON inlined."""
-    template = resources.files("locos_bench").joinpath("data/explain.html").read_text(encoding="utf-8")
+    """One self-contained page: the template with the explanation's JSON inlined. When another
+    detector than LOCOS chose the top heads, a second script (`data/explain-detector.js`) says so
+    on the page; a LOCOS page is the template alone."""
+    data_files = resources.files("locos_bench").joinpath("data")
+    template = data_files.joinpath("explain.html").read_text(encoding="utf-8")
     data = json.dumps(explanation.to_json(), ensure_ascii=True, allow_nan=False)
     # Inside <script>, "</" would end the element; "<\/" is the same string to JSON.
     data = data.replace("</", "<\\/")
     title = f"{explanation.example.task}[{explanation.example.index}] on {explanation.model}"
+    if explanation.detector is not None:
+        title += f", top heads by {explanation.detector['name']}"
+        script = data_files.joinpath("explain-detector.js").read_text(encoding="utf-8")
+        template = template.replace("\n</body>", f"\n<script>\n{script}</script>\n</body>")
     import html
 
     return template.replace("__EXPLAIN_TITLE__", html.escape(title)).replace(DATA_MARK, data)

@@ -257,8 +257,8 @@ class Run:
         return self.dir
 
     def _announce(self, todo: list[UnitKey]) -> None:
-        """What the run is about to do, in examples and bytes, before it does it: a unit shows
-        no progress inside itself, so a large `--n-eval` would otherwise look like a hang."""
+        """What the run is about to do, in examples and bytes, before it does it, so that a large
+        `--n-eval` is expected (inside a unit, its batches show every few seconds: `unit_ticker`)."""
         splits = {t.name: t.splits for t in self.manifest.tasks}
         sizes = [len(splits[k.task].get(k.split or "evaluation", [])) for k in todo if k.kind != UnitKind.SCORES]
         if not sizes:
@@ -268,8 +268,8 @@ class Run:
         line = (f"{len(todo)} units to compute: up to {examples:,} example evaluations ({len(sizes)} units of up "
                 f"to {largest:,} examples each), about {mb:,.1f} MB of records")
         if largest > LARGE_SPLIT:
-            self.progress.warn(f"{line}; a unit shows no progress until it ends, and the presets evaluate 6 to 250 "
-                               "examples (--n-eval); --dry-run estimates the time")
+            self.progress.warn(f"{line}; the presets evaluate 6 to 250 examples (--n-eval), and each unit "
+                               "shows its batches as it goes (not under --quiet); --dry-run estimates the time")
         else:
             self.progress.log(line)
 

@@ -31,7 +31,7 @@ from typing import Any
 from locos_bench.detectors import get_detector_class, make_detector
 from locos_bench.errors import LocosError, unknown
 from locos_bench.harness.driver import Run
-from locos_bench.harness.progress import Progress
+from locos_bench.harness.progress import Progress, duration
 from locos_bench.run import BASELINE, RunConfig, RunPlan, UnitKind
 from locos_bench.run.splits import ExternalControl
 
@@ -222,7 +222,7 @@ def local_estimate(work: Work, run: Run, tasks: dict[str, Any]) -> Estimate:
                           f"{per_call * 1e3:.1f} ms a call, {per_token * 1e3:.3f} ms a further token, "
                           f"{per_step * 1e3:.1f} ms a decoding step of {len(rows)} rows, {extra['cpu'] * 1e3:.0f} ms "
                           f"more a generated batch (one timed); at this moment's load "
-                          f"(wall clock) ~{_duration(now + model.load_seconds)}")
+                          f"(wall clock) ~{duration(now + model.load_seconds)}")
 
 
 def gpu_estimate(work: Work, run: Run, gpu: str, *, host_call: float = 0.0, host_generation: float = 0.0) -> Estimate:
@@ -335,17 +335,9 @@ def format_estimate(plan: RunPlan, work: Work, estimates: list[Estimate]) -> str
     ]
     for est in estimates:
         lines += [f"  on {est.where}",
-                  f"    wall time     ~{_duration(est.total_seconds)} ("
-                  + ", ".join(f"{p} {_duration(s)}" for p, s in est.seconds.items() if s >= 0.5) + ")",
+                  f"    wall time     ~{duration(est.total_seconds)} ("
+                  + ", ".join(f"{p} {duration(s)}" for p, s in est.seconds.items() if s >= 0.5) + ")",
                   f"    peak memory   ~{est.peak_gib:.{1 if est.peak_gib >= 1 else 2}f} GiB",
                   f"    rates         {est.rates}"]
     lines.append("  (identical head sets are evaluated once at run time: evaluation work is an upper bound)")
     return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

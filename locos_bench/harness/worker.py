@@ -23,7 +23,7 @@ from locos_bench.interventions import (
 )
 from locos_bench.names import Head
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.plan import UnitKey, UnitKind, detector_rng, draw_params
+from locos_bench.run.plan import BASELINE, UnitKey, UnitKind, detector_rng, draw_params
 from locos_bench.run.records import UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask, TaskData, build_run_tasks
 from locos_bench.tasks.tokenize import tokenize_example
@@ -75,6 +75,22 @@ class Worker:
 
     def _timed(self, phase: str) -> Any:
         return timed(self.timings, phase)
+
+    def _batches_shown(self, jobs: Sequence[Job]) -> Any:
+        """Around a unit's evaluation: its batches done so far on stderr, every few seconds
+        (`progress.unit_ticker`; nothing under `--quiet`, nothing in the records)."""
+        from contextlib import nullcontext
+
+        from locos_bench.evaluation import batch_progress
+        from locos_bench.harness.progress import unit_ticker
+
+        if self.config.quiet:
+            return nullcontext()
+        parts = [_unit_name(job.key) for job in jobs]
+        key = jobs[0].key
+        one = len(parts) == 1
+        label = f"{key.kind} {key.task}" + (f"/{parts[0]}" if one else f" ({', '.join(parts)})")
+        return batch_progress(unit_ticker(self.log, label))
 
     def _prefix(self, data: TaskData) -> Any:
         """The task's clean prefills (`evaluation.CleanPrefix`): ablated evaluations start at
@@ -147,8 +163,9 @@ class Worker:
             ablation = HeadSetAblation([job.heads for job in jobs], spec, means)
             key = jobs[0].key  # a steering unit may evaluate its draw's calibration examples
             examples = data.calibration_draw(key.draw) if key.split == "calibration" else data.evaluation
-            results = evaluate_head_sets(self.model, data.spec, examples, ablation,
-                                         batch_size=self.config.batch_size, prefix=self._prefix(data))
+            with self._batches_shown(jobs):
+                results = evaluate_head_sets(self.model, data.spec, examples, ablation,
+                                             batch_size=self.config.batch_size, prefix=self._prefix(data))
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
 
@@ -166,7 +183,8 @@ class Worker:
 
         sink, window = self.config.kv_sink, self.config.kv_window
         start = time.perf_counter()
-        with only_full(self.model.bridge, job.heads, sink=sink, window=window) as unaffected:
+        with (only_full(self.model.bridge, job.heads, sink=sink, window=window) as unaffected,
+              self._batches_shown([job])):
             rows = evaluate_task(self.model, data.spec, data.evaluation, batch_size=self.config.batch_size)
         lengths = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
         return UnitRecord.for_key(job.key, job.heads,
@@ -224,8 +242,9 @@ class Worker:
         from locos_bench.evaluation import evaluate_task
 
         start = time.perf_counter()
-        rows = evaluate_task(self.model, data.spec, data.evaluation, hooks=self._hooks(job, means),
-                             batch_size=self.config.batch_size, prefix=self._prefix(data))
+        with self._batches_shown([job]):
+            rows = evaluate_task(self.model, data.spec, data.evaluation, hooks=self._hooks(job, means),
+                                 batch_size=self.config.batch_size, prefix=self._prefix(data))
         return self._eval_record(data, job, rows, time.perf_counter() - start)
 
     def _rank_unit(self, data: TaskData, job: Job, means: HeadMeans | None) -> UnitRecord:
@@ -233,9 +252,10 @@ class Worker:
         from locos_bench.evaluation import gold_logprobs
 
         start = time.perf_counter()
-        values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
-                               hooks=self._hooks(job, means), batch_size=self.config.batch_size,
-                               prefix=self._prefix(data))
+        with self._batches_shown([job]):
+            values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
+                                   hooks=self._hooks(job, means), batch_size=self.config.batch_size,
+                                   prefix=self._prefix(data))
         return UnitRecord.for_key(job.key, job.heads, values={"gold_logprob": values},
                                   seconds=time.perf_counter() - start)
 
@@ -253,3 +273,10 @@ def run_tasks(config: ResolvedConfig, model: Any) -> dict[str, RunTask]:
         for control in lm_eval_controls(list(config.lm_eval_tasks), source, limit=config.n_eval):
             tasks[control.spec.name] = control
     return tasks
+
+
+def _unit_name(key: UnitKey) -> str:
+    """`random k=4`, `locos k=2 x2`, `baseline`: one unit of a group, for its progress line."""
+    if key.detector == BASELINE or not key.kind.budgeted:
+        return key.detector
+    return f"{key.detector} k={key.index}" + (f" x{key.alpha:g}" if key.kind == UnitKind.STEER else "")

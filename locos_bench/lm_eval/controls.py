@@ -134,7 +134,7 @@ def _task_manager(task: str, include_path: str | Path | None) -> tuple[str, Any]
 
 def task_manager(include_path: str | Path | None = None) -> Any:
     """lm-eval's `TaskManager` with `include_path`, built once per path (indexing lm-eval's
-    own tasks takes seconds)."""
+    own tasks takes seconds); paths inside its task files are relative to each file (`taskfiles`)."""
     return _manager((str(Path(include_path).resolve()),) if include_path else ())
 
 
@@ -142,7 +142,9 @@ def task_manager(include_path: str | Path | None = None) -> Any:
 def _manager(include: tuple[str, ...]) -> Any:
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=list(include) or None)
+    from locos_bench.lm_eval.taskfiles import resolve_in
+
+    return resolve_in(TaskManager(include_path=list(include) or None))
 
 
 def per_example(samples: list[dict[str, Any]]) -> dict[str, list[float]]:

@@ -130,6 +130,34 @@ def test_a_model_that_cannot_stream_shows_why(chromium_binary, planted_page, tmp
         assert browser.evaluate("document.querySelectorAll('#sufficiency table').length") == 0
 
 
+def test_a_page_whose_heads_another_detector_chose_says_so(chromium_binary, tmp_path):
+    """`explain --detector random --seed 3` (#36, point 3): the title, the top heads' list (with
+    random's scores) and a note name the detector; the LOCOS map still marks LOCOS's own top."""
+    from locos_bench.detectors import make_detector
+
+    model = conformance_model()
+    example = make_example(load_task("planted-kv"), 0, model=model)
+    result = explain(model, example, top=2, max_new_tokens=1, detector=make_detector("random"), seed=3)
+    data = result.to_json()
+    path = write_page(result, tmp_path / "random.html")
+    name = "L{}H{}".format
+    with Chromium(chromium_binary) as browser:
+        browser.open(path, ready=READY + " && document.body.dataset.chosenBy === 'random'")
+        assert browser.evaluate("document.getElementById('title').textContent").endswith(", top heads by random")
+        assert browser.evaluate("document.getElementById('top-list').previousElementSibling.textContent") == \
+            "Top heads by random (its score on this example)"
+        buttons = browser.evaluate("Array.from(document.querySelectorAll('#top-list button')).map(b => b.textContent)")
+        assert [b.split()[0] for b in buttons] == [name(*h) for h in data["top"]]
+        assert [float(b.split()[1]) for b in buttons] == pytest.approx(
+            [data["detector"]["scores"][h[0]][h[1]] for h in data["top"]], rel=1e-2)
+        marked = browser.evaluate("Array.from(document.querySelectorAll('#map-locos .cell.top'))"
+                                  ".map(c => 'L' + c.dataset.layer + 'H' + c.dataset.head)")
+        assert sorted(marked) == sorted(name(*h) for h in data["detector"]["locos_top"])
+        assert "random's top 2 scored on this one example" in browser.evaluate(
+            "document.getElementById('chosen-by').textContent")
+        assert browser.evaluate("document.getElementById('text').dataset.head") == name(*data["top"][0])
+
+
 def test_36_layers_by_32_heads_stay_readable(chromium_binary, tmp_path):
     model = random_llama(tmp_path / "llama36", layers=36, heads=32, kv_heads=8, context=512)
     result = explain(model, planted_kv(200, model), top=5, max_new_tokens=2)

@@ -43,7 +43,6 @@ def offline():
     mp.setattr(datasets.config, "HF_DATASETS_OFFLINE", True, raising=False)
     mp.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
     mp.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True, raising=False)
-    mp.chdir(ROOT)  # the fixtures' data_files are relative to the repository root
     yield
     mp.undo()
 
@@ -356,6 +355,29 @@ def test_per_example_values_of_a_local_task(le, planted):
     info = le.describe_task("planted_kv_rolling", limit=4, include_path=FIXTURES)
     assert info["metrics"] == ["word_perplexity", "bits_per_byte"] and info["n_docs"] == 4
     assert len(info["data_hash"]) == 64
+
+
+def test_task_files_read_their_data_from_any_working_directory(le, planted, tmp_path, monkeypatch, capsys):
+    """`data_files` inside a task file are relative to that file (#36, point 9): the documented
+    `--lm-eval-tasks tests/fixtures/lm_eval/capitals_mc.yaml` and `--include_path` work from
+    any folder, not only the repository root."""
+    import logging
+
+    from locos_bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert le.describe_task(str(FIXTURES / "capitals_mc.yaml"), limit=3)["n_docs"] == 3
+    assert le.task_values(planted, [], str(FIXTURES / "planted_kv_mc.yaml"), limit=2) == {"acc": [1.0, 1.0]}
+    lm_eval_logger = logging.getLogger("lm_eval")
+    handlers, level = list(lm_eval_logger.handlers), lm_eval_logger.level
+    try:
+        rc = main(["lm-eval", "run", "--model", "locos", "--model_args", "model=planted", "--tasks", "planted_kv_gen",
+                   "--include_path", str(FIXTURES), "--limit", "2", "--device", "cpu"])
+    finally:
+        lm_eval_logger.handlers[:] = handlers
+        lm_eval_logger.setLevel(level)
+    out = capsys.readouterr().out
+    assert rc == 0 and "planted_kv_gen" in out and "exact_match" in out
 
 
 # ---------------------------------------------------------------------------------------

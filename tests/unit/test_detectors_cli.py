@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -197,23 +198,8 @@ def test_params_are_read_as_the_type_of_their_default(capsys, planted, param, me
 # ---------------------------------------------------------------------------------------
 # Detector files from the command line (#36, point 3)
 
-PLUGIN = '''
-import torch
-
-from locos_bench import OnePassDetector, heads, register_detector
-
-
-@register_detector("file-attention")
-class FileAttention(OnePassDetector):
-    """Attention from the first answer position onto the needle."""
-
-    cost = "1"
-
-    def score_example(self, model, example, cache):
-        q = example.answer_positions[:1]
-        rows = [heads.attention_rows(model, cache, layer, q)[:, 0] for layer in range(model.geometry.n_layers)]
-        return torch.stack([r[:, example.needle_positions].mean(-1) for r in rows])
-'''
+PLUGIN = (Path(__file__).resolve().parents[1] / "plugins" / "file_attention.py").read_text()
+"""A detector file (`file-attention`), shared with test_explain_detector.py."""
 
 
 @pytest.fixture

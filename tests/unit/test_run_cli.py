@@ -154,7 +154,7 @@ def test_a_run_announces_its_size_and_warns_on_a_large_evaluation_split(tmp_path
     code, _, err = run(capsys, *argv, "--output-dir", str(tmp_path / "b"))
     assert code == 0, err
     assert ("warning: 3 units to compute: up to 4 example evaluations (2 units of up to 2 examples each), about "
-            "0.0 MB of records; a unit shows no progress until it ends") in err
+            "0.0 MB of records; the presets evaluate 6 to 250 examples (--n-eval)") in err
 
 
 def test_run_help_shows_each_presets_values(capsys):
@@ -167,3 +167,30 @@ def test_run_help_shows_each_presets_values(capsys):
             "--random-draws 5 --rank-diagnostic 3 --bottom-k locos;") in text
     assert "quick: --tasks kv-retrieval,arithmetic --budgets 1,4 --n-calib 2 --n-ref 4 --n-eval 6" in text
     assert "--random-seed" not in text  # a preset value without a flag is not shown as one
+
+
+def test_a_long_unit_shows_its_batches_and_quiet_hides_them(tmp_path, capsys, planted_loaded, monkeypatch):
+    """Inside a unit, its evaluation batches on stderr as they finish (#36, point 6: `--n-eval
+    100000` showed nothing for five minutes): at most every `UNIT_PROGRESS_SECONDS` (0 here, so
+    every batch but the last), never under --quiet, never in the records."""
+    from locos_bench.harness import progress
+
+    monkeypatch.setattr(progress, "UNIT_PROGRESS_SECONDS", 0.0)
+    argv = ["run", *[a for a in TINY if a != "--quiet"], "--detector", "random", "--n-eval", "5", "--batch-size", "1"]
+    code, _, err = run(capsys, *argv, "--output-dir", str(tmp_path / "a"))
+    assert code == 0, err
+    shown: dict[str, list[str]] = {}
+    for line in err.splitlines():
+        if " batches, " in line:
+            label, _, rest = line.strip().partition(": ")
+            shown.setdefault(label, []).append(rest.split(" batches, ")[0])
+            assert line.endswith(" left"), line
+    # Each unit counts its own batches up to the one before its last; planted-kv's has 5 (--n-eval 5).
+    for done in shown.values():
+        total = done[0].split("/")[1]
+        assert done == [f"{n}/{total}" for n in range(1, int(total))], err
+    assert any(done[-1] == "4/5" for done in shown.values()), err
+    assert any("baseline" in label for label in shown) and any("random k=1" in label for label in shown), err
+    assert " batches, " not in (tmp_path / "a" / "results.jsonl").read_text()
+    code, _, err = run(capsys, *argv, "--quiet", "--output-dir", str(tmp_path / "b"))
+    assert code == 0 and " batches, " not in err, err

@@ -1,0 +1,29 @@
+// Inlined after the explain page's own script when a detector other than LOCOS chose the top
+// heads (`locos-bench explain --detector NAME`): says so, lists that detector's scores beside its
+// top heads and keeps the LOCOS map's black borders on LOCOS's own top heads.
+(function () {
+  "use strict";
+  const D = window.locosExplain.data, C = D.detector;
+  const name = (h) => "L" + h[0] + "H" + h[1];
+  const fmt = (v) => (v >= 0 ? "+" : "") + v.toPrecision(3);
+  const $ = (id) => document.getElementById(id);
+  $("title").textContent += ", top heads by " + C.name;
+  const list = $("top-list");
+  list.previousElementSibling.textContent = "Top heads by " + C.name + " (its score on this example)";
+  for (const b of list.querySelectorAll("button")) {
+    const h = D.top.find((t) => name(t) === b.dataset.head);
+    b.textContent = name(h) + " " + fmt(C.scores[h[0]][h[1]]);
+  }
+  const locosTop = new Set(C.locos_top.map(name));
+  for (const c of document.querySelectorAll("#map-locos .cell")) {
+    c.classList.toggle("top", locosTop.has(name([+c.dataset.layer, +c.dataset.head])));
+  }
+  const note = document.createElement("div");
+  note.id = "chosen-by";
+  note.className = "legend";
+  note.textContent = "The top heads (their sources, the verdict, ablation, sufficiency and steering) are " +
+    C.name + "'s top " + D.top.length + " scored on this one example (" + C.source +
+    ", seed " + C.seed + "); the LOCOS and attention maps are shown for context.";
+  list.after(note);
+  document.body.dataset.chosenBy = C.name;
+})();
