@@ -18,7 +18,7 @@ metric is 1), the table reports how the greedy answer begins:
 accepted answer in it. The gold log-prob (mean nats per token) is given for the target and,
 teacher-forced on the same prompts, for the spoken form: a target the model would not say has a
 low `target` share and a log-prob far below the spoken form's (issue #35: niah-literal's "Blue
-Mosque" where Gemma 3 270M says "The Blue Mosque"). `docs/tasks.md` quotes the table. One JSON
+Mosque" where Gemma 3 270M says "In the Blue Mosque" or "The Blue Mosque"). `docs/tasks.md` quotes the table. One JSON
 line per task with `--json`.
 
     .venv/bin/python scripts/gold_targets.py [--model gemma3] [--tasks kv-retrieval,...] [--n 20]

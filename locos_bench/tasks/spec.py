@@ -35,7 +35,7 @@ class Example(BaseModel):
     """Text between the prompt and the answer when teacher forcing (a space after
     `Answer:` for plain completion, empty inside a chat template)."""
     target_answer: str | None = None
-    """The answer as a correct greedy reply begins (`The Blue Mosque` where the accepted answers
+    """The answer as a correct greedy reply begins (`In the Blue Mosque` where the accepted answers
     are `Blue Mosque` and `the Blue Mosque`), when that is not `answers[0]`: teacher-forced for
     the gold log-prob and every teacher-forced detector. It must contain an accepted answer;
     the metrics never read it. Chosen per generator from what the models say (`docs/tasks.md`,
