@@ -29,10 +29,17 @@ class Example(BaseModel):
     prompt: str
     """The exact text fed to the model (already in the model's prompt format)."""
     answers: list[str]
-    """Gold answers; the first is the one teacher-forced for log-prob and detectors."""
+    """Gold answers, every form the metrics accept; the first is teacher-forced unless
+    `target_answer` is set."""
     target_prefix: str = " "
     """Text between the prompt and the answer when teacher forcing (a space after
     `Answer:` for plain completion, empty inside a chat template)."""
+    target_answer: str | None = None
+    """The answer as a correct greedy reply begins (`In the Blue Mosque` where the accepted answers
+    are `Blue Mosque` and `the Blue Mosque`), when that is not `answers[0]`: teacher-forced for
+    the gold log-prob and every teacher-forced detector. It must contain an accepted answer;
+    the metrics never read it. Chosen per generator from what the models say (`docs/tasks.md`,
+    Teacher-forced targets)."""
     needle_spans: list[Span] = Field(default_factory=list)
     """The evidence the answer must be retrieved from (empty for control tasks)."""
     distractor_spans: list[Span] = Field(default_factory=list)
@@ -46,13 +53,18 @@ class Example(BaseModel):
 
     @property
     def target(self) -> str:
-        """The gold continuation used for teacher forcing."""
-        return self.target_prefix + self.answers[0]
+        """The gold continuation used for teacher forcing: `target_prefix`, then `target_answer`
+        or else the first accepted answer."""
+        return self.target_prefix + (self.target_answer or self.answers[0])
 
     @model_validator(mode="after")
     def _check(self) -> Example:
         if not self.answers or not all(isinstance(a, str) and a.strip() for a in self.answers):
             raise ValueError(f"{self.task}[{self.index}]: an example needs a non-empty answer")
+        if self.target_answer is not None and not any(
+                a.strip().lower() in self.target_answer.lower() for a in self.answers):
+            raise ValueError(f"{self.task}[{self.index}]: target_answer {self.target_answer!r} contains none "
+                             f"of the answers {self.answers}")
         spans = [*self.needle_spans, *self.distractor_spans]
         spans += [s for s in (self.question_span, self.context_span) if s is not None]
         for start, end in spans:

@@ -294,11 +294,13 @@ def raw_example(
     preamble: str = "",
     needle_spans: Sequence[Span] = (),
     distractor_spans: Sequence[Span] = (),
+    target_answer: str | None = None,
 ) -> Example:
     """Build the raw example `<preamble><context>\\n\\nQuestion: <question>` with spans.
 
     Needles and distractors are the `pieces` placed in a `Context`, and any `needle_spans` and
-    `distractor_spans` given (character spans into `context`: a dataset row's own)."""
+    `distractor_spans` given (character spans into `context`: a dataset row's own);
+    `target_answer`: `Example.target_answer`."""
     text = context.text if isinstance(context, Context) else context
     offset = len(preamble)
     prompt = preamble + text + QUESTION_PREFIX + question
@@ -317,6 +319,7 @@ def raw_example(
         index=index,
         prompt=prompt,
         answers=answers,
+        target_answer=target_answer,
         needle_spans=needles,
         distractor_spans=sorted(distractors),
         question_span=(q_start, len(prompt)),
@@ -370,9 +373,11 @@ class Haystack:
                      filler=self.filler, spread=self.spread)
 
     def example(self, context: Context, pieces: list[Piece], *, question: str, answers: list[str],
-                metadata: dict[str, Any]) -> Example:
+                metadata: dict[str, Any], target_answer: str | None = None) -> Example:
         """The raw example; `metadata` follows the cell's `context_length` and `depth` (None
-        without pieces: a control's context holds no needle)."""
+        without pieces: a control's context holds no needle); `target_answer`:
+        `Example.target_answer`."""
         cell = {"context_length": self.context_tokens, "depth": self.depth if pieces else None}
         return raw_example(self.spec, self.index, context=context, pieces=pieces, question=question,
-                           answers=answers, preamble=self.preamble, metadata={**cell, **metadata})
+                           answers=answers, preamble=self.preamble, metadata={**cell, **metadata},
+                           target_answer=target_answer)

@@ -114,7 +114,7 @@ def _tokenize(example: Example, tokenizer: Any, margin: int) -> TokenizedExample
     offsets = [tuple(o) for o in enc["offset_mapping"]]
     answer_ids = list(tokenizer(example.target, add_special_tokens=False)["input_ids"])
     if not answer_ids:
-        raise LocosError(f"{where}: the answer {example.answers[0]!r} tokenises to zero tokens")
+        raise LocosError(f"{where}: the answer {example.target_answer or example.answers[0]!r} tokenises to zero tokens")
     needles = []
     for span in example.needle_spans:
         pos = _positions(offsets, span)

@@ -25,6 +25,12 @@ def _fields(name: str, landmark: world.Landmark) -> dict[str, str]:
 
 _ANSWERS = ("name", "landmark", "city", "country")
 
+_REPLIES = {"landmark": "In {landmark}"}
+"""The teacher-forced answer per answer kind, where a correct reply begins otherwise than the
+first accepted answer: to "Where does Yuki live?" Gemma 3 270M's correct answers begin "In the
+Blue Mosque" most often (4 of 12; "The Blue Mosque" 3, "Next to the Blue Mosque" 2; docs/tasks.md,
+Teacher-forced targets)."""
+
 
 def character_example(
     spec: Any,
@@ -38,6 +44,7 @@ def character_example(
     distinct: str = "city",
     literal: bool,
     surnames: bool = False,
+    reply: str | None = None,
     **scaffold: Any,
 ) -> Example:
     """One example of the character scaffolding.
@@ -53,6 +60,9 @@ def character_example(
         distinct: `city` or `country`: what must differ between the characters' landmarks.
         surnames: Give every character a family name too ("Sofia Novak"); the first name
             alone also counts as a correct answer.
+        reply: Template (the needle's fields) of the teacher-forced answer, the form a correct
+            answer takes; None: `_REPLIES[answer]` (`In {landmark}` for a landmark), else the
+            first accepted answer. It must contain an accepted answer; the metrics ignore it.
         literal: True for niah-literal (the question must repeat needle words); False for
             nolima-synth (the question must share no content word with its needle).
         scaffold: The haystack's options (`locos_bench.tasks.text.Haystack`: `preamble`,
@@ -108,11 +118,14 @@ def character_example(
         shown = (context.text + " " + q).lower()
         if answers[0].lower() in shown:
             raise LocosError(f"{where}: the answer {answers[0]!r} appears in the prompt")
+    template = reply or _REPLIES.get(answer)
+    spoken = template.format(**_fields(names[target], landmarks[target])) if template else None
     return hay.example(
         context,
         pieces,
         question=q,
         answers=answers,
+        target_answer=spoken if spoken != answers[0] else None,
         metadata={
             "characters": names,
             "landmarks": [lm.name for lm in landmarks],

@@ -27,9 +27,13 @@ def musique_synth(
     first: str = "{a} is married to {b}.",
     second: str = "{b} works as a {job}.",
     question: str = "What is the job of the person married to {a}?",
+    reply: str = "The person married to {a} is a {job}",
     **scaffold: Any,
 ) -> Example:
-    """`scaffold`: the haystack's options (`locos_bench.tasks.text.Haystack`)."""
+    """`reply`: the teacher-forced answer, the form a correct answer takes (Gemma 3 270M
+    restates the question: "The person married to Omar is a pilot."; issue #35), with `{a}`
+    and `{job}`; a custom `question` wants its own. `scaffold`: the haystack's options
+    (`locos_bench.tasks.text.Haystack`)."""
     hay = Haystack(spec, index, rng, **scaffold)
     if not 1 <= n_chains <= min(len(world.NAMES) // 2, len(world.JOBS)):
         raise LocosError(f"{hay.where}: n_chains must be between 1 and {len(world.JOBS)}")
@@ -51,6 +55,7 @@ def musique_synth(
         pieces,
         question=question.format(a=a),
         answers=[jobs[target]],
+        target_answer=reply.format(a=a, job=jobs[target]),
         metadata={
             "bridge": names[2 * target + 1],
             "target": a,
