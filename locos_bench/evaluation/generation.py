@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,21 @@ from locos_bench.tasks.metrics import cut_answer
 from locos_bench.tasks.tokenize import TokenizedExample
 
 _EXTRA_EOS = ("<end_of_turn>", "<|im_end|>", "<|endoftext|>", "<eos>", "</s>")
+_NEWLINE_BYTE = "<0x0A>"
+_FOUND: weakref.WeakKeyDictionary[Any, tuple[int, dict[str, int]]] = weakref.WeakKeyDictionary()
+
+
+def _vocab_ids(tokenizer: Any) -> dict[str, int]:
+    """The ids of `_EXTRA_EOS` and the newline byte token that `tokenizer` has, looked up once
+    per tokenizer (and again if its vocabulary grows): `get_vocab()` builds the whole
+    vocabulary, 0.2 s for Gemma's 262k entries, and generation asks for every batch."""
+    size = len(tokenizer)
+    found = _FOUND.get(tokenizer)
+    if found is None or found[0] != size:
+        vocab = tokenizer.get_vocab()
+        found = (size, {t: int(vocab[t]) for t in (*_EXTRA_EOS, _NEWLINE_BYTE) if t in vocab})
+        _FOUND[tokenizer] = found
+    return found[1]
 
 
 def stop_token_ids(tokenizer: Any) -> set[int]:
@@ -22,10 +38,7 @@ def stop_token_ids(tokenizer: Any) -> set[int]:
     ids = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    vocab = tokenizer.get_vocab()
-    for token in _EXTRA_EOS:
-        if token in vocab:
-            ids.add(int(vocab[token]))
+    ids.update(i for t, i in _vocab_ids(tokenizer).items() if t in _EXTRA_EOS)
     return ids
 
 
@@ -141,7 +154,7 @@ def newline_token_ids(tokenizer: Any) -> set[int]:
     encoded = tokenizer.encode("\n", add_special_tokens=False)
     if encoded:
         ids.add(int(encoded[-1]))
-    byte = tokenizer.get_vocab().get("<0x0A>")
+    byte = _vocab_ids(tokenizer).get(_NEWLINE_BYTE)
     if byte is not None:
         ids.add(int(byte))
     return ids

@@ -120,3 +120,18 @@ def test_without_the_gate_a_wrong_trial_is_scored_at_every_generated_step(plante
 def test_bad_parameters_are_one_line(planted, examples, params, message):
     with pytest.raises(LocosError, match=rf"detector 'locos': {message}"):
         make_detector("locos", **params).score(planted, examples[:1], rng=RNG(0))
+
+
+def test_stop_ids_read_the_vocabulary_once_per_tokenizer(tok, monkeypatch):
+    """Generation asks for its stop ids every batch; `get_vocab()` builds the whole vocabulary
+    (0.2 s on Gemma's 262k entries), so it runs once per tokenizer, and again when tokens are added."""
+    from locos_bench.evaluation.generation import stop_token_ids
+
+    tok = byte_tokenizer()
+    calls = []
+    real = tok.get_vocab
+    monkeypatch.setattr(tok, "get_vocab", lambda: calls.append(1) or real())
+    first = (stop_token_ids(tok), newline_token_ids(tok))
+    assert (stop_token_ids(tok), newline_token_ids(tok)) == first and len(calls) == 1
+    tok.add_tokens(["<end_of_turn>"], special_tokens=True)
+    assert tok.convert_tokens_to_ids("<end_of_turn>") in stop_token_ids(tok) and len(calls) == 2
