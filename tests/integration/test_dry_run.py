@@ -12,7 +12,7 @@ import pytest
 
 from locos_bench import cli
 from locos_bench.errors import LocosError
-from locos_bench.harness.estimate import GPUS, stated_passes
+from locos_bench.harness.estimate import GPUS, decodes_its_answer, measured_reuse, stated_passes
 from locos_bench.run import load_run
 
 SMALL = ["--model", "planted", "--detector", "locos,random,attention-knockout", "--budgets", "1,2",
@@ -87,3 +87,33 @@ def test_stated_passes_follow_the_declared_cost():
     assert stated_passes("echo", 16, 8) == 4  # task-free: its n_sequences in all
     with pytest.raises(LocosError):
         stated_passes("no-such-detector", 16, 1)
+
+
+def test_a_finished_run_of_the_model_gives_the_reuse_and_the_upper_bound_stays_printed(
+        planned_and_recorded, capsys, monkeypatch, tmp_path):
+    """Which head sets repeat is known only after detection: a finished run of the same model
+    beside the output directory lends its shares of fresh units, named, with the upper bound."""
+    out_dir = planned_and_recorded[3]
+    manifest, units = load_run(out_dir)
+    reuse = measured_reuse("planted", [out_dir.parent])
+    ablated = [u for u in units if str(u.key.kind) == "eval" and u.key.detector != "baseline"]
+    assert reuse.source == out_dir and reuse.eval_total == len(ablated) == 2 * (1 + 1 + 2)
+    # locos and knockout pick the same heads on planted: one of each pair is evaluated once
+    assert reuse.eval_fresh == sum(not u.reused for u in ablated) < reuse.eval_total
+    assert 0 < reuse.rank_fresh < reuse.rank_total == 3 * 2  # three detectors' top 2, random's too
+    assert measured_reuse("gemma3", [out_dir.parent]) is None
+
+    monkeypatch.chdir(tmp_path)  # no leaderboard/ here
+    assert cli.main(["run", *SMALL, "--output-dir", str(out_dir.parent / "beside"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert f"head sets repeating as in {out_dir}" in printed and "every set new" in printed
+    assert cli.main(["run", *SMALL, "--output-dir", str(tmp_path / "alone" / "run"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "no finished run of this model was found" in printed and "every set new" not in printed
+
+
+def test_locos_decodes_its_answer_and_the_dry_run_times_one_trial(planned_and_recorded):
+    assert decodes_its_answer("locos") and not decodes_its_answer("attention-knockout")
+    assert not decodes_its_answer("random")
+    printed = planned_and_recorded[1]
+    assert re.search(r"s a decoded trial \(\d+ steps, one timed\)", printed)
