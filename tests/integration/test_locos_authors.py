@@ -126,7 +126,8 @@ def authors_trial(model, example):
             a = attentions[i][0, :, q, first:q + 1].double()  # [H, keys]
             v = values[i][first:q + 1].view(len(keys), n_kv, d).double().repeat_interleave(n_heads // n_kv, 1)
             w_o = layer.self_attn.o_proj.weight.double().view(-1, n_heads, d)  # [D, H, d]
-            phi = a * torch.einsum("khd,Dhd,D->hk", v, w_o, u)  # [H, keys]
+            w_u = torch.einsum("Dhd,D->hd", w_o, u)  # each head's OV output direction onto u
+            phi = a * torch.einsum("khd,hd->hk", v, w_u)  # [H, keys]
             on = phi[:, [s - first for s in seen]].sum(-1)
             plus[i] += on
             if seen:

@@ -4,6 +4,7 @@ controls not ranked, and the conclusion that opens the page."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -46,9 +47,16 @@ def test_the_family_is_every_detector_against_locos_and_random():
 
 
 def test_old_run_directories_derive_the_family_from_their_configuration(tmp_path: Path):
-    """The published records predate the field: the family comes from their own detectors;
-    a family written in the manifest is the one used."""
-    manifest, units = load_run(_copy("planted-reference", tmp_path))
+    """A run written before the field (the published planted run with `family` taken out of
+    its manifest): the family comes from its own detectors; a family written in the manifest
+    is the one used."""
+    path = _copy("planted-reference", tmp_path)
+    data = json.loads((path / "manifest.json").read_text())
+    data.pop("family", None)
+    data.pop("bottom_k", None)
+    (path / "manifest.json").write_text(json.dumps(data))
+    manifest, units = load_run(path)
+    units = [u for u in units if str(u.key.kind) != "bottom"]
     assert manifest.family is None
     names = [d.name for d in manifest.detectors]
     assert manifest.verdict_family() == default_family(names)
@@ -140,7 +148,7 @@ def test_the_conclusion_opens_the_page_and_follows_the_verdicts(tmp_path: Path):
     for v in run.verdicts["ablation:gold_logprob"].verdicts:
         if v.reference != "locos" or v.detector == "random":
             continue
-        clause = "below:" if v.separable else "not separable:"
+        clause = ("above:" if v.difference.value > 0 else "below:") if v.separable else "not separable:"
         against = gold[gold.index("against `locos`"):]
         listed = against[against.index(clause):].split(";")[0]
         assert f"`{v.detector}`" in listed, (v.detector, clause)
@@ -151,8 +159,9 @@ def test_the_conclusion_opens_the_page_and_follows_the_verdicts(tmp_path: Path):
 def test_every_ranked_table_states_its_family(tmp_path: Path):
     md = render_markdown(analyze_runs([_copy("gemma3-default-seed0", tmp_path)]))
     notes = [line for line in md.splitlines() if line.startswith("*Family:*")]
-    # The summary: rank sets and verdicts on two figures; each retrieval task: rank sets on two.
-    assert len(notes) == 4 + 2 * 2
+    # The summary: rank sets and verdicts on two figures, and the bottom-k control's verdicts on
+    # two; each retrieval task: rank sets on two.
+    assert len(notes) == 4 + 2 + 2 * 2
     assert all("Smallest attainable p" in n for n in notes)
     assert "Adjacent ranks" not in md and "Holm" not in md and not re.search(r"\| =\d", md)  # no chained ties
 
