@@ -267,7 +267,7 @@ def local_estimate(work: Work, run: Run, tasks: dict[str, Any], *, trial: tuple[
     import torch
 
     model, batch = run.model, run.config.batch_size
-    probe = next(d for d in tasks.values() if not isinstance(d, ExternalControl) and d.spec.kind == "retrieval")
+    probe = _first_retrieval(tasks)
     prompts = [t.input_ids[: t.prompt_len] for t in probe.tokenized(model, "evaluation")[:batch]]
     width = min(len(p) for p in prompts)
     ids = torch.tensor([p[-width:] for p in prompts], device=model.device)
@@ -369,6 +369,11 @@ def _seconds(work: Work, per_token: float, per_step: float, batch_ratio: float =
                + work.generations.get(p, 0.0) * per_generation) * ratio[p] for p in sorted(phases)}
 
 
+def _first_retrieval(tasks: dict[str, Any]) -> Any:
+    """The run's first retrieval task's data: what the timing probes measure on."""
+    return next(d for d in tasks.values() if not isinstance(d, ExternalControl) and d.spec.kind == "retrieval")
+
+
 def _timed_trial(run: Run, tasks: dict[str, Any]) -> tuple[int, float, float]:
     """One decoded trial as a detector that decodes its answer runs it (`detectors._trials`), on
     the first retrieval task's first calibration example: its steps, CPU seconds and wall seconds."""
@@ -376,7 +381,7 @@ def _timed_trial(run: Run, tasks: dict[str, Any]) -> tuple[int, float, float]:
     from locos_bench.evaluation.generation import greedy_token_ids
 
     model = run.model
-    data = next(d for d in tasks.values() if not isinstance(d, ExternalControl) and d.spec.kind == "retrieval")
+    data = _first_retrieval(tasks)
     t = _tokenized(model, data.calibration_draw(0)[:1])[0]
     stops = stop_ids(model)
     start, wall = time.process_time(), time.perf_counter()
