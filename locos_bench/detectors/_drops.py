@@ -20,7 +20,9 @@ The interventions themselves are hooks of `locos_bench.interventions.batched_hea
   order) of consecutive off-needle positions as long as the needle, preferring runs that hold
   no token of the gold answer, copied from the example's own context. Deterministic, keeps
   positions aligned (so patching is position-for-position), and the replacement is text the
-  model has already seen in this prompt rather than a token pattern it has not.
+  model has already seen in this prompt rather than a token pattern it has not. A short
+  context with no such run (the organism's 32-word stories, where needles and distractors
+  fill most sentences) gets the first off-needle tokens in reading order instead, scattered.
 """
 
 from __future__ import annotations
@@ -114,10 +116,12 @@ def corrupt_needles(t: TokenizedExample, detector: str) -> list[int]:
 
     For each needle (in order), the replacement is the first run of `len(needle)`
     consecutive off-needle positions that holds no gold-answer token and does not overlap a
-    run already used; if there is none, the first such run regardless of answer tokens.
+    run already used; if there is none, the first such run regardless of answer tokens; if no
+    run is that long, the first `len(needle)` unused off-needle positions in reading order
+    (answer-free ones first), not adjacent.
 
     Raises:
-        LocosError: the context has no run of off-needle tokens as long as a needle.
+        LocosError: the context has fewer unused off-needle tokens than a needle.
     """
     off = set(t.off_needle)
     answer = set(t.answer_ids)
@@ -131,10 +135,14 @@ def corrupt_needles(t: TokenizedExample, detector: str) -> list[int]:
             if all(p in off and p not in used for p in range(s, s + n))
         ]
         if not runs:
-            raise LocosError(
-                f"detector {detector!r}: example {_common.where(t)}: no run of {n} consecutive "
-                f"off-needle tokens to replace the needle at positions {span[0]}..{span[-1]} with"
-            )
+            free = [p for p in sorted(off) if p not in used]
+            if len(free) < n:
+                raise LocosError(
+                    f"detector {detector!r}: example {_common.where(t)}: only {len(free)} off-needle "
+                    f"tokens left to replace the needle of {n} at positions {span[0]}..{span[-1]} with"
+                )
+            answer_free = [p for p in free if t.input_ids[p] not in answer]
+            runs = [sorted((answer_free if len(answer_free) >= n else free)[:n])]
         clean = [r for r in runs if not any(t.input_ids[p] in answer for p in r)]
         run = (clean or runs)[0]
         used.update(run)

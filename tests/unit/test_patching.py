@@ -285,19 +285,34 @@ def test_corruption_replaces_only_the_needle_with_own_context(planted, examples)
         assert any(off[i : i + len(needle)] == replacement for i in range(len(off)))
 
 
-def test_corruption_needs_enough_context(planted):
-    # Off-needle positions exist (f1, f2, f3) but distractors and the needle's margin
-    # leave no two of them adjacent.
-    context = "f1 k1 v1 f2 k2 v2 f3 f4 f5 f6 k3 v5"
+def _crowded(context: str, distractors: list[str]) -> Example:
     prompt = context + " ? k3"
     span = lambda text: (context.index(text), context.index(text) + len(text))  # noqa: E731
-    example = Example(
+    return Example(
         task="tiny", index=0, prompt=prompt, answers=["v5"], needle_spans=[span("k3 v5")],
-        distractor_spans=[span("k1 v1"), span("k2 v2")],
+        distractor_spans=[span(d) for d in distractors],
         question_span=(len(context) + 1, len(prompt)), context_span=(0, len(context)),
     )
-    assert len(tokenize_example(example, planted.tokenizer).off_needle) == 3
-    with pytest.raises(LocosError, match=r"'activation-patching'.*tiny\[0\].*2 consecutive"):
+
+
+def test_a_crowded_context_lends_scattered_tokens(planted):
+    # Off-needle positions exist (f1, f2, f3) but distractors and the needle's margin leave
+    # no two of them adjacent (as in the organism's short stories): the first two replace the
+    # needle, in reading order. Before, this refused the example.
+    example = _crowded("f1 k1 v1 f2 k2 v2 f3 f4 f5 f6 k3 v5", ["k1 v1", "k2 v2"])
+    t = tokenize_example(example, planted.tokenizer)
+    assert len(t.off_needle) == 3
+    corrupted = iv.corrupt_needles(t, "test")
+    assert planted.tokenizer.convert_ids_to_tokens([corrupted[p] for p in t.needle_positions]) == ["f1", "f2"]
+    scores = get_detector_class("activation-patching")().score(planted, [example], rng=RNG)
+    assert scores.scores.shape == (planted.geometry.n_layers, planted.geometry.n_heads)
+
+
+def test_corruption_needs_enough_context(planted):
+    # Distractors leave a single off-needle token for a needle of two.
+    example = _crowded("f1 k1 v1 k2 v2 f4 f5 f6 k3 v5", ["k1 v1", "k2 v2"])
+    assert len(tokenize_example(example, planted.tokenizer).off_needle) == 1
+    with pytest.raises(LocosError, match=r"'activation-patching'.*tiny\[0\].*off-needle tokens left"):
         get_detector_class("activation-patching")().score(planted, [example], rng=RNG)
 
 
