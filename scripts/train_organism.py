@@ -115,10 +115,12 @@ def _default_stages() -> list[Stage]:
     every = ["literal", "nonliteral", "nonliteral-answer", "nonliteral-answer", "landmark"]
     return [
         Stage(kinds=["literal"], characters=(2, 2), filler=(0, 0), questions=2, short=1.0),
-        Stage(kinds=["literal"], characters=(2, 3), filler=(0, 0), questions=3, short=0.5),
-        Stage(kinds=["literal", "landmark", "landmark"], characters=(2, 4), filler=(0, 2), questions=4, short=0.25),
-        Stage(kinds=[*every, "landmark"], characters=(2, 4), filler=(0, 3), questions=6, short=0.25, max_steps=300),
-        Stage(kinds=every, characters=(2, 5), filler=(0, 8), questions=6, short=0.1, advance_at=0.95, max_steps=300),
+        Stage(kinds=["landmark"], characters=(2, 2), filler=(0, 0), questions=2, short=1.0, max_steps=800),
+        Stage(kinds=["literal", "landmark"], characters=(2, 3), filler=(0, 0), questions=3, short=0.5, max_steps=600),
+        Stage(kinds=["literal", "landmark", "landmark"], characters=(2, 4), filler=(0, 2), questions=4, short=0.25,
+              max_steps=400),
+        Stage(kinds=[*every, "landmark"], characters=(2, 4), filler=(0, 3), questions=6, short=0.25, max_steps=800),
+        Stage(kinds=every, characters=(2, 5), filler=(0, 8), questions=6, short=0.1, advance_at=0.95, max_steps=500),
         Stage(kinds=every, characters=(2, 5), filler=(0, 8), questions=6, short=0.1, head_dropout=0.1,
               advance_at=1.0),
     ]
@@ -131,7 +133,7 @@ class TrainConfig(BaseModel):
     seed: int = 0
     threads: int = Field(1, ge=1)
     shape: Shape = Field(default_factory=Shape)
-    steps: int = Field(2000, ge=1)
+    steps: int = Field(4000, ge=1)
     batch: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0.0)
     weight_decay: float = Field(0.01, ge=0.0)

@@ -15,7 +15,9 @@ up to `greedy_to` heads.
 
 Effects are means over examples: `drop` is the unablated metric minus the ablated one (larger
 is more necessary), `logprob_drop` the same for the gold log-prob; sufficiency reports the
-metric and log-prob kept with only the set full.
+metric and log-prob kept with only the set full. Each set's per-example metric is kept too
+(`outcomes`, one character per example), so a detector's top k can be compared with the best
+set on the same examples, with intervals (`report.oracle`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from locos_bench.evaluation.task_eval import evaluate_head_sets, evaluate_task
 from locos_bench.interventions import AblationSpec, HeadMeans, HeadSetAblation
 from locos_bench.names import Head, head_name
 
-Effect = tuple[float, float]
-"""(mean headline metric, mean gold log-prob) over the examples."""
+Effect = tuple[float, float, str]
+"""(mean headline metric, mean gold log-prob, the per-example metric as `outcome_string`)."""
 
 TIES_LISTED = 20
 """Sets listed per best effect; `n_sets` counts them all."""
@@ -53,7 +55,18 @@ def set_name(heads: Sequence[Head]) -> str:
 
 def _effect(rows: list[dict[str, Any]]) -> Effect:
     n = max(len(rows), 1)
-    return (sum(float(r["score"]) for r in rows) / n, sum(float(r["gold_logprob"]) for r in rows) / n)
+    return (sum(float(r["score"]) for r in rows) / n, sum(float(r["gold_logprob"]) for r in rows) / n,
+            outcome_string([float(r["score"]) for r in rows]))
+
+
+def outcome_string(scores: Sequence[float]) -> str:
+    """Per-example 0/1 metric values as one string ("0110..."): 64 examples of 1,392 sets stay
+    small in JSON. A metric with other values (rouge, F1) is refused: the search is for
+    one-token answers."""
+    bad = [s for s in scores if s not in (0.0, 1.0)]
+    if bad:
+        raise LocosError(f"the oracle search stores 0/1 outcomes; the task's headline metric gave {bad[0]!r}")
+    return "".join("1" if s else "0" for s in scores)
 
 
 def unablated(model: Any, spec: Any, examples: Sequence[Any], *, batch_size: int = 64) -> Effect:
@@ -113,7 +126,9 @@ def search(model: Any, spec: Any, examples: Sequence[Any], means: HeadMeans | No
         `unablated` and `floor` (every head streaming) effects; per mode (`necessity`,
         `sufficiency`): `by_k` (k -> the best metric effect and log-prob effect, each with the
         sets reaching it), `greedy` (k -> the set and its effect; not exhaustive) and `sets`
-        (set name -> [metric, log-prob] with that set ablated, or alone full).
+        (set name -> [metric, log-prob] with that set ablated, or alone full); `outcomes` at the
+        top level (`unablated`, `floor`) and per mode (set name -> the per-example metric, as
+        `outcome_string`).
     """
     ablation = ablation or AblationSpec("mean")
     heads = all_heads(model)
@@ -133,7 +148,8 @@ def search(model: Any, spec: Any, examples: Sequence[Any], means: HeadMeans | No
     keys = {"necessity": (lambda e: base[0] - e[0], lambda e: base[1] - e[1]),
             "sufficiency": (lambda e: e[0], lambda e: e[1])}
     out: dict[str, Any] = {"task": spec.name, "n_examples": len(examples),
-                           "unablated": _rounded(base), "floor": _rounded(floor)}
+                           "unablated": _rounded(base), "floor": _rounded(floor),
+                           "outcomes": {"unablated": base[2], "floor": floor[2]}}
     for mode, (metric, logprob) in keys.items():
         table: dict[str, Effect] = {}
         by_k: dict[str, Any] = {}
@@ -147,7 +163,8 @@ def search(model: Any, spec: Any, examples: Sequence[Any], means: HeadMeans | No
         greedy = _greedy(heads, by_k[str(k_max)]["metric"]["sets"][0], greedy_to or k_max,
                          lambda sets: measure(mode, sets), metric, table)
         out[mode] = {"by_k": by_k, "greedy": greedy,
-                     "sets": {name: _rounded(e) for name, e in table.items()}}
+                     "sets": {name: _rounded(e) for name, e in table.items()},
+                     "outcomes": {name: e[2] for name, e in table.items()}}
     return out
 
 
@@ -173,4 +190,5 @@ def _rounded(effect: Effect) -> list[float]:
     return [round(effect[0], 6), round(effect[1], 6)]
 
 
-__all__ = ["Effect", "all_heads", "best", "head_sets", "necessity", "search", "set_name", "sufficiency", "unablated"]
+__all__ = ["Effect", "all_heads", "best", "head_sets", "necessity", "outcome_string", "search", "set_name", "sufficiency",
+           "unablated"]

@@ -84,7 +84,8 @@ def organism_ground_truth(alias: str, directory: Path | None = None) -> dict[str
         for mode in ("necessity", "sufficiency"):
             for best in task.get(mode, {}).values():
                 best["sets"] = [parse_set(name) for name in best["sets"]]
-    return {"oracle": summary, "oracle_file": f"locos_bench/data/organism/{GROUND_TRUTH}"}
+    return {"oracle": summary, "oracle_file": f"locos_bench/data/organism/{GROUND_TRUTH}",
+            "oracle_sha256": sha256_file(path)}
 
 
 def parse_set(name: str) -> list[list[int]]:

@@ -239,13 +239,19 @@ def test_exhaustive_search_matches_a_brute_force_loop():
                     sets_per_pass=3)
     heads = [(0, 0), (0, 1), (1, 0), (1, 1)]
     plain = {"necessity": {}, "sufficiency": {}}
+    outcomes = {"necessity": {}, "sufficiency": {}}
     for k in (1, 2, 3):
         for s in itertools.combinations(heads, k):
             rows = evaluate_task(model, spec, examples, hooks=HeadAblation(list(s), AblationSpec("mean"), means).hooks())
             plain["necessity"][set_name(s)] = np.mean([r["gold_logprob"] for r in rows])
+            outcomes["necessity"][set_name(s)] = "".join(str(int(r["score"])) for r in rows)
             with only_full(model.bridge, list(s), sink=1, window=8):
                 rows = evaluate_task(model, spec, examples)
             plain["sufficiency"][set_name(s)] = np.mean([r["gold_logprob"] for r in rows])
+            outcomes["sufficiency"][set_name(s)] = "".join(str(int(r["score"])) for r in rows)
+    assert result["outcomes"]["unablated"] == "".join(str(int(r["score"])) for r in evaluate_task(model, spec, examples))
+    for mode, table in outcomes.items():  # the per-example metric a detector's share is bootstrapped on
+        assert {n: result[mode]["outcomes"][n] for n in table} == table
     base = result["unablated"][1]
     for mode, table in plain.items():
         found = {name: v[1] for name, v in result[mode]["sets"].items() if name.count("+") < 3}
