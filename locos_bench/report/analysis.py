@@ -24,6 +24,7 @@ from locos_bench.names import rank_heads
 from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, curve_weights, task_seed
 from locos_bench.report.bottom_k import bottom_k
 from locos_bench.report.curves import add_versus, curve, detector_result
+from locos_bench.report.oracle import oracle_tables
 from locos_bench.report.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.separability import rank_key, separability, truth_key
 from locos_bench.report.stability import fill_stability
@@ -87,13 +88,27 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     steer, steer_summary, steer_verdicts = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
                                                     method=method, level=level)
     bottom, bottom_verdicts = bottom_k(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
+    oracle = oracle_tables(manifest, _scores(plan, manifest, done), level=level)
     run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
                    failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
                    truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
                    steering=steer, steering_summary=steer_summary, bottom_k=bottom,
-                   verdicts={**suff_verdicts, **steer_verdicts, **bottom_verdicts})
+                   oracle=oracle, verdicts={**suff_verdicts, **steer_verdicts, **bottom_verdicts})
     separability(run, n_resamples=n_resamples)
     return run
+
+
+def _scores(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, dict[str, list[Any]]]:
+    """Retrieval task -> detector -> its scores, one per draw (a draw whose unit failed or is
+    missing leaves the detector out of that task)."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    for task in plan.retrieval_tasks:
+        out[task] = {}
+        for det in plan.detectors:
+            units = [done.get(plan.scores_key(task, det.name, d)) for d in plan.draws(det)]
+            if units and all(u is not None and u.error is None for u in units):
+                out[task][det.name] = [u.scores for u in units]
+    return out
 
 
 def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: int, done: dict,

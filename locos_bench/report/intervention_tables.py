@@ -129,3 +129,38 @@ def bottom_k_tables(run: RunStats) -> list[str]:
             rows.append([f"{detector_label(rand)}: random heads", *_curve_cells(rand, h, budgets), "", "", "", ""])
         parts += [f"`{task.task}` ({h}):", table(rows, headers)]
     return parts + _verdicts(run, "bottom-k:")
+
+
+ORACLE = ("On this model every set of up to {k_max} heads was searched ({file}): **best** is the largest "
+          "effect any set of k reaches on {n} held-out examples (necessity: unablated metric minus mean-"
+          "ablated; sufficiency: metric kept above the floor with only the set full). Each detector's top k "
+          "(as the harness ranked it; one set per draw) is one of those sets, read on the same examples: "
+          "**prec.** is the share of its top k inside the best set (the best match among tied best sets), "
+          "**share** its effect over the best set's, with Fieller's {level}% interval (`[unbounded]` where the "
+          "best effect is not distinguishable from 0). The best set is picked on these examples, so shares "
+          "lean low. Definitions: docs/methodology.md (Against the oracle).")
+
+
+def oracle_tables(run: RunStats) -> list[str]:
+    """The Against-the-oracle tables (a model with a searched ground truth): per task, the best
+    sets, then each detector's precision and share of the best effect at each k, per mode
+    (rows ordered by the share of the drop at the largest k, then the share kept there)."""
+    first = run.oracle[0]
+    parts = [ORACLE.format(k_max=first.k_max, file=f"`{run.manifest.model_info.get('oracle_file', 'ground truth')}`",
+                           n=first.n_examples, level=fmt(100 * run.level, 0))]
+    for task in run.oracle:
+        ks = list(range(1, task.k_max + 1))
+        best = "; ".join(f"{mode} k={k}: {fmt(task.best[mode][k]['value'])} ({', '.join(task.best[mode][k]['sets'][:3])}"
+                         + (f", {task.best[mode][k]['n_sets'] - 3} more" if task.best[mode][k]["n_sets"] > 3 else "") + ")"
+                         for mode in ("necessity", "sufficiency") for k in ks)
+        parts += [f"Task `{task.task}`: unablated {fmt(task.unablated)}, floor {fmt(task.floor)}. Best: {best}."]
+        rows = [[row.detector, cell(", ".join(row.top))]
+                + [fmt(row.precision[mode][k]) for mode in ("necessity", "sufficiency") for k in ks]
+                + [fmt_ci(row.share[mode][k]) for mode in ("necessity", "sufficiency") for k in ks]
+                for row in task.rows]
+        headers = (["detector", "top heads"]
+                   + [f"prec. {'nec.' if mode == 'necessity' else 'suff.'} k={k}" for mode in ("necessity", "sufficiency")
+                      for k in ks]
+                   + [f"share of drop k={k}" for k in ks] + [f"share kept k={k}" for k in ks])
+        parts.append(table(rows, headers))
+    return parts

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from locos_bench.report.conclusion import conclusion, family_note, verdict_table
 from locos_bench.report.display import fmt_ci
-from locos_bench.report.intervention_tables import bottom_k_tables, steering_tables, sufficiency_tables
+from locos_bench.report.intervention_tables import bottom_k_tables, oracle_tables, steering_tables, sufficiency_tables
 from locos_bench.report.notes import (
     STEERING,
     SUFFICIENCY,
@@ -99,6 +99,8 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
             parts.append(" ".join(images))
     if run.bottom_k:
         parts += [f"{hashes}# Bottom-k control", *bottom_k_tables(run)]
+    if run.oracle:
+        parts += [f"{hashes}# Against the oracle (exhaustive causal search)", *oracle_tables(run)]
     if run.sufficiency:
         first = run.sufficiency[0]
         parts += [f"{hashes}# Sufficiency (KV compression)", SUFFICIENCY.format(sink=first.sink, window=first.window),

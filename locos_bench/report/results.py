@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_seriali
 
 from locos_bench.names import Head
 from locos_bench.report.bootstrap import LEVEL, Bootstrap, Estimate, finite_or_none
+from locos_bench.report.oracle import OracleTask
 from locos_bench.run import Manifest
 from locos_bench.run.records import Family
 
@@ -440,6 +441,8 @@ class RunStats(ResultModel):
     steering_summary: list[SteeringSummaryRow] = Field(default_factory=list)
     bottom_k: list[BottomKTask] = Field(default_factory=list)
     """Per retrieval task, under `--bottom-k` (`report.bottom_k`); empty otherwise."""
+    oracle: list[OracleTask] = Field(default_factory=list)
+    """Per task, on a model with a searched ground truth (the organism, `report.oracle`)."""
 
     @computed_field
     @property
