@@ -274,3 +274,35 @@ def test_the_recipes_tried_are_valid_configurations(recipe):
     training script reads it (a renamed field would make its figure unreproducible)."""
     cfg = _script("train_organism").load_config(str(recipe), {})
     assert cfg.steps == 4000 and len(cfg.stages) >= 6
+
+
+def test_the_published_run_reads_every_detector_against_the_oracle():
+    """The published organism run (docs/results/organism-reference.md): its oracle figures cover
+    every detector and kind, its ground truth is the shipped one, and each ablated evaluation
+    equals the search's record of the same set, example for example (one intervention)."""
+    from locos_bench.evaluation.oracle import set_name
+    from locos_bench.report.analysis import analyze
+    from locos_bench.run.rundir import load_run
+
+    manifest, units = load_run(ROOT / "leaderboard" / "organism-reference")
+    truth = organism.ORGANISM_DIR / organism.GROUND_TRUTH
+    assert manifest.model_info["oracle_sha256"] == organism.sha256_file(truth)
+    stats = analyze(manifest, units, n_resamples=200)
+    assert [t.task for t in stats.oracle] == list(organism.ORGANISM_TASKS)
+    detectors = {d.name for d in stats.tasks[0].detectors.values()}
+    assert len(detectors) == 14
+    for task in stats.oracle:
+        assert {r.detector for r in task.rows} == detectors
+        for row in task.rows:
+            for mode in ("necessity", "sufficiency"):
+                for k, est in row.share[mode].items():
+                    assert est is None or est.value <= 1 + 1e-9, (task.task, row.detector, mode, k)
+    searched = json.loads(truth.read_text())["tasks"]
+    compared = 0
+    for unit in units:
+        if unit.kind == "eval" and unit.heads and unit.error is None and 1 <= len(unit.heads) <= 3:
+            name = set_name([tuple(h) for h in unit.heads])
+            ran = "".join(str(int(v)) for v in unit.values["exact_match"])
+            assert searched[unit.task]["necessity"]["outcomes"][name] == ran, (unit.task, unit.detector, name)
+            compared += 1
+    assert compared >= 100
