@@ -107,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="all|none|NAME[,NAME]",
                         help="also ablate these detectors' bottom-k heads (the last k of each ranking) on each "
                              "retrieval task, reported against random (default: the preset's, none)")
+    parser.add_argument("--control-budgets", choices=["all", "largest"], default=None,
+                        help="evaluate control tasks at every budget or at the largest only, where "
+                             "specificity is then read (default: the preset's; the default preset: largest)")
     parser.add_argument("--lm-eval-tasks", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
                         default=None, metavar="TASK[,TASK]",
                         help="lm-eval tasks (names or YAML files) as controls, with each retrieval task's heads")
@@ -164,6 +167,7 @@ def main(args: argparse.Namespace) -> int:
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
         kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas, bottom_k=args.bottom_k,
+        control_budgets=args.control_budgets,
     )
     resolved = cfg.resolved()
     if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():

@@ -27,7 +27,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
-from locos_bench.harness.worker import Job, Worker, run_tasks, timed
+from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, timed
 from locos_bench.interventions import check_positionwise_reference
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
@@ -287,11 +287,12 @@ class Run:
         return Job(key, key.kind.heads(ranking, key.index), source)
 
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
-        """Dispatch the group's distinct head sets; copy the evaluation of a repeated one."""
+        """Dispatch the group's distinct head sets; copy the evaluation of a repeated one (a
+        rank unit's gold log-prob also from an evaluation that ablated its one head)."""
         fresh, seen = [], set()
         for job in jobs:
             jk = _job_key(job.key, job.heads)
-            if job.key.kind == UnitKind.SCORES or (jk not in self._evaluated and jk not in seen):
+            if job.key.kind == UnitKind.SCORES or (self._copy_from(job) is None and jk not in seen):
                 fresh.append(job)
                 seen.add(jk)
         by_key = {job.key: job for job in fresh}
@@ -301,12 +302,25 @@ class Run:
         for job in jobs:
             if job.key in self.done:
                 continue
-            source = self._evaluated.get(_job_key(job.key, job.heads))
+            source = self._copy_from(job)
             if source is None:  # the identical head set's unit failed
                 self._keep(job, next(iter(executor.run([job]))))
+            elif source.kind != job.key.kind:  # a rank unit: the evaluation's gold log-prob
+                self._save(UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: list(source.values[RANK_METRIC])}))
             else:  # an identical head set was evaluated: copy its values
                 self._save(source.reused_as(job.key, job.heads, job.heads_from))
             advance(1)
+
+    def _copy_from(self, job: Job) -> UnitRecord | None:
+        """A finished unit whose values this job's would repeat: the same evaluation of the
+        identical head set, or for a rank unit an ablated evaluation of its one head on the
+        same examples (its gold log-prob is the rank unit's, to float rounding: the same
+        teacher-forced targets, one shared prefill instead of a full pass)."""
+        same = self._evaluated.get(_job_key(job.key, job.heads))
+        if same is not None or job.key.kind != UnitKind.RANK:
+            return same
+        evaluated = self._evaluated.get(_job_key(UnitKey.eval(job.key.task, BASELINE), job.heads))
+        return evaluated if evaluated is not None and RANK_METRIC in evaluated.values else None
 
     def _keep(self, job: Job, unit: UnitRecord) -> None:
         if job.key.kind != UnitKind.SCORES and not unit.error:

@@ -39,6 +39,9 @@ def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
         timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
 
 
+RANK_METRIC = "gold_logprob"
+"""What a rank unit measures: the teacher-forced gold log-prob (no generation)."""
+
 _SHARED = (UnitKind.EVAL, UnitKind.STEER, UnitKind.BOTTOM)
 """Kinds whose evaluations of one task share batches (`Worker.run_many`)."""
 
@@ -256,7 +259,7 @@ class Worker:
             values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
                                    hooks=self._hooks(job, means), batch_size=self.config.batch_size,
                                    prefix=self._prefix(data))
-        return UnitRecord.for_key(job.key, job.heads, values={"gold_logprob": values},
+        return UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: values},
                                   seconds=time.perf_counter() - start)
 
 

@@ -117,8 +117,12 @@ def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: 
                  draw_sets: DrawSets, n_resamples: int) -> TaskResult:
     """Every detector on one task with the heads chosen on `source` (the task itself, or for
     a control task one retrieval task). Selection stability and the ground truth belong to
-    the task that chose the heads: only its own result has them."""
+    the task that chose the heads: only its own result has them. A control evaluated at the
+    largest budget only (`RunPlan.budgets_of`) has its curves at that budget."""
     budgets = list(plan.budgets)
+    own = list(plan.budgets_of(entry.name))
+    if own != budgets:
+        weights = curve_weights(own)
     results: dict[str, DetectorResult] = {}
     for det in plan.detectors:
         res = detector_result(plan, det.name, entry.name, source, n, done, boot, weights, base, metrics, draw_sets)
@@ -144,7 +148,7 @@ def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: 
                       n_eval=n, sizes=sizes, chance=entry.chance, baseline=baseline,
                       detectors=ordered, bootstrap=boot, heads_from=source,
                       section=entry.name if source == plan.sources(entry.name)[0] else f"{entry.name}@{source}",
-                      unablated=base)
+                      unablated=base, budgets=own)
     return task
 
 

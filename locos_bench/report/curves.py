@@ -113,7 +113,7 @@ def detector_result(plan: RunPlan, name: str, task: str, source: str, n: int, do
     if not per_draw:
         res.error = errors[0] if errors else "no unablated baseline to compare with"
         return res
-    budgets = list(plan.budgets)
+    budgets = list(plan.budgets_of(task))
     draw_set = draw_sets(res.name, res.stochastic, res.draws) if draw_sets is not None and len(per_draw) > 1 else None
     for m in metrics:
         res.curves[m] = curve(boot, budgets, weights, base[m], [d[m] for d in per_draw], draw_set)

@@ -8,9 +8,11 @@ They restate, for a reader of the page, what `docs/methodology.md` defines, and 
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 from locos_bench.report.display import fmt
 from locos_bench.report.results import RunStats
+from locos_bench.run.plan import ALL_BUDGETS, LARGEST_BUDGET
 
 DEFINITIONS = """\
 *How to read the tables.* Each figure is a mean over the task's evaluation examples with a
@@ -134,14 +136,31 @@ these heads matter less than random ones); **top-k − bottom-k** = the detector
 its bottom-k drop-area (positive: its top heads matter more than its bottom heads). Marginal in the
 task tables; over retrieval tasks, simultaneous over the run's `bottom-k` family."""
 
+AT_LARGEST = """**Controls at k={k} only** (this run, `control_budgets: largest`): control tasks are evaluated
+at the largest budget alone, so specificity reads both tasks of a pair at k={k}: every "drop-area" in
+the specificity figures above is the drop at k={k} (retrieval and control alike), and **control
+drop-area** is the control's drop at k={k}. The retrieval drop-area (over every budget) still ranks
+the summary."""
+
+
 def definitions(run: RunStats) -> str:
     """The *How to read* note, specificity as this run's records define it: a run recorded
-    before controls were paired keeps the old rule and its old wording."""
+    before controls were paired keeps the old rule and its old wording; a run with controls at
+    the largest budget only says specificity is read there."""
     paired = any(row.paired for row in run.summary)
     specificity = ("**specificity**: see the next paragraph." if paired else
                    "**specificity** = mean drop-area over retrieval\ntasks − mean drop-area over control tasks.")
     text = DEFINITIONS.format(level=fmt(100 * run.level, 0), method=run.method, specificity=specificity)
-    return text + "\n\n" + PAIRED_SPECIFICITY if paired else text
+    if paired:
+        text += "\n\n" + PAIRED_SPECIFICITY
+    if paired and at_largest(run.manifest):
+        text += "\n\n" + AT_LARGEST.format(k=run.budgets[-1])
+    return text
+
+
+def at_largest(manifest: Any) -> bool:
+    """Whether the run evaluated its controls at the largest budget only (`RunPlan.budgets_of`)."""
+    return getattr(manifest, "control_budgets", ALL_BUDGETS) == LARGEST_BUDGET
 
 
 def separability_note(run: RunStats, truth: bool) -> str:

@@ -54,7 +54,7 @@ def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
         return False
     metrics = [task.headline] + ([GOLD] if GOLD in task.metrics and GOLD != task.headline else [])
     styles = detector_styles([d.name for d in run.manifest.detectors])
-    ks = run.budgets
+    ks = task.budgets or run.budgets
     fig = Figure(figsize=(5.5 * len(metrics), 4.2), dpi=100, layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics):

@@ -235,6 +235,9 @@ class TaskResult(ResultModel):
     task's keeps the plain name, as in runs recorded before controls were paired)."""
     unablated: dict[str, Vector] = Field(default_factory=dict, exclude=True, repr=False)
     """Metric -> per-example unablated values (what relative drops divide by)."""
+    budgets: list[int] = Field(default_factory=list, exclude=True, repr=False)
+    """The budgets its ablated evaluations took (`RunPlan.budgets_of`): the run's, or for a
+    control evaluated at the largest budget only that one; empty: the run's."""
     baseline: DetectorResult
     detectors: dict[str, DetectorResult]
     """Retrieval tasks: by headline, then gold log-prob drop-area (point estimates, largest

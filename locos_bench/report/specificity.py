@@ -19,18 +19,21 @@ from locos_bench.report.ratios import identified, relative_sum
 from locos_bench.report.results import GOLD, TaskResult
 
 
-def _drop(t: TaskResult, det: str, m: str) -> Any:
-    """Per-example drop-area of `det` on task `t`, metric `m` (`[n]` or a `PerDraw`)."""
-    return t.detectors[det].curves[m].drop_area_per_example
+def _drop(t: TaskResult, det: str, m: str, at_kmax: bool = False) -> Any:
+    """Per-example drop-area of `det` on task `t`, metric `m` (`[n]` or a `PerDraw`), or with
+    `at_kmax` its drop at the largest budget."""
+    curve = t.detectors[det].curves[m]
+    return curve.drop_kmax_per_example if at_kmax else curve.drop_area_per_example
 
 
 def specificity(retr: list[tuple[TaskResult, str]], ctrl: list[tuple[TaskResult, str]], det: str,
-                metric_key: str, notes: list[str], *, paired: bool) -> dict[str, Estimate | None]:
+                metric_key: str, notes: list[str], *, paired: bool, at_kmax: bool = False) -> dict[str, Estimate | None]:
     """The specificity figures of detector `det` over its usable retrieval and control
     (task, metric) pairs: `specificity`, plus `retrieval_relative` and `control_relative`
-    on a paired run's headline. Appends to `notes` why pairs were left out."""
+    on a paired run's headline. Appends to `notes` why pairs were left out. `at_kmax`: a run
+    whose controls were evaluated at the largest budget only reads both tasks of a pair there."""
     if paired:
-        return _paired_specificity(retr, ctrl, det, metric_key, notes)
+        return _paired_specificity(retr, ctrl, det, metric_key, notes, at_kmax)
     # the old rule of runs recorded before controls were paired
     return {"specificity": combine([(1 / len(retr), t.bootstrap, _drop(t, det, m)) for t, m in retr]
                                    + [(-1 / len(ctrl), t.bootstrap, _drop(t, det, m)) for t, m in ctrl])
@@ -38,11 +41,11 @@ def specificity(retr: list[tuple[TaskResult, str]], ctrl: list[tuple[TaskResult,
 
 
 def _paired_specificity(retr: list[tuple[TaskResult, str]], ctrl: list[tuple[TaskResult, str]], det: str,
-                        metric_key: str, notes: list[str]) -> dict[str, Estimate | None]:
+                        metric_key: str, notes: list[str], at_kmax: bool) -> dict[str, Estimate | None]:
     """Specificity over (retrieval, control) pairs of the same heads: in nats on the gold
     log-prob (the primary figure); relative drops on the headline metric (`ratios`)."""
     def drop(t: TaskResult, m: str) -> Any:
-        return _drop(t, det, m)
+        return _drop(t, det, m, at_kmax)
 
     by_name = {t.name: (t, m) for t, m in retr}
     pairs = [(*by_name[c.heads_from], c, m_c) for c, m_c in ctrl if c.heads_from in by_name]

@@ -17,12 +17,13 @@ from locos_bench.report.results import GOLD, SummaryRow, TaskResult
 from locos_bench.report.separability import summary_key
 from locos_bench.report.specificity import specificity
 from locos_bench.run import RunPlan
-from locos_bench.run.plan import EACH_RETRIEVAL
+from locos_bench.run.plan import EACH_RETRIEVAL, LARGEST_BUDGET
 
 
 def summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
     """Every detector's summary row over the run's task results, ranked (`summary_key`)."""
     paired = plan.control_heads == EACH_RETRIEVAL
+    at_kmax = plan.control_budgets == LARGEST_BUDGET
     rows = []
     for det in plan.detectors:
         figures: dict[str, dict[str, Estimate | None]] = {}
@@ -40,7 +41,7 @@ def summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
             fig: dict[str, Estimate | None] = {}
             fig["retrieval"] = combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]) if retr else None
             fig["control"] = combine([(1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl]) if ctrl else None
-            fig.update(specificity(retr, ctrl, det.name, metric_key, notes, paired=paired))
+            fig.update(specificity(retr, ctrl, det.name, metric_key, notes, paired=paired, at_kmax=at_kmax))
             for ref in REFERENCES:  # the run's family fills them (`separability`)
                 fig[f"vs_{ref}"] = None
             figures[metric_key] = fig

@@ -13,7 +13,7 @@ from typing import Any
 
 from locos_bench.names import head_name
 from locos_bench.report.display import detector_label, fmt, fmt_ci, overlap_k, rank_text, table
-from locos_bench.report.notes import NO_STABILITY, STABILITY
+from locos_bench.report.notes import NO_STABILITY, STABILITY, at_largest
 from locos_bench.report.results import GOLD, RunStats, TaskResult
 from locos_bench.report.separability import summary_key
 
@@ -41,7 +41,8 @@ def header_table(run: RunStats) -> str:
              f"{fmt(100 * run.level, 0)}% {run.method} intervals")
     rows = [
         ["model", model],
-        ["budgets k", ", ".join(map(str, run.budgets))],
+        ["budgets k", ", ".join(map(str, run.budgets))
+         + (f" (control tasks at k={run.budgets[-1]} only)" if at_largest(m) else "")],
         ["ablation", ablation],
         ["random draws", m.random_draws],
         *([["calibration draws", f"{m.calibration_draws} disjoint calibration subsets, each "
@@ -106,8 +107,9 @@ def _rank_sets(task: TaskResult) -> list[tuple[str, dict[str, tuple[int, int]] |
 
 
 def task_table(run: RunStats, task: TaskResult) -> str:
-    """A task's table: retrieval tasks with their rank sets, controls in the run's order."""
-    budgets = run.budgets
+    """A task's table: retrieval tasks with their rank sets, controls in the run's order (at
+    the budgets the task was evaluated at)."""
+    budgets = task.budgets or run.budgets
     kmax = budgets[-1]
     h = task.headline
     ranks = _rank_sets(task)
@@ -248,7 +250,8 @@ def summary_table(run: RunStats, metric_key: str) -> str:
     sets = fam.ranks if fam is not None and fam.identified else {}
     level = fmt(100 * (1 - run.alpha), 0)
     headers = ["rank", "detector", "tasks (retrieval + control)", "retrieval drop-area",
-               "control drop-area", "specificity", f"vs locos (simultaneous {level}%)",
+               f"control drop k={run.budgets[-1]}" if at_largest(run.manifest) else "control drop-area",
+               "specificity", f"vs locos (simultaneous {level}%)",
                f"vs random (simultaneous {level}%)"]
     relative = metric_key == "headline" and any(row.paired for row in run.summary)
     if any(row.paired for row in run.summary):

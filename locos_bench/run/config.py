@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from locos_bench.errors import LocosError, unknown
 from locos_bench.presets import PRESETS
+from locos_bench.run.plan import ALL_BUDGETS, CONTROL_BUDGETS
 
 if TYPE_CHECKING:
     from locos_bench.interventions import AblationSpec
@@ -98,6 +99,10 @@ class RunConfig:
     """Detectors whose bottom-k heads (the last k of each ranking) each retrieval task also
     ablates, at every budget: names, `all` (every deterministic detector of the run) or
     `none`. None: the preset's (those of the run's detectors it names), else none."""
+    control_budgets: str | None = None
+    """Budgets at which control tasks are evaluated (`CONTROL_BUDGETS`): `all`, or `largest`
+    (the largest budget only; specificity is then read at that budget). None: the preset's,
+    else `all`."""
 
     def resolved(self) -> ResolvedConfig:
         """The run these flags name, resolved once: unset fields filled from the preset, every
@@ -144,6 +149,9 @@ class RunConfig:
         if not cfg.budgets or any(k < 1 for k in cfg.budgets):
             raise LocosError(f"--budgets must be positive integers (got {cfg.budgets})")
         bottom_k = _resolve_bottom_k(cfg.bottom_k or [], detectors, given=self.bottom_k is not None)
+        control_budgets = cfg.control_budgets or ALL_BUDGETS
+        if control_budgets not in CONTROL_BUDGETS:
+            raise unknown("--control-budgets value", control_budgets, CONTROL_BUDGETS)
         from locos_bench.interventions import AblationSpec  # torch: only once the names are checked
 
         ablation = AblationSpec.parse(cfg.ablation or DEFAULT_ABLATION, positionwise=cfg.positionwise, sink=cfg.sink)
@@ -163,7 +171,7 @@ class RunConfig:
             lm_eval_tasks=tuple(cfg.lm_eval_tasks), data=None if cfg.data is None else Path(cfg.data),
             sufficiency=bool(cfg.sufficiency),
             kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas), bottom_k=tuple(bottom_k),
-            default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
+            control_budgets=control_budgets, default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
         )
 
 
@@ -220,6 +228,8 @@ class ResolvedConfig:
     steer_alphas: tuple[float, ...]
     bottom_k: tuple[str, ...] = ()
     """Detectors whose bottom-k heads are also ablated (deterministic ones of `detectors`)."""
+    control_budgets: str = "all"
+    """`all` or `largest`: the budgets control tasks are evaluated at (`RunPlan.budgets_of`)."""
     batch_size_chosen: str | None = None
     """How `for_model` chose the batch size (`4 (cpu default)`); None when it was given. The
     manifest's `model_info` records it."""

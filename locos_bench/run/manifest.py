@@ -13,7 +13,7 @@ from typing import Any
 from locos_bench.detectors import detector_source, get_detector_class, make_detector
 from locos_bench.models import describe_with_answer_key
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.plan import EACH_RETRIEVAL
+from locos_bench.run.plan import ALL_BUDGETS, EACH_RETRIEVAL
 from locos_bench.run.provenance import provenance
 from locos_bench.run.records import DetectorEntry, Manifest, Streaming, default_family
 
@@ -36,6 +36,7 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         random_draws=config.random_draws, random_seed=config.random_seed, calibration_draws=config.calibration_draws, seed=config.seed,
         tie_seed=config.seed, rank_diagnostic=config.rank_diagnostic, batch_size=config.batch_size,
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
+        control_budgets=config.control_budgets,
         steer_alphas=list(config.steer_alphas), steer_calibration=bool(config.steer_alphas),
         bottom_k=list(config.bottom_k),
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
@@ -54,13 +55,16 @@ def detector_entry(name: str) -> DetectorEntry:
 
 def resumed(manifest: Manifest, old: Manifest) -> Manifest:
     """The manifest of a resumed run: this session's, with the provenance (the run began then),
-    tie rule (None: ties broken by index) and timings the run directory already holds, and
-    bottom-k for the detectors of either (units already computed are kept)."""
+    tie rule (None: ties broken by index) and timings the run directory already holds,
+    bottom-k for the detectors of either (units already computed are kept), and controls at
+    every budget if the directory holds them so (a superset of the largest budget)."""
     bottom = [d.name for d in manifest.detectors if d.name in {*manifest.bottom_k, *old.bottom_k}]
     family = default_family([d.name for d in manifest.detectors], sufficiency=manifest.sufficiency is not None,
                             steering=bool(manifest.steer_alphas), bottom_k=bottom)
+    control_budgets = ALL_BUDGETS if old.control_budgets == ALL_BUDGETS else manifest.control_budgets
     return manifest.model_copy(update=dict(provenance=old.provenance, tie_seed=old.tie_seed,
-                                           timings=dict(old.timings), bottom_k=bottom, family=family))
+                                           timings=dict(old.timings), bottom_k=bottom, family=family,
+                                           control_budgets=control_budgets))
 
 
 _SPLIT_FLAGS = {"calibration": "n_calib", "reference": "n_ref", "evaluation": "n_eval"}

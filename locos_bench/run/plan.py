@@ -14,7 +14,8 @@ checks compare against `missing(done)`. Nothing else spells a unit key.
 
 Control tasks have no needle to detect on: each is evaluated with the heads each detector
 found on *every* retrieval task (`sources`; the unit key's `source`), so that specificity pairs
-each retrieval task with each control through the same heads. Runs recorded before that rule
+each retrieval task with each control through the same heads; at every budget, or under
+`control_budgets == "largest"` at the largest only (`budgets_of`). Runs recorded before that rule
 (`Manifest.control_heads == "first-retrieval"`) evaluated controls with the first retrieval
 task's heads only; their plan says so and is analysed by the old rule. Resuming such a run
 directory upgrades it: its control units are exactly the pairs with the first retrieval task,
@@ -39,6 +40,12 @@ EACH_RETRIEVAL = "each-retrieval"
 FIRST_RETRIEVAL = "first-retrieval"
 """Controls were evaluated with the first retrieval task's heads only (runs recorded before
 `EACH_RETRIEVAL`; a manifest without `control_heads` is one)."""
+
+ALL_BUDGETS = "all"
+"""Control tasks are evaluated at every budget (a manifest without `control_budgets` is one)."""
+LARGEST_BUDGET = "largest"
+"""Control tasks are evaluated at the largest budget only: specificity is read there."""
+CONTROL_BUDGETS = (ALL_BUDGETS, LARGEST_BUDGET)
 
 
 class UnitKind(str, Enum):
@@ -215,6 +222,8 @@ class RunPlan:
             away from the evaluation split.
         bottom_k: Detectors whose bottom-k heads each retrieval task also ablates (`bottom`
             units), at every budget and draw.
+        control_budgets: `ALL_BUDGETS`, or `LARGEST_BUDGET`: control tasks' ablated evaluations
+            at the largest budget only.
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -229,6 +238,7 @@ class RunPlan:
     steer_alphas: tuple[float, ...] = ()
     steer_calibration: bool = False
     bottom_k: tuple[str, ...] = ()
+    control_budgets: str = ALL_BUDGETS
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -250,6 +260,7 @@ class RunPlan:
             steer_alphas=tuple(getattr(manifest, "steer_alphas", None) or ()),
             steer_calibration=bool(getattr(manifest, "steer_calibration", False)),
             bottom_k=tuple(getattr(manifest, "bottom_k", None) or ()),
+            control_budgets=getattr(manifest, "control_budgets", None) or ALL_BUDGETS,
         )
 
     # -- the rules -----------------------------------------------------------------------
@@ -291,6 +302,13 @@ class RunPlan:
                              f"(sources: {', '.join(self.sources(task))})")
         return source
 
+    def budgets_of(self, task: str) -> tuple[int, ...]:
+        """The budgets `task`'s ablated evaluations take: every budget, but the largest only for
+        a control task under `LARGEST_BUDGET`."""
+        if self.control_budgets == LARGEST_BUDGET and self.task(task).kind == "control":
+            return self.budgets[-1:]
+        return self.budgets
+
     def draws(self, detector: PlannedDetector | str) -> range:
         det = detector if isinstance(detector, PlannedDetector) else self.detector(detector)
         return range(self.random_draws if det.stochastic else self.calibration_draws)
@@ -329,10 +347,10 @@ class RunPlan:
         return UnitKey.eval(task, BASELINE, 0, 0)
 
     def eval_keys(self, task: str, detector: str, draw: int = 0, source: str = "") -> list[UnitKey]:
-        """One evaluation per budget, smallest k first; a control task's names the retrieval
-        task `source` whose heads it ablates."""
+        """One evaluation per budget of the task (`budgets_of`), smallest k first; a control
+        task's names the retrieval task `source` whose heads it ablates."""
         source = self._source(task, source)
-        return [UnitKey.eval(task, detector, draw, k, source) for k in self.budgets]
+        return [UnitKey.eval(task, detector, draw, k, source) for k in self.budgets_of(task)]
 
     def rank_keys(self, task: str, detector: str) -> list[UnitKey]:
         """The per-rank diagnostic of a retrieval task: the first draw's top heads, one at a time."""

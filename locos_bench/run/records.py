@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
-from locos_bench.run.plan import BASELINE, FIRST_RETRIEVAL, UnitKey, UnitKind
+from locos_bench.run.plan import ALL_BUDGETS, BASELINE, FIRST_RETRIEVAL, UnitKey, UnitKind
 
 SCHEMA_VERSION = 1
 
@@ -167,6 +167,10 @@ class Manifest(BaseModel):
     """Whose heads control tasks ablate: `each-retrieval` (every retrieval task's, paired
     specificity) or `first-retrieval` (runs recorded before it; not part of `config_key`, so
     resuming such a run upgrades it, see `locos_bench.run.plan`)."""
+    control_budgets: str = ALL_BUDGETS
+    """Budgets control tasks are evaluated at: `all` (every budget; manifests written before
+    the field) or `largest` (the largest only, where specificity is then read). Not part of
+    `config_key`: resuming a run that holds every budget keeps `all` (`run.manifest.resumed`)."""
 
     sufficiency: Streaming | None = None
     """Set when each retrieval task is also evaluated with only each detector's top-k heads

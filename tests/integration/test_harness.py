@@ -105,7 +105,7 @@ def test_units_splits_and_budgets(tmp_path, planted):
     crash = next(u for u in units if isinstance(u, ScoresUnit) and u.detector == "test-crash")
     assert crash.error and "boom" in crash.error
     ranks = [u for u in units if isinstance(u, RankUnit)]
-    assert [u.rank for u in ranks] == [1, 2]
+    assert sorted(u.rank for u in ranks) == [1, 2]  # a rank copied from an evaluation is recorded after the fresh ones
     assert manifest.timings["evaluate"] > 0
 
 
@@ -113,6 +113,24 @@ def test_identical_head_sets_reuse_evaluation(tmp_path, planted):
     run_dir = _execute(_cfg(tmp_path, budgets=[1, 2, 4], detectors=["test-oracle"]), planted)
     evals = {u.k: u for u in run_dir.read_units() if isinstance(u, EvalUnit)}
     assert not evals[1].reused and not evals[4].reused
+
+
+def test_a_rank_unit_takes_the_gold_logprob_of_an_evaluation_of_its_head(tmp_path, planted):
+    """The rank-1 head is the top-1 set, evaluated at k = 1: the rank unit copies that unit's
+    gold log-prob instead of a second teacher-forced pass; rank 2's head was never ablated
+    alone, so it runs. A run without k = 1 computes rank 1 afresh: the same values to float
+    rounding."""
+    def ranks_and_evals(name, budgets):
+        units = _execute(_cfg(tmp_path / name, budgets=budgets, detectors=["test-oracle"]), planted).read_units()
+        return ({u.rank: u for u in units if isinstance(u, RankUnit)}, {u.k: u for u in units if isinstance(u, EvalUnit)})
+
+    ranks, evals = ranks_and_evals("with-k1", [1, 2, 4])
+    assert ranks[1].head == evals[1].heads[0]
+    assert ranks[1].seconds == 0.0 and ranks[1].values["gold_logprob"] == evals[1].values["gold_logprob"]
+    assert ranks[2].seconds > 0.0
+    fresh, _ = ranks_and_evals("without-k1", [2, 4])
+    assert fresh[1].head == ranks[1].head and fresh[1].seconds > 0.0
+    np.testing.assert_allclose(ranks[1].values["gold_logprob"], fresh[1].values["gold_logprob"], atol=1e-4)
 
 
 def test_interrupted_run_resumes_without_recomputing(tmp_path, planted, monkeypatch):

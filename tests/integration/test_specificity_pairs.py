@@ -21,9 +21,11 @@ CONTROL = "planted-kv-control"
 
 
 def _cfg(out: Path) -> RunConfig:
+    # Controls at every budget: the drop-area rule (the default preset's `largest` is in
+    # tests/unit/test_specificity.py).
     return RunConfig(model="planted", tasks=TASKS, detectors=["random", "attention"], budgets=[1, 4],
                      n_calib=2, n_ref=4, n_eval=6, random_draws=2, rank_diagnostic=0, quiet=True,
-                     output_dir=out)
+                     output_dir=out, control_budgets="all")
 
 
 @pytest.fixture(scope="module")

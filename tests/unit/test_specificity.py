@@ -165,3 +165,36 @@ def test_relative_specificity_of_random_draws_is_resampled_in_two_levels():
         assert gold.value == pytest.approx(1.0) and gold.high - gold.low > 0.3
         if method == "percentile":  # D - 1 = 1 draw per resample: draw 1's 0.5 or draw 0's 1.5
             assert gold.low == pytest.approx(0.5) and gold.high == pytest.approx(1.5)
+
+
+def test_controls_at_the_largest_budget_only_read_specificity_there():
+    """`control_budgets: largest` (the default preset): a control has one evaluation per
+    source and draw, at the largest budget, and each pair is read at that budget: the needle's
+    drop at k = 4 minus the control's, not the needle's drop-area over k = 1, 4."""
+    plan = RunPlan(tasks=(PlannedTask("kv", "retrieval"), PlannedTask("sums", "control")),
+                   detectors=(PlannedDetector("locos"),), budgets=(1, 4, 8), random_draws=1,
+                   control_budgets="largest")
+    assert [k.index for k in plan.eval_keys("sums", "locos", 0, "kv")] == [8]
+    assert [k.index for k in plan.eval_keys("kv", "locos")] == [1, 4, 8]
+    assert len([k for k in plan.units() if k.kind == "eval" and k.task == "sums"]) == 1 + 1  # baseline + k=8
+
+    manifest = _manifest().model_copy(update={"budgets": [1, 4], "control_budgets": "largest"})
+    units = [u for u in _units() if not (u.task == "needle" and u.detector != BASELINE and u.kind == "eval")]
+    for det, (drop1, drop4), nats in (("destructive", (2, 8), 3.0), ("precise", (0, 5), 1.0)):
+        for k, hits in ((1, N - drop1), (4, N - drop4)):
+            units.append(EvalUnit(task="needle", detector=det, k=k, heads=[[0, 0]] * k, heads_from="needle",
+                                  values={"contains": _hits(hits), "gold_logprob": [-1.0 - nats * k / 4] * N}))
+    stats = analyze(manifest, units, n_resamples=200)
+    fig = {r.detector: r.figures for r in stats.summary}
+    # The needle's drop-area over log2(k) = 1, 4 still ranks the summary: (2 + 8) / 2 / 20.
+    assert fig["destructive"]["headline"]["retrieval"].value == pytest.approx(0.25)
+    assert fig["destructive"]["headline"]["control"].value == pytest.approx(0.3)  # the drop at k = 4
+    # Specificity at k = 4: needle 0.4 (relative 0.4) - sums 0.3 of 0.5 (relative 0.6).
+    assert fig["destructive"]["headline"]["specificity"].value == pytest.approx(0.4 - 0.6)
+    assert fig["precise"]["headline"]["specificity"].value == pytest.approx(0.25)
+    assert fig["destructive"]["gold_logprob"]["specificity"].value == pytest.approx(3.0 - 1.5)
+    sums = next(t for t in stats.tasks if t.name == "sums")
+    assert sums.budgets == [4] and list(sums.detectors["precise"].curves["number_match"].values) == [4]
+    text = render_markdown([stats])
+    assert "(control tasks at k=4 only)" in text and "control drop k=4" in text
+    assert "**Controls at k=4 only**" in text
