@@ -143,7 +143,7 @@ def test_the_conclusion_opens_the_page_and_follows_the_verdicts(tmp_path: Path):
     run = analyze_runs([_copy("gemma3-default-seed0", tmp_path)])[0]
     md = render_markdown([run])
     first = md.split("\n\n")[2]
-    assert first.startswith("**Conclusion**") and "n = 8 evaluation examples" in first
+    assert first.startswith("**Conclusion**") and "n = 16 evaluation examples" in first
     gold = first[first.index("On the gold log-prob"):]
     for v in run.verdicts["ablation:gold_logprob"].verdicts:
         if v.reference != "locos" or v.detector == "random":
