@@ -76,6 +76,7 @@ def test_a_run_changes_neither_its_configuration_nor_the_model(tmp_path, planted
     (dict(tasks=["arithmetic", "parametric-recall"], lm_eval_tasks=["arc_easy"]), "a run needs at least one retrieval"),
     (dict(tasks=["kv-retreival"]), "did you mean 'kv-retrieval'"),
     (dict(ablation="scale:-1"), "ALPHA must be a finite number above 0"),
+    (dict(control_budgets="smallest"), "unknown --control-budgets value 'smallest'"),
 ])
 def test_a_bad_configuration_fails_before_the_model_loads(tmp_path, kw, message):
     """`no-such-model` cannot load: each error below is the configuration's, raised first."""
