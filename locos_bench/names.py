@@ -26,6 +26,11 @@ def head_name(head: Sequence[int]) -> str:
     return f"L{head[0]}H{head[1]}"
 
 
+def set_name(heads: Sequence[Sequence[int]]) -> str:
+    """`L0H1+L2H3`: a head set as the organism's ground truth names it (heads sorted)."""
+    return "+".join(head_name(h) for h in sorted(tuple(h) for h in heads))
+
+
 def rank_heads(scores: Any, *, tie_seed: int | None) -> list[Head]:
     """All heads of a `[n_layers, n_heads]` score grid, best first.
 

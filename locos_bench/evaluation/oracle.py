@@ -30,7 +30,7 @@ from locos_bench.errors import LocosError
 from locos_bench.evaluation.clean_prefix import CleanPrefix
 from locos_bench.evaluation.task_eval import evaluate_head_sets, evaluate_task
 from locos_bench.interventions import AblationSpec, HeadMeans, HeadSetAblation
-from locos_bench.names import Head, head_name
+from locos_bench.names import Head, head_name, set_name
 
 Effect = tuple[float, float, str]
 """(mean headline metric, mean gold log-prob, the per-example metric as `outcome_string`)."""
@@ -47,10 +47,6 @@ def all_heads(model: Any) -> list[Head]:
 def head_sets(heads: Sequence[Head], k: int) -> list[tuple[Head, ...]]:
     """Every set of `k` heads, in lexicographic order."""
     return list(itertools.combinations(sorted(heads), k))
-
-
-def set_name(heads: Sequence[Head]) -> str:
-    return "+".join(head_name(h) for h in sorted(heads))
 
 
 def _effect(rows: list[dict[str, Any]]) -> Effect:

@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from locos_bench.errors import LocosError
-from locos_bench.names import head_name, rank_heads
+from locos_bench.names import head_name, rank_heads, set_name
 from locos_bench.report.bootstrap import LEVEL, Draws, Estimate, PerDraw, draws_seed
 from locos_bench.report.ratios import fieller
 
@@ -128,7 +128,7 @@ def oracle_task(result: Mapping[str, Any], scores_per_draw: Mapping[str, Sequenc
 
 
 def _outcomes(result: Mapping[str, Any], mode: str, heads: Sequence[tuple[int, int]]) -> str:
-    name = "+".join(head_name(h) for h in sorted(heads))
+    name = set_name(heads)
     try:
         return result[mode]["outcomes"][name]
     except KeyError:
