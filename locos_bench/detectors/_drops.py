@@ -40,7 +40,7 @@ from locos_bench.detectors import _common
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.errors import LocosError
 from locos_bench.evaluation import token_logprobs
-from locos_bench.models import LoadedModel
+from locos_bench.models import LoadedModel, heads, shared_passes
 from locos_bench.names import Head, Hook, hook_z
 from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
@@ -238,13 +238,15 @@ class Runner:
 
     def start(self) -> None:
         if self.prefix_cache and self._cache is None and self.first > 0:
-            with torch.no_grad():
-                _, self._cache = self.model.bridge(
-                    self.prep.ids[: self.first].unsqueeze(0),
-                    return_type="logits_and_cache",
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
+            prefix = self.prep.ids[: self.first].unsqueeze(0)
+
+            def clean_prefix() -> Any:
+                with torch.no_grad():
+                    return self.model.bridge(prefix, return_type="logits_and_cache", use_cache=True,
+                                             logits_to_keep=1)[1]
+
+            # Every run copies the cache, so the intervention detectors may share one.
+            self._cache = shared_passes.reuse(shared_passes.ids_key(self.model, prefix, "prefix"), clean_prefix)
             self.forward_passes += 1
 
     def run(self, n_rows: int, fwd_hooks: Sequence[Hook] = ()) -> Tensor:
@@ -290,19 +292,7 @@ def frozen_weights(model: LoadedModel) -> Iterator[None]:
 def capture_z(model: LoadedModel, ids: Tensor, positions: Sequence[int]) -> tuple[Tensor, dict[int, Tensor]]:
     """One full pass: logits at `positions` `[1, P, V]` and every layer's `hook_z` there
     (`layer -> [P, H, d]`)."""
-    geo = model.geometry
-    store: dict[int, Tensor] = {}
     pos = torch.as_tensor(list(positions), dtype=torch.long)
-
-    def keeper(layer: int) -> Callable[..., None]:
-        def keep(z: Tensor, hook: Any) -> None:
-            store[layer] = z[0, pos].detach().clone()
-
-        return keep
-
-    hooks = [(hook_z(layer), keeper(layer)) for layer in range(geo.n_layers)]
-    with torch.no_grad(), attached(model, hooks):
-        logits = model.bridge(ids.unsqueeze(0), logits_to_keep=pos.to(ids.device))
-    if len(store) != geo.n_layers:
-        raise RuntimeError(f"hook_z fired in {len(store)} of {geo.n_layers} layers")
-    return logits, store
+    names = [hook_z(layer) for layer in range(model.geometry.n_layers)]
+    logits, cache = heads.run_and_capture(model, ids, names, logits_at=positions)  # shared with path patching
+    return logits, {layer: cache[name][0, pos.to(cache[name].device)].clone() for layer, name in enumerate(names)}

@@ -173,7 +173,7 @@ class EchoHeads(Detector):
                     row[pattern][layer] = totals[pattern] / len(queries)
 
             heads.run_layer_by_layer(model, ids, heads.hooks_for_rows(range(geo.n_layers)), each_layer,
-                                     logits_at=[len(ids) - 1])
+                                     logits_at=[len(ids) - 1], keep=False)  # no other detector reads these
             for pattern in offsets:
                 rows[pattern].append(row[pattern])
         return {p: torch.stack(v) for p, v in rows.items()}

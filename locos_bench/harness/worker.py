@@ -75,6 +75,8 @@ class Worker:
         self.timings: dict[str, float] = {}
         self._means: dict[str, HeadMeans | None] = {}
         self._prefixes: dict[str, Any] = {}
+        self._passes: Any = None  # `shared_passes.PassMemo` of the detect phase
+        self._passes_task: str | None = None
 
     def _timed(self, phase: str) -> Any:
         return timed(self.timings, phase)
@@ -102,19 +104,42 @@ class Worker:
         from locos_bench.evaluation import CleanPrefix
 
         if data.spec.name not in self._prefixes:
-            budget = 2 * 1024 ** 3
-            if str(self.config.device).startswith("cuda"):
-                import torch
-
-                budget = int(torch.cuda.mem_get_info(torch.device(self.config.device))[0] * 0.1)
-            self._prefixes[data.spec.name] = CleanPrefix(max_bytes=budget)
+            self._prefixes[data.spec.name] = CleanPrefix(max_bytes=self._budget(2 * 1024 ** 3, 0.1))
         return self._prefixes[data.spec.name]
+
+    def _budget(self, cpu_bytes: int, gpu_share: float) -> int:
+        """What a store kept for reuse may hold: `cpu_bytes` on a CPU, `gpu_share` of the
+        memory free now on a GPU."""
+        if str(self.config.device).startswith("cuda"):
+            import torch
+
+            return int(torch.cuda.mem_get_info(torch.device(self.config.device))[0] * gpu_share)
+        return cpu_bytes
+
+    def _shared_passes(self, task: str) -> Any:
+        """Detection's shared forward passes (`models.shared_passes`): detectors that need the
+        same pass on the same calibration example get it once. 2 GiB on a CPU, a twentieth of
+        the free memory on a GPU, for one task at a time (scores run task by task; another
+        task's examples share nothing); dropped when the first evaluation starts."""
+        from locos_bench.models import shared_passes
+
+        if self._passes is None:
+            self._passes = shared_passes.PassMemo(max_bytes=self._budget(2 * 1024 ** 3, 0.05))
+        if self._passes_task != task:
+            self._passes.clear()
+            self._passes_task = task
+        return shared_passes.sharing(self._passes)
+
+    def _detection_over(self) -> None:
+        if self._passes is not None:
+            self._passes.clear()
 
     def run(self, job: Job) -> UnitRecord:
         key, data = job.key, self.tasks[job.key.task]
         if key.kind == UnitKind.SCORES:
-            with self._timed(key.kind.phase):
+            with self._timed(key.kind.phase), self._shared_passes(key.task):
                 return self._score(data, key)
+        self._detection_over()
         if key.kind == UnitKind.SUFF:
             with self._timed(key.kind.phase):
                 return self._sufficiency_unit(data, job)
@@ -158,6 +183,7 @@ class Worker:
         split evenly."""
         from locos_bench.evaluation import evaluate_head_sets
 
+        self._detection_over()
         kind = jobs[0].key.kind
         spec = self._spec(jobs[0].key)
         means = None if kind == UnitKind.STEER else self._reference(data)

@@ -15,6 +15,7 @@ Two linearisations make per-head quantities add up exactly:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -22,11 +23,16 @@ import torch
 from torch import Tensor
 
 from locos_bench.errors import LocosError
+from locos_bench.models import shared_passes
 from locos_bench.models.loading import LoadedModel
 from locos_bench.names import hook_attn_out_scale, hook_rot_k, hook_rot_q, hook_z
 
 # ---------------------------------------------------------------------------------------
 # Running with narrow hooks
+
+SHARED_LOGITS = 8
+"""Inside `shared_passes.sharing`, a captured pass also computes the logits of its last 8
+positions, so that detectors reading the answer positions' logits share it."""
 
 
 def run_and_capture(
@@ -49,6 +55,12 @@ def run_and_capture(
     """
     ids = _as_batch(input_ids, model)
     wanted = set(names)
+    positions = None if logits_at is None else tuple(int(p) for p in logits_at)
+    key = shared_passes.ids_key(model, ids, "capture")
+    kept = shared_passes.kept_capture(key, wanted, positions)
+    if kept is not None:  # inside the harness's `shared_passes.sharing`: another detector ran it
+        return shared_passes.logits_at(kept, positions), {name: kept.captures[name] for name in wanted}
+    capture, wide = _widened(key, wanted, positions, ids.shape[-1])
     store: dict[str, Tensor] = {}
 
     def keeper(name: str) -> Any:
@@ -59,11 +71,15 @@ def run_and_capture(
 
         return keep
 
-    logits = _run_with_hooks(model, ids, [(name, keeper(name)) for name in wanted], logits_at)
-    missing = wanted - set(store)
+    start = time.perf_counter()
+    logits = _run_with_hooks(model, ids, [(name, keeper(name)) for name in capture], wide)
+    missing = capture - set(store)
     if missing:
         raise KeyError(f"hooks never fired: {sorted(missing)}")
-    return logits, store
+    shared_passes.keep_capture(key, shared_passes.Captured(store, wide, logits, time.perf_counter() - start))
+    if wide != positions:
+        logits = shared_passes.logits_at(shared_passes.Captured({}, wide, logits, 0.0), positions)
+    return logits, {name: store[name] for name in wanted}
 
 
 def run_layer_by_layer(
@@ -73,6 +89,7 @@ def run_layer_by_layer(
     each_layer: Callable[[int, dict[str, Tensor]], None],
     *,
     logits_at: Sequence[int] | None = None,
+    keep: bool = True,
 ) -> Tensor:
     """`run_and_capture`, but each layer's captures are handed to `each_layer(layer, cache)`
     the moment the last of them fires, then dropped.
@@ -83,6 +100,8 @@ def run_layer_by_layer(
     Args:
         names: Hook names, each under a block (`blocks.{L}.…`).
         each_layer: Called once per layer that has names, in the order the layers finish.
+        keep: Inside `shared_passes.sharing`, keep the pass for other detectors; False for
+            a pass no other detector runs (echo's repeated random tokens), so it takes no room.
 
     Returns:
         Logits as in `run_and_capture`.
@@ -97,10 +116,28 @@ def run_layer_by_layer(
         if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
             raise LocosError(f"layer-by-layer capture needs block hooks (blocks.L.…), got {name!r}")
         by_layer.setdefault(int(parts[1]), set()).add(name)
+    ids = _as_batch(input_ids, model)
+    positions = None if logits_at is None else tuple(int(p) for p in logits_at)
+    key = shared_passes.ids_key(model, ids, "capture")
+    kept = shared_passes.kept_capture(key, set().union(*by_layer.values()), positions)
+    if kept is not None:  # inside the harness's `shared_passes.sharing`: replayed in layer order
+        for layer in sorted(by_layer):
+            each_layer(layer, {name: kept.captures[name] for name in by_layer[layer]})
+        return shared_passes.logits_at(kept, positions)
+    requested = set().union(*by_layer.values())
+    capture, wide = _widened(key, requested, positions, ids.shape[-1]) if keep else (requested, positions)
     pending: dict[int, dict[str, Tensor]] = {layer: {} for layer in by_layer}  # a scored layer leaves
+    recorded: dict[str, Tensor] | None = {} if keep and shared_passes.active() is not None else None
+    room = [shared_passes.room()]
 
-    def keeper(layer: int, name: str) -> Any:
+    def keeper(layer: int | None, name: str) -> Any:
         def keep(tensor: Tensor, hook: Any) -> None:
+            nonlocal recorded
+            if recorded is not None:  # kept for other detectors while the memo has room
+                recorded[name] = tensor.detach()
+                room[0] -= tensor.numel() * tensor.element_size()
+                if room[0] < 0:
+                    recorded = None
             if layer not in pending:
                 return
             pending[layer][name] = tensor.detach()
@@ -109,12 +146,32 @@ def run_layer_by_layer(
 
         return keep
 
-    hooks = [(name, keeper(layer, name)) for layer, layer_names in by_layer.items() for name in layer_names]
-    logits = _run_with_hooks(model, _as_batch(input_ids, model), hooks, logits_at)
+    wanted = {name: layer for layer, layer_names in by_layer.items() for name in layer_names}
+    hooks = [(name, keeper(wanted.get(name), name)) for name in capture]
+    start = time.perf_counter()
+    logits = _run_with_hooks(model, ids, hooks, wide)
     if pending:
         missing = sorted(name for layer in pending for name in by_layer[layer] - set(pending[layer]))
         raise KeyError(f"hooks never fired: {missing}")
+    if recorded is not None:
+        shared_passes.keep_capture(key, shared_passes.Captured(recorded, wide, logits, time.perf_counter() - start))
+    if wide != positions:
+        logits = shared_passes.logits_at(shared_passes.Captured({}, wide, logits, 0.0), positions)
     return logits
+
+
+def _widened(key: Any, names: set[str], positions: tuple[int, ...] | None,
+             length: int) -> tuple[set[str], tuple[int, ...] | None]:
+    """What a pass should capture inside `shared_passes.sharing`: this request's names and
+    logits positions, what is kept under the same key, and the logits of the last
+    `SHARED_LOGITS` positions (the answer positions other detectors ask for); the request
+    alone outside it."""
+    if shared_passes.active() is None:
+        return names, positions
+    names, positions = shared_passes.widened(key, names, positions)
+    if positions is not None:
+        positions = tuple(sorted(set(positions) | set(range(max(0, length - SHARED_LOGITS), length))))
+    return names, positions
 
 
 def _run_with_hooks(model: LoadedModel, ids: Tensor, hooks: list[tuple[str, Any]],

@@ -1,0 +1,122 @@
+"""Shared detection work (`models.shared_passes`): detectors that need the same forward pass on
+the same calibration example get it once inside `sharing`, score exactly what they score
+alone, and report what they would have cost alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from locos_bench.detectors import make_detector, run_detector
+from locos_bench.detectors.conformance import conformance_examples, conformance_model
+from locos_bench.detectors.registry import detector_names
+from locos_bench.harness.worker import Job, Worker
+from locos_bench.models import shared_passes
+from locos_bench.run import RunConfig, UnitKey
+from locos_bench.run.splits import build_task_data
+from locos_bench.tasks import load_task, make_examples
+
+# Every built-in detector but random (no pass) and eap-ig (its own interpolated passes).
+DETECTORS = [d for d in detector_names() if d not in ("random", "eap-ig")]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return conformance_model()
+
+
+@pytest.fixture(scope="module")
+def examples():
+    return list(conformance_examples())
+
+
+class _Forwards:
+    """Counts full forward passes: calls of the first block with more than one position."""
+
+    def __init__(self, model):
+        self.n = 0
+        self._handle = model.bridge.blocks[0].register_forward_hook(self._count)
+
+    def _count(self, module, args, out):
+        hidden = out[0] if isinstance(out, tuple) else out
+        self.n += int(hidden.shape[-2] > 1)
+
+    def close(self):
+        self._handle.remove()
+
+
+def _score_all(model, examples, detectors, memo=None):
+    forwards = _Forwards(model)
+    try:
+        if memo is None:
+            return {d: run_detector(make_detector(d), model, examples, rng=np.random.default_rng(0)) for d in detectors}, forwards.n
+        with shared_passes.sharing(memo):
+            return {d: run_detector(make_detector(d), model, examples, rng=np.random.default_rng(0)) for d in detectors}, forwards.n
+    finally:
+        forwards.close()
+
+
+def test_detectors_sharing_passes_score_exactly_what_they_score_alone(model, examples):
+    alone, alone_passes = _score_all(model, examples, DETECTORS)
+    memo = shared_passes.PassMemo()
+    shared, shared_passes_run = _score_all(model, examples, DETECTORS, memo)
+    for name in DETECTORS:
+        a, s = alone[name], shared[name]
+        assert torch.equal(a.scores, s.scores), name
+        assert (a.per_example is None) == (s.per_example is None), name
+        assert a.per_example is None or torch.equal(a.per_example, s.per_example), name
+        assert a.forward_passes == s.forward_passes, name  # the cost stays the detector's own
+    # attention, retrieval-head, headkv, qrhead share one pass per example; locos and dla
+    # another; the intervention detectors the clean prefix and the corrupted run.
+    assert memo.hits >= 6 * len(examples)
+    assert shared_passes_run <= alone_passes - memo.hits
+
+
+def test_a_borrowed_pass_counts_in_the_borrowers_seconds(model, examples):
+    memo = shared_passes.PassMemo()
+    with shared_passes.sharing(memo):
+        run_detector(make_detector("attention"), model, examples, rng=np.random.default_rng(0))
+        assert memo.hits == 0 and memo.borrowed_seconds == 0
+        lent = [entry.seconds for entry in memo._kept.values()]
+        second = run_detector(make_detector("retrieval-head"), model, examples, rng=np.random.default_rng(0))
+    assert memo.hits == len(examples)
+    assert memo.borrowed_seconds == pytest.approx(sum(lent))
+    assert second.seconds >= memo.borrowed_seconds
+
+
+def test_nothing_is_kept_outside_sharing_or_beyond_the_budget(model, examples):
+    assert shared_passes.active() is None and shared_passes.borrowed() == 0
+    pair = ["attention", "retrieval-head"]
+    _, alone = _score_all(model, examples, pair)
+    assert alone == 2 * len(examples)
+    full = shared_passes.PassMemo(max_bytes=0)
+    scores, passes = _score_all(model, examples, pair, full)
+    assert passes == alone and full.hits == 0 and full.bytes == 0
+    assert torch.equal(scores["retrieval-head"].scores, _score_all(model, examples, ["retrieval-head"])[0]["retrieval-head"].scores)
+
+
+def test_the_worker_shares_within_a_task_and_drops_the_passes_when_evaluation_starts(model):
+    cfg = RunConfig(model=model.name, tasks=["planted-kv"], n_calib=2, n_ref=2, n_eval=2,
+                    detectors=["attention", "retrieval-head"]).resolved()
+    data = build_task_data(load_task("planted-kv"), cfg, model)
+    worker = Worker(cfg.for_model(model), model, {"planted-kv": data}, log=lambda m: None)
+    first = worker.run(Job(UnitKey("scores", "planted-kv", "attention", 0, 0), []))
+    assert worker._passes.bytes > 0 and worker._passes.hits == 0
+    second = worker.run(Job(UnitKey("scores", "planted-kv", "retrieval-head", 0, 0), []))
+    assert worker._passes.hits == len(data.calibration_draw(0))
+    assert first.error is None and second.error is None
+    worker.run(Job(UnitKey("eval", "planted-kv", "attention", 0, 1), [(0, 0)], "planted-kv"))
+    assert worker._passes.bytes == 0
+
+
+def test_a_real_models_detectors_share_passes_exactly(gemma3):
+    examples = make_examples(load_task("kv-retrieval"), 1, model=gemma3)
+    detectors = ["attention", "headkv", "activation-patching", "attribution-patching", "path-patching"]
+    alone, alone_passes = _score_all(gemma3, examples, detectors)
+    memo = shared_passes.PassMemo()
+    shared, shared_run = _score_all(gemma3, examples, detectors, memo)
+    for name in detectors:
+        assert torch.equal(alone[name].scores, shared[name].scores), name
+    assert memo.hits == 4  # headkv: attention's pass; attribution: the prefix and the corrupted run; path: that run
+    assert shared_run == alone_passes - memo.hits
