@@ -51,7 +51,9 @@ def run_and_capture(
             Gemma's vocabulary is 262k). None computes all positions.
 
     Returns:
-        Logits `[B, T or len(logits_at), V]` and the cached activations (batch kept).
+        Logits `[B, T or len(logits_at), V]` and the cached activations (batch kept). Inside
+        `shared_passes.sharing` (a run's detect phase) they may be another detector's: read
+        them, do not change them in place.
     """
     ids = _as_batch(input_ids, model)
     wanted = set(names)
