@@ -61,7 +61,7 @@ def run_and_capture(
     key = shared_passes.ids_key(model, ids, "capture")
     kept = shared_passes.kept_capture(key, wanted, positions)
     if kept is not None:  # inside the harness's `shared_passes.sharing`: another detector ran it
-        return shared_passes.logits_at(kept, positions), {name: kept.captures[name] for name in wanted}
+        return shared_passes.logits_at(kept.logits, kept.positions, positions), {name: kept.captures[name] for name in wanted}
     capture, wide = _widened(key, wanted, positions, ids.shape[-1])
     store: dict[str, Tensor] = {}
 
@@ -78,10 +78,8 @@ def run_and_capture(
     missing = capture - set(store)
     if missing:
         raise KeyError(f"hooks never fired: {sorted(missing)}")
-    shared_passes.keep_capture(key, shared_passes.Captured(store, wide, logits, time.perf_counter() - start))
-    if wide != positions:
-        logits = shared_passes.logits_at(shared_passes.Captured({}, wide, logits, 0.0), positions)
-    return logits, {name: store[name] for name in wanted}
+    shared_passes.keep_capture(key, shared_passes.Captured(store, time.perf_counter() - start, positions=wide, logits=logits))
+    return shared_passes.logits_at(logits, wide, positions), {name: store[name] for name in wanted}
 
 
 def run_layer_by_layer(
@@ -125,7 +123,7 @@ def run_layer_by_layer(
     if kept is not None:  # inside the harness's `shared_passes.sharing`: replayed in layer order
         for layer in sorted(by_layer):
             each_layer(layer, {name: kept.captures[name] for name in by_layer[layer]})
-        return shared_passes.logits_at(kept, positions)
+        return shared_passes.logits_at(kept.logits, kept.positions, positions)
     requested = set().union(*by_layer.values())
     capture, wide = _widened(key, requested, positions, ids.shape[-1]) if keep else (requested, positions)
     pending: dict[int, dict[str, Tensor]] = {layer: {} for layer in by_layer}  # a scored layer leaves
@@ -156,10 +154,9 @@ def run_layer_by_layer(
         missing = sorted(name for layer in pending for name in by_layer[layer] - set(pending[layer]))
         raise KeyError(f"hooks never fired: {missing}")
     if recorded is not None:
-        shared_passes.keep_capture(key, shared_passes.Captured(recorded, wide, logits, time.perf_counter() - start))
-    if wide != positions:
-        logits = shared_passes.logits_at(shared_passes.Captured({}, wide, logits, 0.0), positions)
-    return logits
+        shared_passes.keep_capture(key, shared_passes.Captured(recorded, time.perf_counter() - start, positions=wide,
+                                                               logits=logits))
+    return shared_passes.logits_at(logits, wide, positions)
 
 
 def _widened(key: Any, names: set[str], positions: tuple[int, ...] | None,

@@ -29,15 +29,26 @@ T = TypeVar("T")
 
 
 @dataclass
-class Captured:
-    """One kept pass of `heads.run_and_capture`/`run_layer_by_layer`: captures by hook name,
-    logits at `positions` (`[1, len(positions), V]`) and the seconds the pass took."""
+class Kept:
+    """A value `reuse` keeps, with the seconds computing it took and the bytes it holds."""
 
-    captures: dict[str, Tensor]
-    positions: tuple[int, ...]
-    logits: Tensor
+    value: Any
     seconds: float
     nbytes: int = 0
+
+
+@dataclass
+class Captured(Kept):
+    """One kept pass of `heads.run_and_capture`/`run_layer_by_layer`: captures by hook name
+    (`value`) and logits at `positions` (`[B, len(positions), V]`)."""
+
+    positions: tuple[int, ...] | None = None
+    """Where `logits` were computed (None: every position)."""
+    logits: Tensor | None = None
+
+    @property
+    def captures(self) -> dict[str, Tensor]:
+        return self.value
 
 
 @dataclass
@@ -56,28 +67,27 @@ class PassMemo:
     borrowed_seconds: float = 0.0
     hits: int = 0
     misses: int = 0
-    _kept: dict[Hashable, Any] = field(default_factory=dict)
+    _kept: dict[Hashable, Kept] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Drop every kept pass (the detect phase is over)."""
         self._kept.clear()
         self.bytes = 0
 
-    def _lend(self, key: Hashable) -> Any:
+    def _lend(self, key: Hashable) -> Kept | None:
         kept = self._kept.get(key)
         if kept is not None:
             self.hits += 1
-            self.borrowed_seconds += kept[1] if isinstance(kept, tuple) else kept.seconds
+            self.borrowed_seconds += kept.seconds
         return kept
 
-    def _keep(self, key: Hashable, value: Any, nbytes: int) -> bool:
+    def _keep(self, key: Hashable, kept: Kept) -> None:
+        """Keep `kept` under `key` (replacing what was there) if the memo has room."""
         old = self._kept.get(key)
-        old_bytes = 0 if old is None else (old[2] if isinstance(old, tuple) else old.nbytes)
-        if self.bytes - old_bytes + nbytes > self.max_bytes:
-            return False
-        self.bytes += nbytes - old_bytes
-        self._kept[key] = value
-        return True
+        old_bytes = 0 if old is None else old.nbytes
+        if self.bytes - old_bytes + kept.nbytes <= self.max_bytes:
+            self.bytes += kept.nbytes - old_bytes
+            self._kept[key] = kept
 
 
 _ACTIVE: ContextVar[PassMemo | None] = ContextVar("locos_bench_shared_passes", default=None)
@@ -125,12 +135,11 @@ def reuse(key: Hashable, compute: Callable[[], T]) -> T:
         return compute()
     kept = memo._lend(key)
     if kept is not None:
-        return kept[0]
+        return kept.value
     start = time.perf_counter()
     value = compute()
     memo.misses += 1
-    size = nbytes(value)
-    memo._keep(key, (value, time.perf_counter() - start, size), size)
+    memo._keep(key, Kept(value, time.perf_counter() - start, nbytes(value)))
     return value
 
 
@@ -160,8 +169,8 @@ def kept_capture(key: Hashable, names: set[str], positions: tuple[int, ...] | No
     kept = memo._kept.get(key)
     if not isinstance(kept, Captured) or not names <= kept.captures.keys():
         return None
-    if positions is not None and not set(positions) <= set(kept.positions):
-        return None
+    if positions is not None and kept.positions is not None and not set(positions) <= set(kept.positions):
+        return None  # (logits kept at every position serve any positions)
     return memo._lend(key)
 
 
@@ -172,7 +181,7 @@ def widened(key: Hashable, names: set[str], positions: tuple[int, ...] | None) -
     kept = None if memo is None else memo._kept.get(key)
     if not isinstance(kept, Captured):
         return names, positions
-    if positions is None:
+    if positions is None or kept.positions is None:
         return names | kept.captures.keys(), None
     return names | kept.captures.keys(), tuple(sorted(set(positions) | set(kept.positions)))
 
@@ -184,12 +193,12 @@ def keep_capture(key: Hashable, captured: Captured) -> None:
         return
     memo.misses += 1
     captured.nbytes = nbytes(captured.captures) + nbytes(captured.logits)
-    memo._keep(key, captured, captured.nbytes)
+    memo._keep(key, captured)
 
 
-def logits_at(captured: Captured, positions: tuple[int, ...] | None) -> Tensor:
-    """The kept logits at `positions` (all kept ones for None)."""
-    if positions is None or tuple(positions) == captured.positions:
-        return captured.logits
-    index = [captured.positions.index(p) for p in positions]
-    return captured.logits[:, torch.as_tensor(index, device=captured.logits.device)]
+def logits_at(logits: Tensor, computed: tuple[int, ...] | None, positions: tuple[int, ...] | None) -> Tensor:
+    """`logits` computed at positions `computed` (all for None), at `positions` instead."""
+    if positions is None or positions == computed:
+        return logits
+    index = [computed.index(p) for p in positions] if computed is not None else list(positions)
+    return logits[:, torch.as_tensor(index, device=logits.device)]

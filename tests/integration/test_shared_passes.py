@@ -12,10 +12,11 @@ from locos_bench.detectors import make_detector, run_detector
 from locos_bench.detectors.conformance import conformance_examples, conformance_model
 from locos_bench.detectors.registry import detector_names
 from locos_bench.harness.worker import Job, Worker
-from locos_bench.models import shared_passes
+from locos_bench.models import heads, shared_passes
 from locos_bench.run import RunConfig, UnitKey
 from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import load_task, make_examples
+from locos_bench.tasks.tokenize import tokenize_example
 
 # Every built-in detector but random (no pass) and eap-ig (its own interpolated passes).
 DETECTORS = [d for d in detector_names() if d not in ("random", "eap-ig")]
@@ -120,3 +121,17 @@ def test_a_real_models_detectors_share_passes_exactly(gemma3):
         assert torch.equal(alone[name].scores, shared[name].scores), name
     assert memo.hits == 4  # headkv: attention's pass; attribution: the prefix and the corrupted run; path: that run
     assert shared_run == alone_passes - memo.hits
+
+
+def test_a_pass_kept_with_every_positions_logits_serves_any_positions(model, examples):
+    input_ids = tokenize_example(examples[0], model.tokenizer).input_ids
+    names = heads.hooks_for_rows([0])
+    memo = shared_passes.PassMemo()
+    with shared_passes.sharing(memo):
+        every, _ = heads.run_and_capture(model, input_ids, names)  # logits at every position
+        last, cache = heads.run_and_capture(model, input_ids, names, logits_at=[len(input_ids) - 1])
+    assert memo.hits == 1
+    alone, alone_cache = heads.run_and_capture(model, input_ids, names, logits_at=[len(input_ids) - 1])
+    assert torch.equal(last, every[:, -1:]) and last.shape == alone.shape
+    assert torch.allclose(last, alone, atol=1e-5)
+    assert all(torch.equal(cache[n], alone_cache[n]) for n in names)
