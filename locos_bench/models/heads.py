@@ -58,7 +58,7 @@ def run_and_capture(
     ids = _as_batch(input_ids, model)
     wanted = set(names)
     positions = None if logits_at is None else tuple(int(p) for p in logits_at)
-    key = shared_passes.ids_key(model, ids, "capture")
+    key = shared_passes.ids_key(model, ids, "capture") if shared_passes.active() else None  # no copy outside
     kept = shared_passes.kept_capture(key, wanted, positions)
     if kept is not None:  # inside the harness's `shared_passes.sharing`: another detector ran it
         return shared_passes.logits_at(kept.logits, kept.positions, positions), {name: kept.captures[name] for name in wanted}
@@ -118,7 +118,7 @@ def run_layer_by_layer(
         by_layer.setdefault(int(parts[1]), set()).add(name)
     ids = _as_batch(input_ids, model)
     positions = None if logits_at is None else tuple(int(p) for p in logits_at)
-    key = shared_passes.ids_key(model, ids, "capture")
+    key = shared_passes.ids_key(model, ids, "capture") if shared_passes.active() else None  # no copy outside
     kept = shared_passes.kept_capture(key, set().union(*by_layer.values()), positions)
     if kept is not None:  # inside the harness's `shared_passes.sharing`: replayed in layer order
         for layer in sorted(by_layer):
