@@ -22,7 +22,7 @@ _EXPORTS = {
     "UnitKey": "locos_bench.run.plan",
     "RunDir": "locos_bench.run.rundir",
     "load_run": "locos_bench.run.rundir",
-    "write_leaderboard": "locos_bench.report.leaderboard",
+    "write_leaderboard": "locos_bench.report.rendering.leaderboard",
     # models
     "load_model": "locos_bench.models.loading",
     "LoadedModel": "locos_bench.models.loading",

@@ -49,7 +49,7 @@ class LocosSession:
         self.device: str = self.config.getoption("--locos-device")
         self.update: bool = self.config.getoption("--locos-update-baselines")
         option = self.config.getoption("--locos-baselines")
-        from locos_bench.report.baselines import BASELINES_DIR
+        from locos_bench.regression.baselines import BASELINES_DIR
 
         self.baselines = Path(option) if option else BASELINES_DIR
         marker = request.node.get_closest_marker("locos")
@@ -100,40 +100,32 @@ class LocosSession:
 
         With `--locos-update-baselines`, write the run's figures into `baseline_file`
         (default `baselines/<model>.yaml`) instead."""
-        from locos_bench.report.baselines import (
-            check_settings,
-            compare,
-            load_baselines,
-            run_figures,
-            update_records,
-            verdict_table,
-        )
+        from locos_bench.regression.baselines import run_figures, update_records, verdict_table
+        from locos_bench.regression.check import check_run
 
-        manifest, figures = run_figures(run_dir)
-        target = Path(baseline_file) if baseline_file else self.baselines / f"{manifest.model.replace('/', '_')}.yaml"
         if self.update:
+            manifest, figures = run_figures(run_dir)
+            target = Path(baseline_file) if baseline_file else self.baselines / f"{manifest.model.replace('/', '_')}.yaml"
             command = " ".join(shlex.quote(a) for a in ["pytest", self.request.node.nodeid, "--locos-update-baselines"])
             update_records(target, manifest, figures, command=command)
             return
-        sources = [target] if baseline_file else [self.baselines]
+        sources = [Path(baseline_file) if baseline_file else self.baselines]
         if not all(Path(s).exists() for s in sources):
             pytest.fail(f"no baseline file {sources[0]}: create it with --locos-update-baselines", pytrace=False)
-        verdicts = compare(load_baselines(sources), manifest, figures, tolerance=self.tolerance)
-        for c in check_settings(verdicts, manifest):
-            if c.differences:
-                pytest.fail(f"{c.file} was made with other settings ({'; '.join(c.differences)}; baseline -> this "
-                            "run): its figures are not comparable; update it with --locos-update-baselines if the "
-                            "change is intended", pytrace=False)
-        verdicts = [v for v in verdicts if v.status != "not-in-run"]
-        if not verdicts:
-            pytest.fail(f"no baseline records for {manifest.model} on "
-                        f"{', '.join(t.name for t in manifest.tasks)} in {sources[0]}: "
+        result = check_run(run_dir, sources, tolerance=self.tolerance)
+        for c in result.mismatched:
+            pytest.fail(f"{c.file} was made with other settings ({'; '.join(c.differences)}; baseline -> this "
+                        "run): its figures are not comparable; update it with --locos-update-baselines if the "
+                        "change is intended", pytrace=False)
+        if not result.checked:
+            pytest.fail(f"no baseline records for {result.manifest.model} on "
+                        f"{', '.join(t.name for t in result.manifest.tasks)} in {sources[0]}: "
                         "create them with --locos-update-baselines", pytrace=False)
-        failed = [v for v in verdicts if v.failed]
+        failed = result.failed
         if failed:
             lines = [verdict_table(failed), ""]
             lines += [f"{v.status}: {v.record.label}: {v.message}" for v in failed]
-            pytest.fail(f"{len(failed)} of {len(verdicts)} baseline checks failed\n" + "\n".join(lines),
+            pytest.fail(f"{len(failed)} of {len(result.checked)} baseline checks failed\n" + "\n".join(lines),
                         pytrace=False)
 
 

@@ -1,7 +1,7 @@
 """`locos-bench check RUN_DIR`: verdicts against baselines, non-zero exit on any failure.
 
 `--against-heads FILE` instead sets the run's `locos` ranking beside a head list the LOCOS
-authors released (`report.released_heads`): overlap@k for each budget and rank correlation per
+authors released (`regression.released_heads`): overlap@k for each budget and rank correlation per
 retrieval task; exit 0 when it ran, 1 when `--min-overlap` is given and not met.
 """
 
@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from locos_bench.report import baselines
+    from locos_bench.regression import baselines
+    from locos_bench.regression.check import check_run
     from locos_bench.run import RunDir
 
     if args.against_heads is not None:
@@ -45,15 +46,15 @@ def main(args: argparse.Namespace) -> int:
     run_dir = RunDir(args.run_dir)
     if not run_dir.exists():
         raise LocosError(f"{args.run_dir} is not a run directory (no manifest.json)")
-    manifest, figures = baselines.run_figures(run_dir)
     if args.update:
+        manifest, figures = baselines.run_figures(run_dir)
         command = args.source_command or " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         n = baselines.update_records(args.update, manifest, figures, command=command)
         print(f"wrote {n} reference records for {manifest.model} into {args.update}")
         return 0
-    verdicts = baselines.compare(baselines.load_baselines(args.against), manifest, figures, tolerance=args.tolerance)
-    _settings(baselines.check_settings(verdicts, manifest), allow=args.allow_mismatch)
-    checked = [v for v in verdicts if v.status != "not-in-run"]
+    result = check_run(run_dir, args.against, tolerance=args.tolerance)
+    manifest, verdicts, checked = result.manifest, result.verdicts, result.checked
+    _settings(result.settings, allow=args.allow_mismatch)
     if args.json:
         from locos_bench._cli.common import print_json
 
@@ -69,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
             for v in verdicts:
                 if v.failed and v.message:
                     print(f"{v.status}: {v.record.label}: {v.message}")
-    failed = [v for v in verdicts if v.failed]
+    failed = result.failed
     if failed:
         print(f"\n{len(failed)} of {len(verdicts)} baseline checks failed", file=sys.stderr)
     if not checked:
@@ -82,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _against_heads(args: argparse.Namespace) -> int:
-    from locos_bench.report.released_heads import agreement_table, compare_run
+    from locos_bench.regression.released_heads import agreement_table, compare_run
 
     floor = args.min_overlap
     if floor is not None and not 0 <= floor <= 1:

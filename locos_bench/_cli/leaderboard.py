@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from locos_bench.errors import LocosError
-    from locos_bench.report.leaderboard import analyze_runs, stats_json, write_stats
+    from locos_bench.report.rendering.leaderboard import analyze_runs, stats_json, write_stats
 
     if args.n_resamples < 1:
         raise LocosError(f"--n-resamples must be at least 1, got {args.n_resamples}")

@@ -37,7 +37,7 @@ class HeadScores:
         per_example: `[n_examples, n_layers, n_heads]` each calibration example's scores, in
             the order given, whose mean is `scores`; None where a detector cannot split its
             scores by example. They let the report measure how stable the selection is under
-            resampling of the calibration examples (`report.stability.selection_stability`).
+            resampling of the calibration examples (`report.statistics.stability.selection_stability`).
     """
 
     scores: Tensor

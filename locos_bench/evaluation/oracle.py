@@ -17,7 +17,7 @@ Effects are means over examples: `drop` is the unablated metric minus the ablate
 is more necessary), `logprob_drop` the same for the gold log-prob; sufficiency reports the
 metric and log-prob kept with only the set full. Each set's per-example metric is kept too
 (`outcomes`, one character per example), so a detector's top k can be compared with the best
-set on the same examples, with intervals (`report.oracle`).
+set on the same examples, with intervals (`report.statistics.oracle`).
 """
 
 from __future__ import annotations

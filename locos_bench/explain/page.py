@@ -1,6 +1,6 @@
 """The explain page: one self-contained HTML file per answer (`locos_bench/data/explain.html`:
 inline CSS, JS and data, nothing fetched when opened), and the pages a run writes into its
-directory for the leaderboard to link (`report.links` reads them from the files).
+directory for the leaderboard to link (`report.rendering.links` reads them from the files).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def page_data(html_text: str) -> dict[str, Any]:
 
 
 PAGES_DIR = "explain"
-"""The run directory's folder of explain pages (the leaderboard links them: `report.links`)."""
+"""The run directory's folder of explain pages (the leaderboard links them: `report.rendering.links`)."""
 
 
 def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any], n: int, *, top: int = 5,

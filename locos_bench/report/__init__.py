@@ -1,22 +1,21 @@
-"""Reports: every statistic of a run, the leaderboard that shows them, and baseline verdicts.
+"""Reports: every statistic of a run, and the leaderboard that shows them.
 
-Statistics (never import rendering): `analysis` (one run, from its records) over `bootstrap`
-(paired resampling, marginal intervals), `units` (records to per-example vectors), `curves`,
-`truth`, `stability`, `simultaneous` (max-T over a family), `separability` (the run's
-families: verdicts and rank sets; table order), `specificity`, `summary`, `ratios` (Fieller,
-the delta method, one rule for a denominator near 0), `sufficiency`, `steering`; their result
-models in `results`; `baselines` (regression verdicts). Rendering: `display`, `notes`,
-`tables`, `conclusion` (the conclusion, family notes, verdict tables), `intervention_tables`
-(sufficiency, steering), `markdown` (the page), `plots`, `links` (explain pages),
-`leaderboard` (load, analyse, write).
-Every definition lives in `docs/methodology.md`.
+Two rooms, imports one way (rendering reads statistics, never the reverse):
+
+- `statistics`: from a run's records to every figure (`analysis.analyze` over `bootstrap`,
+  `simultaneous`, `separability`, `ratios`, ...); the result models in `statistics.results`.
+- `rendering`: the leaderboard as Markdown and plots (`rendering.leaderboard` loads, analyses
+  and writes).
+
+What CI gates on (baselines, released head lists) lives in `locos_bench.regression`. Every
+definition lives in `docs/methodology.md`.
 
 The face::
 
     from locos_bench.report import write_leaderboard, analyze
 """
 
-from locos_bench.report.analysis import analyze
-from locos_bench.report.leaderboard import write_leaderboard
+from locos_bench.report.rendering.leaderboard import write_leaderboard
+from locos_bench.report.statistics.analysis import analyze
 
 __all__ = ["analyze", "write_leaderboard"]

@@ -99,7 +99,7 @@ class Family(BaseModel):
     unablated), under `steer_alphas` `steering:headline`, `steering:gold_logprob` (steered minus
     unablated), under `bottom_k` `bottom-k:headline`, `bottom-k:gold_logprob` (drop-areas of
     each named detector's bottom-k heads: its pairs are not `pairs` but, per such detector,
-    bottom-k minus random and top-k minus bottom-k, `report.bottom_k`); each is a family of its
+    bottom-k minus random and top-k minus bottom-k, `report.statistics.bottom_k`); each is a family of its
     own."""
     pairs: list[tuple[str, str]]
     """(detector, reference): every other detector against each reference, and the references'

@@ -14,7 +14,7 @@ from locos_bench.cli import main
 from locos_bench.errors import LocosError
 from locos_bench.harness import run_benchmark
 from locos_bench.names import rank_heads
-from locos_bench.report.analysis import analyze
+from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import RunConfig, UnitKind, UnitRecord, load_run
 
 NEEDED = {(1, 0), (2, 3), (0, 0)}

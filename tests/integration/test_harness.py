@@ -21,7 +21,7 @@ from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
 from locos_bench.models.planted import planted_ground_truth
 from locos_bench.names import rank_heads
-from locos_bench.report.analysis import analyze
+from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import BASELINE, EvalUnit, RankUnit, RunConfig, RunDir, ScoresUnit, load_run
 from locos_bench.run.records import unit_from_json
 

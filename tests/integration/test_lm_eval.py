@@ -396,7 +396,7 @@ def planted_run(tmp_path_factory, planted):
 
 
 def test_lm_eval_tasks_are_controls_of_a_run(planted_run):
-    from locos_bench.report.leaderboard import analyze_runs
+    from locos_bench.report.rendering.leaderboard import analyze_runs
     from locos_bench.run import BASELINE, EvalUnit, UnitKey
 
     manifest = planted_run.read_manifest()

@@ -281,7 +281,7 @@ def test_the_published_run_reads_every_detector_against_the_oracle():
     every detector and kind, its ground truth is the shipped one, and each ablated evaluation
     equals the search's record of the same set, example for example (one intervention)."""
     from locos_bench.evaluation.oracle import set_name
-    from locos_bench.report.analysis import analyze
+    from locos_bench.report.statistics.analysis import analyze
     from locos_bench.run.rundir import load_run
 
     manifest, units = load_run(ROOT / "leaderboard" / "organism-reference")

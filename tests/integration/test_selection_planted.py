@@ -11,8 +11,8 @@ import torch
 from locos_bench.detectors import make_detector, run_detector
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
-from locos_bench.report.analysis import analyze
-from locos_bench.report.markdown import render_markdown
+from locos_bench.report.rendering.markdown import render_markdown
+from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import RunConfig, ScoresUnit, load_run
 from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import example_item, load_task

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from locos_bench.names import rank_heads
-from locos_bench.report.analysis import analyze
+from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import BASELINE, EvalUnit, RunConfig, RunDir, RunPlan, ScoresUnit, load_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "specificity"

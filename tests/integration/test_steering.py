@@ -12,7 +12,7 @@ import pytest
 
 from locos_bench.cli import main
 from locos_bench.harness import run_benchmark
-from locos_bench.report.analysis import analyze
+from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import RunConfig, load_run
 
 

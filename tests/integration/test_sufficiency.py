@@ -20,7 +20,7 @@ from locos_bench.errors import LocosError
 from locos_bench.evaluation import evaluate_task
 from locos_bench.harness import run_benchmark
 from locos_bench.interventions import AblationSpec, HeadAblation, only_full, reference_means
-from locos_bench.report.analysis import analyze
+from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import RunConfig, load_run
 from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import load_task

@@ -13,7 +13,7 @@ import yaml
 from locos_bench.errors import LocosError
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
-from locos_bench.report.baselines import (
+from locos_bench.regression.baselines import (
     BaselineRecord,
     Figure,
     Source,

@@ -28,7 +28,7 @@ def test_readme_layout_names_every_package_and_top_level_module():
     modules = [p.name for p in library.glob("*.py") if p.name != "__init__.py"]
     missing = [name for name in packages + modules if not re.search(rf"(^|\s){re.escape(name)}(\s|$)", layout, re.M)]
     assert not missing, f"README's layout leaves out {missing}"
-    assert {"models/", "tasks/", "interventions/", "evaluation/", "detectors/", "run/", "harness/", "report/",
+    assert {"models/", "tasks/", "interventions/", "evaluation/", "detectors/", "run/", "harness/", "report/", "regression/",
             "lm_eval/", "explain/"} <= set(packages)
 
 
@@ -106,6 +106,7 @@ LAYERS = (
     ("run",),
     ("explain", "lm_eval"),
     ("report",),
+    ("regression",),
     ("harness",),
     ("_cli", "cli", "pytest_plugin", "heads", "__init__"),
 )
@@ -163,7 +164,7 @@ def test_progress_labels_keep_a_space_before_the_task(kind):
 
 def test_paths_beside_the_library_point_at_the_checkout():
     """Modules that moved into packages still find the checkout's folders."""
-    from locos_bench.report.baselines import BASELINES_DIR
+    from locos_bench.regression.baselines import BASELINES_DIR
     from locos_bench.run.provenance import CHECKOUT
     from locos_bench.tasks import BUILTIN_TASKS_DIR
 

@@ -11,10 +11,10 @@ import pytest
 
 from locos_bench import cli
 from locos_bench.errors import LocosError
-from locos_bench.report.bootstrap import Estimate
-from locos_bench.report.display import fmt, fmt_ci
-from locos_bench.report.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
-from locos_bench.report.markdown import render_markdown
+from locos_bench.report.rendering.display import fmt, fmt_ci
+from locos_bench.report.rendering.leaderboard import LEADERBOARD, analyze_runs, write_leaderboard
+from locos_bench.report.rendering.markdown import render_markdown
+from locos_bench.report.statistics.bootstrap import Estimate
 from locos_bench.run import BASELINE, RunDir, RunPlan, load_run
 from locos_bench.run.records import (
     DetectorEntry,
@@ -170,7 +170,7 @@ def test_writes_markdown_and_linked_pngs(run_dir: Path):
 
 def test_every_detector_has_its_own_colour_and_marker(tmp_path: Path):
     """The published gemma3 run's 12 detectors, and up to 40: no two share a (colour, marker)."""
-    from locos_bench.report.plots import detector_styles
+    from locos_bench.report.rendering.plots import detector_styles
     from locos_bench.run import load_run
 
     manifest, _ = load_run(Path(__file__).resolve().parents[2] / "leaderboard" / "gemma3-default-seed0")

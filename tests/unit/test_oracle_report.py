@@ -1,4 +1,4 @@
-"""`report.oracle`: a detector's top k against the exhaustive search's best sets, on files
+"""`report.statistics.oracle`: a detector's top k against the exhaustive search's best sets, on files
 built here with known per-example outcomes."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from locos_bench.errors import LocosError
 from locos_bench.evaluation.oracle import outcome_string, set_name
 from locos_bench.models.organism import sha256_file
-from locos_bench.report.oracle import oracle_task, outcome_vector, read_ground_truth
+from locos_bench.report.statistics.oracle import oracle_task, outcome_vector, read_ground_truth
 
 HEADS = [(0, 0), (0, 1), (1, 0), (1, 1)]
 

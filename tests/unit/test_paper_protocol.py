@@ -17,7 +17,8 @@ import yaml
 from locos_bench.errors import LocosError
 from locos_bench.models.architecture import HeadGeometry
 from locos_bench.presets import PRESETS, preset_contexts
-from locos_bench.report.dissociation import dissociation, dissociation_score, dissociation_section
+from locos_bench.report.rendering.dissociation import dissociation_section
+from locos_bench.report.statistics.dissociation import dissociation, dissociation_score
 from locos_bench.run import RunConfig
 from locos_bench.run.plan import draw_params
 from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, Provenance, TaskEntry
@@ -292,7 +293,7 @@ def test_dissociation_score_by_hand():
 
 
 def test_adapted_detectors_say_what_they_adapt_in_the_detector_table():
-    from locos_bench.report.tables import detectors_table
+    from locos_bench.report.rendering.tables import detectors_table
     from locos_bench.run.manifest import detector_entry
 
     entries = [detector_entry(n) for n in ("path-patching", "attention-knockout", "echo", "razor-attention", "locos")]

@@ -12,9 +12,9 @@ import pytest
 
 from locos_bench.errors import LocosError
 from locos_bench.models.planted import planted_truth
-from locos_bench.report.analysis import analyze
-from locos_bench.report.markdown import render_markdown
-from locos_bench.report.truth import ground_truth, truth_sets
+from locos_bench.report.rendering.markdown import render_markdown
+from locos_bench.report.statistics.analysis import analyze
+from locos_bench.report.statistics.truth import ground_truth, truth_sets
 from locos_bench.run import Manifest, load_run
 
 BOARDS = Path(__file__).resolve().parents[2] / "leaderboard"

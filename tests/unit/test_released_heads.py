@@ -12,7 +12,7 @@ import pytest
 from locos_bench import cli
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress
-from locos_bench.report.released_heads import compare_run, load_released
+from locos_bench.regression.released_heads import compare_run, load_released
 from locos_bench.run import RunConfig, RunDir
 
 

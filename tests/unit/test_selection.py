@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from locos_bench.report.bootstrap import topk_stability
-from locos_bench.report.stability import selection_stability
+from locos_bench.report.statistics.bootstrap import topk_stability
+from locos_bench.report.statistics.stability import selection_stability
 
 
 def test_identical_examples_give_a_perfectly_stable_selection():
@@ -65,7 +65,7 @@ def _width(est):
 
 
 def test_two_level_bootstrap_widens_when_draws_differ_and_equals_one_level_when_they_agree():
-    from locos_bench.report.bootstrap import Bootstrap, Draws, PerDraw, combine
+    from locos_bench.report.statistics.bootstrap import Bootstrap, Draws, PerDraw, combine
 
     n, d = 30, 5
     boot = Bootstrap(n, n_resamples=1000, seed=0)
@@ -86,7 +86,7 @@ def test_two_level_bootstrap_widens_when_draws_differ_and_equals_one_level_when_
 
 
 def test_one_draw_is_the_one_level_figure():
-    from locos_bench.report.bootstrap import Bootstrap, Draws, PerDraw, combine
+    from locos_bench.report.statistics.bootstrap import Bootstrap, Draws, PerDraw, combine
 
     boot = Bootstrap(12, n_resamples=300, seed=0)
     x = np.random.default_rng(3).normal(size=12)
@@ -96,8 +96,8 @@ def test_one_draw_is_the_one_level_figure():
 def test_vs_random_resamples_random_draws(tmp_path):
     """`vs random` carries the spread between random's draws: wider than the one-level interval
     that takes random's per-example mean over draws as known, on the same example resamples."""
-    from locos_bench.report.bootstrap import Bootstrap, task_seed
-    from locos_bench.report.leaderboard import analyze_runs
+    from locos_bench.report.rendering.leaderboard import analyze_runs
+    from locos_bench.report.statistics.bootstrap import Bootstrap, task_seed
     from locos_bench.run import load_run
     from tests.unit.test_leaderboard import make_run
 

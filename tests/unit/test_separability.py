@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from locos_bench.report.leaderboard import analyze_runs
-from locos_bench.report.markdown import render_markdown
+from locos_bench.report.rendering.leaderboard import analyze_runs
+from locos_bench.report.rendering.markdown import render_markdown
 from locos_bench.run import load_run
 from locos_bench.run.records import Family, default_family
 from tests.unit.test_leaderboard import _cells, _table_after, make_run
@@ -90,7 +90,7 @@ def test_published_verdicts_do_not_depend_on_the_number_of_resamples(tmp_path: P
 
 
 def test_rank_sets_come_from_every_pair():
-    from locos_bench.report.separability import Side, rank_sets
+    from locos_bench.report.statistics.separability import Side, rank_sets
 
     rng = np.random.default_rng(0)
     noise = rng.normal(0, 0.1, 24)
@@ -167,7 +167,7 @@ def test_every_ranked_table_states_its_family(tmp_path: Path):
 
 
 def test_the_reading_notes_point_to_the_methodology_and_agree_with_it():
-    from locos_bench.report import notes
+    from locos_bench.report.rendering import notes
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "methodology.md").read_text()
     text = " ".join(" ".join([notes.DEFINITIONS, notes.SEPARABILITY, notes.PAIRED_SPECIFICITY, notes.SUFFICIENCY,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from locos_bench.report.simultaneous import Paired, batch, simultaneous
+from locos_bench.report.statistics.simultaneous import Paired, batch, simultaneous
 
 K, D, S = 4, 5, 1000
 """Detectors besides locos and random; random's draws; simulated families per case."""

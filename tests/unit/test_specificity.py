@@ -1,4 +1,4 @@
-"""Specificity (report.specificity): control units per retrieval task in the plan, and relative
+"""Specificity (report.statistics.specificity): control units per retrieval task in the plan, and relative
 drops that let tasks in different units average, on small hand-made run records."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from locos_bench.errors import LocosError
-from locos_bench.report.analysis import analyze
-from locos_bench.report.markdown import render_markdown
+from locos_bench.report.rendering.markdown import render_markdown
+from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import BASELINE, RunPlan, UnitKey
 from locos_bench.run.plan import PlannedDetector, PlannedTask
 from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, Provenance, ScoresUnit, TaskEntry

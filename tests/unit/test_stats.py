@@ -7,7 +7,7 @@ import pytest
 
 from locos_bench.errors import LocosError
 from locos_bench.report import analyze
-from locos_bench.report.bootstrap import Bootstrap, combine, curve_weights, task_seed
+from locos_bench.report.statistics.bootstrap import Bootstrap, combine, curve_weights, task_seed
 from locos_bench.run import BASELINE
 from locos_bench.run.records import (
     DetectorEntry,

@@ -13,8 +13,8 @@ from typing import Any
 from tabulate import tabulate
 
 from locos_bench.names import Head
-from locos_bench.report.bootstrap import Estimate
-from locos_bench.report.results import DetectorResult
+from locos_bench.report.statistics.bootstrap import Estimate
+from locos_bench.report.statistics.results import DetectorResult
 
 DIGITS = 3
 

@@ -24,10 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.report.bootstrap import Estimate, PerDraw
-from locos_bench.report.curves import summary_curves
-from locos_bench.report.results import GOLD, DetectorResult, FamilyStats, RunStats, SummaryRow, TaskResult, Verdict
-from locos_bench.report.simultaneous import Paired, family_seed, simultaneous
+from locos_bench.report.statistics.bootstrap import Estimate, PerDraw
+from locos_bench.report.statistics.curves import summary_curves
+from locos_bench.report.statistics.results import (
+    GOLD,
+    DetectorResult,
+    FamilyStats,
+    RunStats,
+    SummaryRow,
+    TaskResult,
+    Verdict,
+)
+from locos_bench.report.statistics.simultaneous import Paired, family_seed, simultaneous
 
 RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "label_accuracy",
                    "acc", "acc_norm"})

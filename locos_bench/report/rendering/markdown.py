@@ -4,7 +4,7 @@ The same statistics give a byte-identical file: no clock, no absolute paths, fix
 formatting. This module lays the page out (each run's conclusion first; a section per run:
 header, notes, summary with its verdicts, each task, sufficiency, steering, failures; a
 summary across runs when there are several) from the tables (`tables`), notes (`notes`) and
-verdicts (`conclusion`); plots are linked by the relative paths `locos_bench.report.plots`
+verdicts (`conclusion`); plots are linked by the relative paths `locos_bench.report.rendering.plots`
 returns. It computes nothing: rank sets and verdicts come from each run's own families
 (`separability`).
 """
@@ -13,18 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from locos_bench.report.conclusion import conclusion, family_note, verdict_table
-from locos_bench.report.display import fmt_ci
-from locos_bench.report.intervention_tables import bottom_k_tables, oracle_tables, steering_tables, sufficiency_tables
-from locos_bench.report.notes import (
+from locos_bench.report.rendering.conclusion import conclusion, family_note, verdict_table
+from locos_bench.report.rendering.display import fmt_ci
+from locos_bench.report.rendering.intervention_tables import (
+    bottom_k_tables,
+    oracle_tables,
+    steering_tables,
+    sufficiency_tables,
+)
+from locos_bench.report.rendering.notes import (
     STEERING,
     SUFFICIENCY,
     definitions,
     ground_truth_note,
     separability_note,
 )
-from locos_bench.report.results import GOLD, RunStats
-from locos_bench.report.tables import (
+from locos_bench.report.rendering.tables import (
     cross_run_table,
     detectors_table,
     failures_table,
@@ -37,6 +41,7 @@ from locos_bench.report.tables import (
     tasks_table,
     versus_table,
 )
+from locos_bench.report.statistics.results import GOLD, RunStats
 
 
 def _image(alt: str, rel: str | None) -> str | None:

@@ -150,7 +150,7 @@ def run_figures(run_dir: RunDir | Path | str, *, n_resamples: int = 2000) -> tup
     Raises:
         LocosError: the directory is not a run, or is incomplete (naming the missing units).
     """
-    from locos_bench.report.analysis import analyze
+    from locos_bench.report.statistics.analysis import analyze
     from locos_bench.run import load_run
 
     manifest, units = load_run(getattr(run_dir, "path", run_dir))

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from locos_bench.report.bootstrap import Bootstrap, Draws, Estimate, PerDraw, combine, spread, weighted_sum
-from locos_bench.report.results import GOLD, Curve, DetectorResult, RankResult, TaskResult
-from locos_bench.report.units import DrawSets, draw_term, first_line, vector
+from locos_bench.report.statistics.bootstrap import Bootstrap, Draws, Estimate, PerDraw, combine, spread, weighted_sum
+from locos_bench.report.statistics.results import GOLD, Curve, DetectorResult, RankResult, TaskResult
+from locos_bench.report.statistics.units import DrawSets, draw_term, first_line, vector
 from locos_bench.run import RunPlan
 
 REFERENCES = ("locos", "random")

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
 
 from locos_bench.names import Head
-from locos_bench.report.bootstrap import LEVEL, Bootstrap, Estimate, finite_or_none
-from locos_bench.report.oracle import OracleTask
+from locos_bench.report.statistics.bootstrap import LEVEL, Bootstrap, Estimate, finite_or_none
+from locos_bench.report.statistics.oracle import OracleTask
 from locos_bench.run import Manifest
 from locos_bench.run.records import Family
 
@@ -143,7 +143,7 @@ class FamilyStats(ResultModel):
     """What is compared, in words (`mean contains drop-area over 2 retrieval tasks`)."""
     kind: str
     """`many-to-one` (the run's pre-specified pairs), `bottom-k` (the bottom-k control's pairs,
-    `report.bottom_k`) or `all pairs` (rank sets)."""
+    `report.statistics.bottom_k`) or `all pairs` (rank sets)."""
     size: int
     """Comparisons in the family (those with data)."""
     units: int
@@ -437,15 +437,15 @@ class RunStats(ResultModel):
     truth_sets: dict[str, list[Head]] | None = Field(default=None, exclude=True, repr=False)
     """The planted model's true head sets (`truth.truth_sets`); None for another model."""
     sufficiency: list[SufficiencyTask] = Field(default_factory=list)
-    """Per retrieval task, under `--sufficiency` (`report.sufficiency`); empty otherwise."""
+    """Per retrieval task, under `--sufficiency` (`report.statistics.sufficiency`); empty otherwise."""
     sufficiency_summary: list[SufficiencySummaryRow] = Field(default_factory=list)
     steering: list[SteeringTask] = Field(default_factory=list)
-    """Per task and heads' source, under `--steer-alphas` (`report.steering`); empty otherwise."""
+    """Per task and heads' source, under `--steer-alphas` (`report.statistics.steering`); empty otherwise."""
     steering_summary: list[SteeringSummaryRow] = Field(default_factory=list)
     bottom_k: list[BottomKTask] = Field(default_factory=list)
-    """Per retrieval task, under `--bottom-k` (`report.bottom_k`); empty otherwise."""
+    """Per retrieval task, under `--bottom-k` (`report.statistics.bottom_k`); empty otherwise."""
     oracle: list[OracleTask] = Field(default_factory=list)
-    """Per task, on a model with a searched ground truth (the organism, `report.oracle`)."""
+    """Per task, on a model with a searched ground truth (the organism, `report.statistics.oracle`)."""
 
     @computed_field
     @property

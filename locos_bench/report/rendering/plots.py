@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.report.display import detector_label, overlap_k, top_heads
-from locos_bench.report.results import GOLD, DetectorResult, RunStats, TaskResult
+from locos_bench.report.rendering.display import detector_label, overlap_k, top_heads
+from locos_bench.report.statistics.results import GOLD, DetectorResult, RunStats, TaskResult
 from locos_bench.run.rundir import write_atomic
 
 PLOTS = "plots"

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.report.bootstrap import Bootstrap, combine, curve_weights, task_seed, weighted_sum
-from locos_bench.report.results import GOLD, FamilyStats, SteeringRow, SteeringSummaryRow, SteeringTask
-from locos_bench.report.separability import RATES, many_to_one, side, versus
-from locos_bench.report.units import DrawSets, complete_draws, draw_term, vector
+from locos_bench.report.statistics.bootstrap import Bootstrap, combine, curve_weights, task_seed, weighted_sum
+from locos_bench.report.statistics.results import GOLD, FamilyStats, SteeringRow, SteeringSummaryRow, SteeringTask
+from locos_bench.report.statistics.separability import RATES, many_to_one, side, versus
+from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, vector
 from locos_bench.run import Manifest, RunPlan
 
 

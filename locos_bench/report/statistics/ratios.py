@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _sps
 
-from locos_bench.report.bootstrap import LEVEL, Estimate, PerDraw, per_example
+from locos_bench.report.statistics.bootstrap import LEVEL, Estimate, PerDraw, per_example
 
 UNBOUNDED = (-math.inf, math.inf)
 

@@ -21,18 +21,18 @@ from typing import Any
 import numpy as np
 
 from locos_bench.names import rank_heads
-from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, curve_weights, task_seed
-from locos_bench.report.bottom_k import bottom_k
-from locos_bench.report.curves import add_versus, curve, detector_result
-from locos_bench.report.oracle import oracle_tables
-from locos_bench.report.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
-from locos_bench.report.separability import rank_key, separability, truth_key
-from locos_bench.report.stability import fill_stability
-from locos_bench.report.steering import steering
-from locos_bench.report.sufficiency import sufficiency
-from locos_bench.report.summary import summary as summarise
-from locos_bench.report.truth import ground_truth, truth_sets
-from locos_bench.report.units import DrawSets, Unit, first_line, unit_label, vector
+from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, curve_weights, task_seed
+from locos_bench.report.statistics.bottom_k import bottom_k
+from locos_bench.report.statistics.curves import add_versus, curve, detector_result
+from locos_bench.report.statistics.oracle import against_oracle
+from locos_bench.report.statistics.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
+from locos_bench.report.statistics.separability import rank_key, separability, truth_key
+from locos_bench.report.statistics.stability import fill_stability
+from locos_bench.report.statistics.steering import steering
+from locos_bench.report.statistics.sufficiency import sufficiency
+from locos_bench.report.statistics.summary import summary as summarise
+from locos_bench.report.statistics.truth import ground_truth, truth_sets
+from locos_bench.report.statistics.units import DrawSets, Unit, first_line, unit_label, vector
 from locos_bench.run import BASELINE, Manifest, RunPlan
 
 
@@ -57,7 +57,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     draw_sets = DrawSets(manifest.seed, n_resamples)
 
     for entry in manifest.tasks:
-        if entry.kind == "variant":  # evaluated only unablated and steered (`report.steering`)
+        if entry.kind == "variant":  # evaluated only unablated and steered (`report.statistics.steering`)
             continue
         n = len(entry.splits.get("evaluation", []))
         base_unit = done.get(plan.baseline_key(entry.name))
@@ -88,7 +88,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     steer, steer_summary, steer_verdicts = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
                                                     method=method, level=level)
     bottom, bottom_verdicts = bottom_k(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
-    oracle = oracle_tables(manifest, _scores(plan, manifest, done), level=level)
+    oracle = against_oracle(manifest, _scores(plan, manifest, done), level=level)
     run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
                    failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
                    truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,

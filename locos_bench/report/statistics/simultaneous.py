@@ -45,7 +45,7 @@ import numpy as np
 from scipy import stats as _sps
 
 from locos_bench.errors import LocosError
-from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES, _quantise
+from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, _quantise
 
 ENUMERATE = 2**16
 """Enumerate every sign pattern when there are at most this many (N <= 16 units); otherwise

@@ -32,8 +32,8 @@ from pydantic import BaseModel
 
 from locos_bench.errors import LocosError
 from locos_bench.names import head_name, rank_heads, set_name
-from locos_bench.report.bootstrap import LEVEL, Draws, Estimate, PerDraw, draws_seed
-from locos_bench.report.ratios import fieller
+from locos_bench.report.statistics.bootstrap import LEVEL, Draws, Estimate, PerDraw, draws_seed
+from locos_bench.report.statistics.ratios import fieller
 
 MODES = ("necessity", "sufficiency")
 
@@ -142,7 +142,7 @@ def _share_at(row: OracleRow, mode: str, k: int) -> float:
     return est.value if est is not None and np.isfinite(est.value) else -np.inf
 
 
-def oracle_tables(manifest: Any, scores: Mapping[str, Mapping[str, Sequence[Any]]], *, level: float = LEVEL,
+def against_oracle(manifest: Any, scores: Mapping[str, Mapping[str, Sequence[Any]]], *, level: float = LEVEL,
                   directory: Path | None = None) -> list[OracleTask]:
     """Per task of the run that the model's ground truth covers: `oracle_task`. Empty for a
     model without one. `scores`: task -> detector -> scores per draw."""
@@ -156,4 +156,4 @@ def oracle_tables(manifest: Any, scores: Mapping[str, Mapping[str, Sequence[Any]
             for task, by_detector in scores.items() if task in data["tasks"] and by_detector]
 
 
-__all__ = ["OracleRow", "OracleTask", "oracle_tables", "oracle_task", "outcome_vector", "read_ground_truth"]
+__all__ = ["OracleRow", "OracleTask", "against_oracle", "oracle_task", "outcome_vector", "read_ground_truth"]

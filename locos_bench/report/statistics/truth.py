@@ -15,7 +15,7 @@ import numpy as np
 
 from locos_bench.errors import LocosError
 from locos_bench.names import Head, head_name, rank_heads
-from locos_bench.report.results import GroundTruth
+from locos_bench.report.statistics.results import GroundTruth
 from locos_bench.run import Manifest
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from locos_bench.names import head_name
-from locos_bench.report.bootstrap import N_RESAMPLES, calibration_seed, topk_stability
-from locos_bench.report.results import DetectorResult, Stability
+from locos_bench.report.statistics.bootstrap import N_RESAMPLES, calibration_seed, topk_stability
+from locos_bench.report.statistics.results import DetectorResult, Stability
 from locos_bench.run import RunPlan
 
 

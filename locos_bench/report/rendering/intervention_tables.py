@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from locos_bench.report.conclusion import family_note, verdict_table
-from locos_bench.report.display import cell, detector_label, fmt, fmt_ci, table
-from locos_bench.report.notes import BOTTOM_K
-from locos_bench.report.results import GOLD, RunStats
+from locos_bench.report.rendering.conclusion import family_note, verdict_table
+from locos_bench.report.rendering.display import cell, detector_label, fmt, fmt_ci, table
+from locos_bench.report.rendering.notes import BOTTOM_K
+from locos_bench.report.statistics.results import GOLD, RunStats
 
 
 def _verdicts(run: RunStats, prefix: str) -> list[str]:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.report.analysis import analyze
-from locos_bench.report.bootstrap import LEVEL, N_RESAMPLES
-from locos_bench.report.dissociation import dissociation_markdown
-from locos_bench.report.links import explain_links
-from locos_bench.report.markdown import render_markdown
-from locos_bench.report.plots import write_plots
-from locos_bench.report.results import RunStats
+from locos_bench.report.rendering.dissociation import dissociation_markdown
+from locos_bench.report.rendering.links import explain_links
+from locos_bench.report.rendering.markdown import render_markdown
+from locos_bench.report.rendering.plots import write_plots
+from locos_bench.report.statistics.analysis import analyze
+from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES
+from locos_bench.report.statistics.results import RunStats
 from locos_bench.run.rundir import load_run, write_atomic
 
 LEADERBOARD = "leaderboard.md"

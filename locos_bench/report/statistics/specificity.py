@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from locos_bench.report.bootstrap import Estimate, combine
-from locos_bench.report.ratios import identified, relative_sum
-from locos_bench.report.results import GOLD, TaskResult
+from locos_bench.report.statistics.bootstrap import Estimate, combine
+from locos_bench.report.statistics.ratios import identified, relative_sum
+from locos_bench.report.statistics.results import GOLD, TaskResult
 
 
 def _drop(t: TaskResult, det: str, m: str, at_kmax: bool = False) -> Any:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from locos_bench.report.bootstrap import Estimate, combine
-from locos_bench.report.curves import REFERENCES, summary_curves
-from locos_bench.report.results import GOLD, SummaryRow, TaskResult
-from locos_bench.report.separability import summary_key
-from locos_bench.report.specificity import specificity
+from locos_bench.report.statistics.bootstrap import Estimate, combine
+from locos_bench.report.statistics.curves import REFERENCES, summary_curves
+from locos_bench.report.statistics.results import GOLD, SummaryRow, TaskResult
+from locos_bench.report.statistics.separability import summary_key
+from locos_bench.report.statistics.specificity import specificity
 from locos_bench.run import RunPlan
 from locos_bench.run.plan import EACH_RETRIEVAL, LARGEST_BUDGET
 

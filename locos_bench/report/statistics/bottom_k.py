@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from locos_bench.report.bootstrap import combine, curve_weights
-from locos_bench.report.curves import curve
-from locos_bench.report.results import GOLD, BottomKRow, BottomKTask, FamilyStats, TaskResult
-from locos_bench.report.separability import RATES, ablation_sides, many_to_one, side
-from locos_bench.report.units import DrawSets, complete_draws, vector
+from locos_bench.report.statistics.bootstrap import combine, curve_weights
+from locos_bench.report.statistics.curves import curve
+from locos_bench.report.statistics.results import GOLD, BottomKRow, BottomKTask, FamilyStats, TaskResult
+from locos_bench.report.statistics.separability import RATES, ablation_sides, many_to_one, side
+from locos_bench.report.statistics.units import DrawSets, complete_draws, vector
 from locos_bench.run import Manifest, RunPlan
 
 RANDOM = "random"

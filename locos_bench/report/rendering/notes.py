@@ -10,8 +10,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from locos_bench.report.display import fmt
-from locos_bench.report.results import RunStats
+from locos_bench.report.rendering.display import fmt
+from locos_bench.report.statistics.results import RunStats
 from locos_bench.run.plan import ALL_BUDGETS, LARGEST_BUDGET
 
 DEFINITIONS = """\

@@ -12,10 +12,10 @@ import json
 from typing import Any
 
 from locos_bench.names import head_name
-from locos_bench.report.display import detector_label, fmt, fmt_ci, overlap_k, rank_text, table
-from locos_bench.report.notes import NO_STABILITY, STABILITY, at_largest
-from locos_bench.report.results import GOLD, RunStats, TaskResult
-from locos_bench.report.separability import summary_key
+from locos_bench.report.rendering.display import detector_label, fmt, fmt_ci, overlap_k, rank_text, table
+from locos_bench.report.rendering.notes import NO_STABILITY, STABILITY, at_largest
+from locos_bench.report.statistics.results import GOLD, RunStats, TaskResult
+from locos_bench.report.statistics.separability import summary_key
 
 RANKS_SHOWN = 10
 """The per-rank diagnostic shows at most this many ranks."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from locos_bench.report.display import fmt, fmt_ci, fmt_p, table
-from locos_bench.report.results import FamilyStats, RunStats, Verdict
+from locos_bench.report.rendering.display import fmt, fmt_ci, fmt_p, table
+from locos_bench.report.statistics.results import FamilyStats, RunStats, Verdict
 
 FIGURES = {"headline": "headline drop-area", "gold_logprob": "gold log-prob drop-area (nats)"}
 """The ablation figures' names in the conclusion."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from locos_bench.errors import LocosError
-from locos_bench.report.bootstrap import Draws, PerDraw, draws_seed
+from locos_bench.report.statistics.bootstrap import Draws, PerDraw, draws_seed
 from locos_bench.run import BottomUnit, EvalUnit, RankUnit, RunPlan, ScoresUnit, SteeringUnit, SufficiencyUnit
 
 Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit

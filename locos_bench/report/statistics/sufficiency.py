@@ -19,11 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.report.bootstrap import combine, curve_weights, weighted_sum
-from locos_bench.report.ratios import fieller
-from locos_bench.report.results import GOLD, FamilyStats, SufficiencyRow, SufficiencySummaryRow, SufficiencyTask
-from locos_bench.report.separability import RATES, side, verdict_families, versus
-from locos_bench.report.units import DrawSets, complete_draws, draw_term, vector
+from locos_bench.report.statistics.bootstrap import combine, curve_weights, weighted_sum
+from locos_bench.report.statistics.ratios import fieller
+from locos_bench.report.statistics.results import (
+    GOLD,
+    FamilyStats,
+    SufficiencyRow,
+    SufficiencySummaryRow,
+    SufficiencyTask,
+)
+from locos_bench.report.statistics.separability import RATES, side, verdict_families, versus
+from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, vector
 from locos_bench.run import Manifest, RunPlan
 
 VERSUS = ("random", "locos")
