@@ -175,7 +175,8 @@ def main(args: argparse.Namespace) -> int:
     if args.gpu and not args.dry_run:
         raise LocosError("--gpu names the GPU a --dry-run estimates for; add --dry-run")
     if args.dry_run:
-        from locos_bench.harness.estimate import dry_run, format_estimate
+        from locos_bench.harness.estimate import dry_run
+        from locos_bench.harness.estimate_text import format_estimate
 
         print(format_estimate(*dry_run(resolved, gpu=args.gpu)))
         return 0

@@ -70,7 +70,7 @@ def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any
 
     Args:
         tasks: The run's `splits.TaskData` (spec, reference and evaluation examples).
-        sufficiency: The run's `Manifest.sufficiency` (`records.Streaming`): the pages' streaming
+        sufficiency: The run's `Manifest.sufficiency` (`run.manifest.Streaming`): the pages' streaming
             heads keep its sink and window; None: the defaults (`KV_SINK`, `KV_WINDOW`).
         ablation: The run's ablation (`interventions.AblationSpec` or its name).
     """

@@ -32,9 +32,10 @@ from locos_bench.interventions import check_positionwise_reference
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.manifest import Comparison, build_manifest, compare, resumed
+from locos_bench.run.manifest import build_manifest, resumed
 from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
+from locos_bench.run.resume import Comparison, compare
 from locos_bench.run.splits import ExternalControl, RunTask
 
 RECORD_BYTES_PER_EXAMPLE = 208
@@ -128,7 +129,7 @@ class Run:
 
     def _choose_dir(self) -> None:
         """Where a run without `--output-dir` goes: its default directory when that is new or
-        holds a run this one resumes or extends (`run.manifest.compare`); else a directory of
+        holds a run this one resumes or extends (`run.resume.compare`); else a directory of
         its own beside it, named by a digest of its configuration, so a second experiment
         never overwrites or blocks the first (a directory of that name that this run fits is
         taken again, so the same command resumes it)."""
@@ -154,7 +155,7 @@ class Run:
 
     def previous(self) -> tuple[Any, Comparison | None]:
         """The manifest the run directory already holds (None: none) and how this run stands to
-        it (`run.manifest.compare`): one it can neither resume nor extend is refused, naming
+        it (`run.resume.compare`): one it can neither resume nor extend is refused, naming
         what differs, unless `force`. Reads only (`--dry-run` makes the same check)."""
         self._choose_dir()
         if not self.dir.exists():

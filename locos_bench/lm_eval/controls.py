@@ -11,7 +11,7 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.lm_eval.lm import LocosLM, check_lm_eval_version
-from locos_bench.run.records import TaskEntry
+from locos_bench.run.manifest import TaskEntry
 from locos_bench.run.splits import ExternalControl
 
 

@@ -252,7 +252,7 @@ class SettingsCheck:
 def check_settings(verdicts: Sequence[Verdict], manifest: Manifest) -> list[SettingsCheck]:
     """The settings of each baseline run behind `verdicts` against this run's (paper records
     are what the paper measured and are not compared)."""
-    from locos_bench.run.manifest import command_settings, run_settings
+    from locos_bench.run.commands import command_settings, run_settings
 
     ours = run_settings(manifest)
     checks: dict[tuple[Path, str | None], SettingsCheck] = {}
@@ -302,7 +302,7 @@ def update_records(
     versions = {t.name: t.version for t in manifest.tasks}
     headline = {t.name: [t.metrics[0], "gold_logprob"] for t in manifest.tasks}
     commit = manifest.provenance.git_commit
-    from locos_bench.run.manifest import reproduce_command
+    from locos_bench.run.commands import reproduce_command
 
     run = reproduce_command(manifest)
     new = []

@@ -7,18 +7,19 @@ The face::
 
 Modules: `config` (the flags, `RunConfig`, and the frozen `ResolvedConfig` a run reads; no
 torch on import), `plan` (every unit a run needs, each of a `UnitKind`), `splits` (disjoint
-calibration / reference / evaluation examples), `records` (pydantic schema), `manifest` (a
-run's manifest from its resolved configuration), `provenance`, `rundir` (atomic I/O, lock,
+calibration / reference / evaluation examples), `manifest` (the manifest's schema, made from
+the resolved configuration), `records` (the unit records' schema), `resume` (what a rerun must
+match), `commands` (a manifest as its command line), `provenance`, `rundir` (atomic I/O, lock,
 resume, repair).
 """
 
 from locos_bench.presets import PRESETS
 from locos_bench.run.config import ResolvedConfig, RunConfig
+from locos_bench.run.manifest import Manifest
 from locos_bench.run.plan import BASELINE, RunPlan, UnitKey, UnitKind
 from locos_bench.run.records import (
     BottomUnit,
     EvalUnit,
-    Manifest,
     RankUnit,
     ScoresUnit,
     SteeringUnit,

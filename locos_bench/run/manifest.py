@@ -1,21 +1,217 @@
-"""A run's manifest, made from its resolved configuration (`run.config.ResolvedConfig`), the
-loaded model and the run's tasks: what `manifest.json` records, and, through `compare`, what a
-rerun must match to resume or extend the directory (only detectors, budgets, tasks, steering
-amplifications and sufficiency added, or a detector replaced) and what differs when it cannot.
+"""A run's manifest (`manifest.json`): the schema, and the manifest of a run starting now or
+resumed.
+
+`build_manifest` makes it from the resolved configuration (`run.config.ResolvedConfig`), the
+loaded model and the run's tasks. It imports the detectors and models it reads inside, so the
+schema loads without torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
-from locos_bench.detectors import detector_source, get_detector_class, make_detector
-from locos_bench.models import describe_with_answer_key
-from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.plan import ALL_BUDGETS, EACH_RETRIEVAL
-from locos_bench.run.provenance import provenance
-from locos_bench.run.records import DetectorEntry, Manifest, Streaming, default_family
+from pydantic import BaseModel, ConfigDict, Field
+
+from locos_bench.run.plan import ALL_BUDGETS, EACH_RETRIEVAL, FIRST_RETRIEVAL
+
+if TYPE_CHECKING:
+    from locos_bench.run.config import ResolvedConfig
+
+SCHEMA_VERSION = 1
+
+
+class Provenance(BaseModel):
+    """Where and with what a run was made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    packages: dict[str, str]
+    """Versions of locos-bench, torch, transformers, transformer-lens, ..."""
+    git_commit: str | None
+    """Commit of the locos-bench checkout (None outside a git checkout); `+dirty` if modified."""
+    device: str
+    """`cpu`, or the CUDA device name."""
+    python: str
+    platform: str
+    started_at: str
+    """ISO-8601 UTC time the run directory was created."""
+
+
+class TaskEntry(BaseModel):
+    """One task of a run, with the exact examples used per split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    version: int
+    kind: Literal["retrieval", "control", "variant"]
+    """`variant`: a harder variant of a retrieval task (`variant_of`), evaluated only unablated
+    and steered, with that task's heads (runs with `steer_alphas`)."""
+    metrics: list[str]
+    """Task metrics; the first is the headline metric."""
+    splits: dict[str, list[int]]
+    """Example indices of the `calibration`, `reference` and `evaluation` splits (disjoint), and
+    under `calibration_draws` R > 1 of the further calibration subsets `calibration.1`, ..."""
+    data_hash: str
+    """sha256 over every used example's prompt and answers: detects changed generators."""
+    chance: float | None = None
+    variant_of: str | None = None
+
+
+class DetectorEntry(BaseModel):
+    """A detector as configured for the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    params: dict[str, Any]
+    source: str
+    """`built-in` or `dist==version` of the plugin that provided it."""
+    cost: str
+    """Forward passes per calibration example, as the detector declares it."""
+    stochastic: bool = False
+    adapts: str = ""
+    """What the detector takes from its reference and where it departs (`Detector.adapts`);
+    empty in manifests written before it was recorded."""
+
+
+class Streaming(BaseModel):
+    """The streaming heads of a sufficiency run: each attends to its row's first `sink` real
+    tokens and the last `window` tokens (`interventions.streaming`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sink: int
+    window: int
+
+
+REFERENCES = ("locos", "random")
+"""The detectors every other one is compared with in a run's family, when the run has them."""
+
+
+class Family(BaseModel):
+    """The pre-specified comparisons behind a run's verdicts, fixed when the run is made and
+    never by the page that shows it: for each figure, each (detector, reference) pair as the
+    difference detector - reference, with simultaneous intervals over the pairs (max-T).
+    Rank sets compare every pair of the run's detectors on the ablation figures. Definitions:
+    `docs/methodology.md` (Separability)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    figures: list[str]
+    """`ablation:headline` and `ablation:gold_logprob` (mean drop-area over retrieval tasks);
+    under `sufficiency` also `sufficiency:headline`, `sufficiency:gold_logprob` (kept minus
+    unablated), under `steer_alphas` `steering:headline`, `steering:gold_logprob` (steered minus
+    unablated), under `bottom_k` `bottom-k:headline`, `bottom-k:gold_logprob` (drop-areas of
+    each named detector's bottom-k heads: its pairs are not `pairs` but, per such detector,
+    bottom-k minus random and top-k minus bottom-k, `report.statistics.bottom_k`); each is a family of its
+    own."""
+    pairs: list[tuple[str, str]]
+    """(detector, reference): every other detector against each reference, and the references'
+    own pair once."""
+    level: float = 0.95
+
+
+def default_family(detectors: Sequence[str], *, sufficiency: bool = False, steering: bool = False,
+                   bottom_k: Sequence[str] = ()) -> Family:
+    """The family a run of `detectors` pre-specifies (`Family`): the same for a run directory
+    whose manifest predates the field, from its own configuration."""
+    refs = [r for r in REFERENCES if r in detectors]
+    pairs = [(d, r) for d in detectors if d not in refs for r in refs]
+    pairs += [(a, b) for i, a in enumerate(refs) for b in refs[i + 1:]]
+    figures = [f"{part}:{metric}" for part, on in (("ablation", True), ("sufficiency", sufficiency),
+                                                    ("steering", steering), ("bottom-k", bool(bottom_k))) if on
+               for metric in ("headline", "gold_logprob")]
+    return Family(figures=figures, pairs=pairs)
+
+
+class Manifest(BaseModel):
+    """Configuration and provenance of a run directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    """Model alias or id."""
+    model_info: dict[str, Any]
+    """Head geometry and load facts (`LoadedModel.describe()`)."""
+    tasks: list[TaskEntry]
+    detectors: list[DetectorEntry]
+    budgets: list[int]
+    """Numbers of ablated heads k, identical for every detector."""
+    ablation: str
+    """`mean`, `zero` or `scale:ALPHA` on each head's output `z`; `mean-q` or `zero-q` on its
+    query (`interventions.query`)."""
+    positionwise: bool = False
+    """Mean ablation per position (True) or position-agnostic (False, default)."""
+    sink: str = "mean"
+    """What mean ablation wrote at a BOS sink (position 0): `keep` (left untouched) or `mean`
+    (replaced like every position; manifests written before the option, which used it)."""
+    random_draws: int
+    random_seed: int | None = None
+    """The `random` detector's draw d used Python's `random.Random(random_seed + d)`, as the
+    LOCOS authors draw random heads; None: its draws came from `seed`."""
+    calibration_draws: int = 1
+    """Disjoint calibration subsets (`calibration`, `calibration.1`, ... in `splits`): each
+    deterministic detector's draw d scores heads on subset d; a stochastic one's on d mod R."""
+    seed: int
+    tie_seed: int | None = None
+    """Seed of the permutation that breaks exact score ties in every ranking of the run
+    (`names.rank_heads`): the run's `seed`. None in manifests written before it: their
+    rankings broke ties by (layer, head), and the analysis keeps that rule for them."""
+    rank_diagnostic: int
+    """How many of each detector's top heads are also ablated one at a time."""
+    batch_size: int
+    provenance: Provenance
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Wall seconds per phase, filled as the run goes (`detect`, `evaluate`, ...)."""
+    fallbacks: dict[str, str] = Field(default_factory=dict)
+    """Synthetic tasks run in place of their real benchmark (`--preset paper`), with why the
+    real one was not used (its data absent, the hub unreachable)."""
+    control_heads: str = FIRST_RETRIEVAL
+    """Whose heads control tasks ablate: `each-retrieval` (every retrieval task's, paired
+    specificity) or `first-retrieval` (runs recorded before it; not part of `config_key`, so
+    resuming such a run upgrades it, see `locos_bench.run.plan`)."""
+    control_budgets: str = ALL_BUDGETS
+    """Budgets control tasks are evaluated at: `all` (every budget; manifests written before
+    the field) or `largest` (the largest only, where specificity is then read). Not part of
+    `config_key`: resuming a run that holds every budget keeps `all` (`run.manifest.resumed`)."""
+
+    sufficiency: Streaming | None = None
+    """Set when each retrieval task is also evaluated with only each detector's top-k heads
+    full and every other head streaming (`SufficiencyUnit`); None: no sufficiency units."""
+
+    steer_alphas: list[float] = Field(default_factory=list)
+    """Amplifications of the steering units (`SteeringUnit`); empty: none."""
+
+    steer_calibration: bool = False
+    """Whether each retrieval task is also steered on each detector draw's calibration examples,
+    where each detector's alpha is chosen (`RunPlan.steer_calibration_keys`); False in manifests
+    written before. Not part of `config_key`: resuming such a run adds those units."""
+
+    bottom_k: list[str] = Field(default_factory=list)
+    """Detectors whose bottom-k heads each retrieval task also ablates (`BottomUnit`); empty:
+    none. Not part of `config_key`: a resumed run adds the bottom-k units it lacks and keeps
+    those it holds (`run.manifest.resumed`)."""
+
+    family: Family | None = None
+    """The comparisons behind the run's verdicts, written by the run. None in manifests
+    written before it: `verdict_family` derives the same from the run's configuration."""
+
+    def verdict_family(self) -> Family:
+        """The run's pre-specified family: as written, else derived from its detectors and
+        options (`default_family`), never from what a page shows."""
+        if self.family is not None:
+            return self.family
+        return default_family([d.name for d in self.detectors], sufficiency=self.sufficiency is not None,
+                              steering=bool(self.steer_alphas), bottom_k=self.bottom_k)
+
+    def config_key(self) -> dict[str, Any]:
+        """The part that must match for a rerun to resume into the same directory."""
+        return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
+                                        "positionwise", "sink", "random_draws", "random_seed", "calibration_draws",
+                                        "seed", "rank_diagnostic", "sufficiency", "steer_alphas"})
 
 
 def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any]) -> Manifest:
@@ -26,6 +222,9 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         model: The loaded model (its facts, and a planted model's answer key, go to `model_info`).
         tasks: The run's tasks by name (`run.splits.RunTask`: each gives its `entry`).
     """
+    from locos_bench.models import describe_with_answer_key
+    from locos_bench.run.provenance import provenance
+
     model_info = describe_with_answer_key(model)
     if config.batch_size_chosen is not None:
         model_info["batch_size_chosen"] = config.batch_size_chosen
@@ -47,6 +246,8 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
 
 def detector_entry(name: str) -> DetectorEntry:
     """A detector as the manifest records it: its parameters, where it comes from, its cost."""
+    from locos_bench.detectors import detector_source, get_detector_class, make_detector
+
     cls = get_detector_class(name)
     return DetectorEntry(name=name, params=make_detector(name).get_params(), source=detector_source(name),
                          cost=str(getattr(cls, "cost", "?")), stochastic=bool(getattr(cls, "stochastic", False)),
@@ -65,152 +266,3 @@ def resumed(manifest: Manifest, old: Manifest) -> Manifest:
     return manifest.model_copy(update=dict(provenance=old.provenance, tie_seed=old.tie_seed,
                                            timings=dict(old.timings), bottom_k=bottom, family=family,
                                            control_budgets=control_budgets))
-
-
-_SPLIT_FLAGS = {"calibration": "n_calib", "reference": "n_ref", "evaluation": "n_eval"}
-_SETTINGS = ("model", "ablation", "positionwise", "sink", "seed", "random_draws", "random_seed", "calibration_draws",
-             "rank_diagnostic")
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """How a new run's manifest stands to the one a run directory holds (`compare`).
-
-    Attributes:
-        differences: What keeps the directory's units from serving the new run, each
-            `what: old -> new` (`n_eval of kv-retrieval: 8 -> 16`); empty when it can resume
-            or extend the directory (`fits`).
-        additions: What the new run adds (`detector dla`, `budget 8`, `task niah-literal`):
-            only its units are computed, the finished ones are kept.
-        replaced: (detector, what changed) for each detector the new run has with other
-            parameters or from another version of its file: its units are computed again,
-            every other unit is kept.
-    """
-
-    differences: tuple[str, ...] = ()
-    additions: tuple[str, ...] = ()
-    replaced: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def same(self) -> bool:
-        return not (self.differences or self.additions or self.replaced)
-
-    @property
-    def fits(self) -> bool:
-        """The directory can take the new run: the same, or only additions and replaced detectors."""
-        return not self.differences
-
-
-def compare(old: Manifest, new: Manifest) -> Comparison:
-    """Field by field: what differs, what is added, which detectors are replaced. Detectors,
-    budgets, tasks, steering amplifications and sufficiency may be added to a run; a
-    detector whose parameters or file changed is replaced; anything else that differs, and
-    anything taken away, is a difference (its run needs a directory of its own)."""
-    differences: list[str] = []
-    additions: list[str] = []
-    for name in _SETTINGS:
-        a, b = getattr(old, name), getattr(new, name)
-        if a != b:
-            differences.append(f"{name}: {a} -> {b}")
-    _grown("budgets", "budget", old.budgets, new.budgets, differences, additions)
-    _grown("steer_alphas", "steering alpha", old.steer_alphas, new.steer_alphas, differences, additions)
-    if old.sufficiency != new.sufficiency:
-        if old.sufficiency is None:
-            additions.append(f"sufficiency (kv sink {new.sufficiency.sink}, window {new.sufficiency.window})")
-        else:
-            was, now = old.sufficiency, new.sufficiency
-            differences.append(f"sufficiency: {was and (was.sink, was.window)} -> {now and (now.sink, now.window)}")
-    tasks = {t.name: t for t in new.tasks}
-    old_tasks = {t.name: t for t in old.tasks}
-    _grown("tasks", "task", list(old_tasks), list(tasks), differences, additions)
-    for name in old_tasks.keys() & tasks.keys():
-        differences += _task_differences(old_tasks[name], tasks[name])
-    detectors = {d.name: d for d in new.detectors}
-    old_detectors = {d.name: d for d in old.detectors}
-    _grown("detectors", "detector", list(old_detectors), list(detectors), differences, additions)
-    replaced = []
-    for name in (n for n in detectors if n in old_detectors):
-        a, b = old_detectors[name], detectors[name]
-        changed = [f"{f} {getattr(a, f)} -> {getattr(b, f)}" for f in ("source", "params", "cost", "stochastic")
-                   if getattr(a, f) != getattr(b, f)]
-        if changed:
-            replaced.append((name, "; ".join(changed)))
-    return Comparison(tuple(differences), tuple(additions), tuple(replaced))
-
-
-def _grown(field: str, one: str, old: list, new: list, differences: list[str], additions: list[str]) -> None:
-    """Items may be added, not taken away."""
-    if not set(old) <= set(new):
-        show = (lambda items: ", ".join(map(str, items)) or "none") if field in ("tasks", "detectors") else list
-        differences.append(f"{field}: {show(old)} -> {show(new)}")
-    else:
-        additions += [f"{one} {item}" for item in new if item not in old]
-
-
-def _task_differences(old: Any, new: Any) -> list[str]:
-    out = []
-    for name in ("version", "kind", "variant_of", "metrics"):
-        if getattr(old, name) != getattr(new, name):
-            out.append(f"{name} of {new.name}: {getattr(old, name)} -> {getattr(new, name)}")
-    sizes = False
-    for split in sorted(old.splits.keys() | new.splits.keys()):
-        a, b = len(old.splits.get(split, [])), len(new.splits.get(split, []))
-        if a != b:
-            label = _SPLIT_FLAGS.get(split, f"{split} examples")
-            out.append(f"{label} of {new.name}: {a} -> {b}")
-            sizes = True
-    if not sizes and old.splits != new.splits:
-        out.append(f"examples of {new.name}'s splits differ")
-    if old.data_hash != new.data_hash and not sizes:
-        out.append(f"examples of {new.name} changed (data hash {old.data_hash[:8]} -> {new.data_hash[:8]})")
-    return out
-
-
-def run_settings(manifest: Manifest) -> dict[str, str]:
-    """The `locos-bench run` flags that reproduce this run, every size explicit (so a later
-    change to a preset's defaults cannot change what the command means); a flag without a
-    value maps to "". Read back from a command by `command_settings`."""
-    tasks = [t for t in manifest.tasks if t.kind != "variant" and not t.name.startswith("lm-eval:")]
-    external = [t.name.removeprefix("lm-eval:") for t in manifest.tasks if t.name.startswith("lm-eval:")]
-    first = next((t for t in tasks if t.kind == "retrieval"), tasks[0])
-    sizes = {split: len(first.splits.get(split, [])) for split in _SPLIT_FLAGS}
-    out = {"--model": manifest.model, "--tasks": ",".join(t.name for t in tasks),
-           "--detector": ",".join(d.name for d in manifest.detectors),
-           "--budgets": ",".join(map(str, manifest.budgets)), "--ablation": manifest.ablation, "--sink": manifest.sink}
-    if manifest.positionwise:
-        out["--positionwise"] = ""
-    out.update({f"--{flag.replace('_', '-')}": str(sizes[split]) for split, flag in _SPLIT_FLAGS.items()})
-    out.update({"--random-draws": str(manifest.random_draws), "--calibration-draws": str(manifest.calibration_draws),
-                "--rank-diagnostic": str(manifest.rank_diagnostic), "--seed": str(manifest.seed)})
-    if manifest.sufficiency is not None:
-        out.update({"--sufficiency": "", "--kv-sink": str(manifest.sufficiency.sink),
-                    "--kv-window": str(manifest.sufficiency.window)})
-    if manifest.steer_alphas:
-        out["--steer-alphas"] = ",".join(f"{a:g}" for a in manifest.steer_alphas)
-    if external:
-        out["--lm-eval-tasks"] = ",".join(external)
-    return out
-
-
-def reproduce_command(manifest: Manifest) -> str:
-    """`locos-bench run ...`: the command that runs this manifest's configuration again."""
-    import shlex
-
-    flags = [flag if value == "" else f"{flag} {shlex.quote(value)}" for flag, value in run_settings(manifest).items()]
-    return " ".join(["locos-bench run", *flags])
-
-
-def command_settings(command: str) -> dict[str, str]:
-    """The flags of a `locos-bench run` command as `run_settings` gives them (a flag without
-    a value maps to "")."""
-    import shlex
-
-    words = shlex.split(command)
-    words = words[words.index("run") + 1:] if "run" in words else words
-    out: dict[str, str] = {}
-    for n, word in enumerate(words):
-        if word.startswith("--"):
-            flag, _, value = word.partition("=")
-            following = words[n + 1] if n + 1 < len(words) else "--"
-            out[flag] = value or ("" if following.startswith("--") else following)
-    return out

@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from locos_bench.run.records import Provenance
+from locos_bench.run.manifest import Provenance
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 """The folder holding `locos_bench/` (a git checkout, for an editable install)."""

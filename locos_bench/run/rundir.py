@@ -32,8 +32,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from locos_bench.errors import LocosError
+from locos_bench.run.manifest import Manifest
 from locos_bench.run.plan import RunPlan, UnitKey
-from locos_bench.run.records import Manifest, UnitRecord, unit_from_json
+from locos_bench.run.records import UnitRecord, unit_from_json
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from locos_bench.errors import LocosError, unknown
+from locos_bench.run.manifest import TaskEntry
 from locos_bench.run.provenance import data_hash
-from locos_bench.run.records import TaskEntry
 from locos_bench.tasks import Example, TaskSpec, example_item, make_examples
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 

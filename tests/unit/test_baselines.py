@@ -190,7 +190,7 @@ def _check(capsys, *argv):
 
 def _set_run(path, **flags):
     """Rewrite every record's run command with `flags` changed (`n_eval="16"`)."""
-    from locos_bench.run.manifest import command_settings
+    from locos_bench.run.commands import command_settings
 
     data = yaml.safe_load(path.read_text())
     for rec in data["records"]:
@@ -201,7 +201,7 @@ def _set_run(path, **flags):
 
 
 def test_a_baseline_records_the_run_command_that_reproduces_it(planted_run, baseline_file):
-    from locos_bench.run.manifest import reproduce_command
+    from locos_bench.run.commands import reproduce_command
 
     records = load_baselines([baseline_file])
     manifest = RunDir(planted_run).read_manifest()

@@ -16,15 +16,8 @@ from locos_bench.report.rendering.leaderboard import LEADERBOARD, analyze_runs, 
 from locos_bench.report.rendering.markdown import render_markdown
 from locos_bench.report.statistics.bootstrap import Estimate
 from locos_bench.run import BASELINE, RunDir, RunPlan, load_run
-from locos_bench.run.records import (
-    DetectorEntry,
-    EvalUnit,
-    Manifest,
-    Provenance,
-    RankUnit,
-    ScoresUnit,
-    TaskEntry,
-)
+from locos_bench.run.manifest import DetectorEntry, Manifest, Provenance, TaskEntry
+from locos_bench.run.records import EvalUnit, RankUnit, ScoresUnit
 
 
 def missing_units(manifest, units):

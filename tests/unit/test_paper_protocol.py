@@ -20,8 +20,9 @@ from locos_bench.presets import PRESETS, preset_contexts
 from locos_bench.report.rendering.dissociation import dissociation_section
 from locos_bench.report.statistics.dissociation import dissociation, dissociation_score
 from locos_bench.run import RunConfig
+from locos_bench.run.manifest import DetectorEntry, Manifest, Provenance, TaskEntry
 from locos_bench.run.plan import draw_params
-from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, Provenance, TaskEntry
+from locos_bench.run.records import EvalUnit
 from locos_bench.run.splits import build_task_data
 from locos_bench.tasks import load_task, make_example, make_examples
 from locos_bench.tasks.files import resolve_tasks, with_data

@@ -15,7 +15,7 @@ import pytest
 from locos_bench.report.rendering.leaderboard import analyze_runs
 from locos_bench.report.rendering.markdown import render_markdown
 from locos_bench.run import load_run
-from locos_bench.run.records import Family, default_family
+from locos_bench.run.manifest import Family, default_family
 from tests.unit.test_leaderboard import _cells, _table_after, make_run
 
 BOARDS = Path(__file__).resolve().parents[2] / "leaderboard"

@@ -16,7 +16,7 @@ from locos_bench.errors import LocosError
 from locos_bench.evaluation import generate_answers
 from locos_bench.interventions import AblationSpec, HeadAblation, HeadSetAblation, reference_means, token_positions
 from locos_bench.interventions.positions import bound_positions
-from locos_bench.run.records import Manifest
+from locos_bench.run.manifest import Manifest
 
 KEEP = AblationSpec.parse("mean", sink="keep")
 MEAN = AblationSpec.parse("mean", sink="mean")

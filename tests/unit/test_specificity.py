@@ -10,8 +10,9 @@ from locos_bench.errors import LocosError
 from locos_bench.report.rendering.markdown import render_markdown
 from locos_bench.report.statistics.analysis import analyze
 from locos_bench.run import BASELINE, RunPlan, UnitKey
+from locos_bench.run.manifest import DetectorEntry, Manifest, Provenance, TaskEntry
 from locos_bench.run.plan import PlannedDetector, PlannedTask
-from locos_bench.run.records import DetectorEntry, EvalUnit, Manifest, Provenance, ScoresUnit, TaskEntry
+from locos_bench.run.records import EvalUnit, ScoresUnit
 
 N = 20
 

@@ -9,15 +9,8 @@ from locos_bench.errors import LocosError
 from locos_bench.report import analyze
 from locos_bench.report.statistics.bootstrap import Bootstrap, combine, curve_weights, task_seed
 from locos_bench.run import BASELINE
-from locos_bench.run.records import (
-    DetectorEntry,
-    EvalUnit,
-    Manifest,
-    Provenance,
-    RankUnit,
-    ScoresUnit,
-    TaskEntry,
-)
+from locos_bench.run.manifest import DetectorEntry, Manifest, Provenance, TaskEntry
+from locos_bench.run.records import EvalUnit, RankUnit, ScoresUnit
 
 PROV = Provenance(packages={}, git_commit=None, device="cpu", python="3", platform="x",
                   started_at="2025-01-01T00:00:00Z")

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from locos_bench.report.statistics.dissociation import DS_CONTROLS, dissociation
-from locos_bench.run.records import Manifest, UnitRecord
+from locos_bench.run.manifest import Manifest
+from locos_bench.run.records import UnitRecord
 from locos_bench.run.rundir import load_run
 
 

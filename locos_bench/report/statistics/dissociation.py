@@ -23,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from locos_bench.run.manifest import Manifest
 from locos_bench.run.plan import BASELINE
-from locos_bench.run.records import EvalUnit, Manifest, UnitRecord
+from locos_bench.run.records import EvalUnit, UnitRecord
 
 DS_CONTROLS = frozenset({"parametric-arithmetic", "parametric-recall"})
 """The control tasks the leaderboard shows DS(k) against: the parametric control the score

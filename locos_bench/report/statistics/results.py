@@ -17,7 +17,7 @@ from locos_bench.names import Head
 from locos_bench.report.statistics.bootstrap import LEVEL, Bootstrap, Estimate, finite_or_none
 from locos_bench.report.statistics.oracle import OracleTask
 from locos_bench.run import Manifest
-from locos_bench.run.records import Family
+from locos_bench.run.manifest import Family
 
 GOLD = "gold_logprob"
 """The teacher-forced gold-answer log-prob (nats): every table's second metric."""
