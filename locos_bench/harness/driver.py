@@ -28,7 +28,6 @@ from locos_bench.errors import LocosError
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, timed
-from locos_bench.interventions import check_positionwise_reference
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.config import ResolvedConfig
@@ -36,7 +35,7 @@ from locos_bench.run.manifest import build_manifest, resumed
 from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
 from locos_bench.run.resume import Comparison, compare
-from locos_bench.run.splits import ExternalControl, RunTask
+from locos_bench.run.splits import RunTask, check_tasks_fit
 
 RECORD_BYTES_PER_EXAMPLE = 208
 """Bytes of `results.jsonl` per evaluated example: the published gemma3 run's (its per-example
@@ -55,10 +54,21 @@ class Run:
     executor and alone writes what comes back. An evaluation whose head set was already
     evaluated on the task is copied rather than dispatched, so records are the same whichever
     executor ran them.
+
+    The configuration is resolved here (a configuration that cannot run fails before the
+    model loads), and the model loaded unless given.
     """
 
-    def __init__(self, config: ResolvedConfig | RunConfig, model: Any, progress: Progress, executor: Any = None) -> None:
+    def __init__(self, config: ResolvedConfig | RunConfig, model: Any = None, progress: Progress | None = None,
+                 executor: Any = None) -> None:
         given = config.resolved()
+        progress = progress or Progress(given.quiet)
+        if model is None:
+            from locos_bench.models import load_model
+
+            progress.log(f"loading {given.model} ...")
+            model = load_model(given.model, device=given.device, dtype=given.dtype,
+                               context_tokens=given.context_tokens)
         self.config = given.for_model(model)
         if self.config.budgets_capped_at is not None:
             heads = self.config.budgets_capped_at
@@ -81,51 +91,11 @@ class Run:
         config = self.config
         with self._timed("prepare"):
             tasks = run_tasks(config, self.model)
-        if config.positionwise:
-            self._check_reference(tasks)
+        for warning in check_tasks_fit(config, self.model, tasks):
+            self.progress.log(f"warning: {warning}")
         self.manifest = build_manifest(config, self.model, tasks)
-        if config.sufficiency:
-            self._check_streaming(tasks)
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
-
-    def _check_reference(self, tasks: dict[str, RunTask]) -> None:
-        """Position-wise means: refuse a reference split too short for a task's evaluation
-        prompts, and say how many prompt tokens fall back to the flat mean."""
-        for name, data in tasks.items():
-            if isinstance(data, ExternalControl):  # its prompts are another harness's
-                continue
-            prompts = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
-            flat = check_positionwise_reference(
-                name, [t.n_tokens for t in data.tokenized(self.model, "reference")], prompts)
-            if flat:
-                self.progress.log(f"warning: --positionwise: {flat} of {sum(prompts)} evaluation prompt tokens "
-                                  f"of {name} lie past its reference prompts (flat mean there)")
-
-    def _check_streaming(self, tasks: dict[str, RunTask]) -> None:
-        """Refuse a sufficiency run the model cannot stream (an eager attention path, an
-        architecture the lean path does not take) or whose window exceeds its context; warn
-        when every evaluation prompt of a retrieval task fits the sinks and window (streaming
-        changes nothing there)."""
-        from locos_bench.interventions import only_full
-        from locos_bench.models.heads import context_length
-
-        sink, window = self.config.kv_sink, self.config.kv_window
-        longest = context_length(self.model)
-        if longest is not None and window > longest:
-            raise LocosError(f"--kv-window {window} is longer than {self.config.model}'s context of {longest} tokens")
-        try:
-            with only_full(self.model.bridge, [], sink=sink, window=window):
-                pass
-        except LocosError as exc:
-            raise LocosError(f"--sufficiency: {exc}") from None
-        for name, data in tasks.items():
-            if data.spec.kind != "retrieval":
-                continue
-            prompts = [t.prompt_len for t in data.tokenized(self.model, "evaluation")]
-            if prompts and max(prompts) <= sink + window:
-                self.progress.log(f"warning: --sufficiency: every evaluation prompt of {name} fits "
-                                  f"{sink} sink + {window} window tokens, so streaming changes nothing there")
 
     def _choose_dir(self) -> None:
         """Where a run without `--output-dir` goes: its default directory when that is new or
@@ -158,6 +128,10 @@ class Run:
         it (`run.resume.compare`): one it can neither resume nor extend is refused, naming
         what differs, unless `force`. Reads only (`--dry-run` makes the same check)."""
         self._choose_dir()
+        return self._previous()
+
+    def _previous(self) -> tuple[Any, Comparison | None]:
+        """`previous` in the directory already chosen."""
         if not self.dir.exists():
             return None, None
         try:
@@ -179,7 +153,7 @@ class Run:
         when this one only adds to it (its finished units kept, a replaced detector's dropped)."""
         manifest = self.manifest
         if self.dir.exists():
-            old, comparison = self.previous()
+            old, comparison = self._previous()
             if comparison is None or not comparison.fits:
                 self.dir.clear()
             else:
@@ -360,20 +334,15 @@ def run_benchmark(cfg: RunConfig | ResolvedConfig, *, model: Any = None, executo
     it was. `executor` runs the jobs (default: this process, `LocalExecutor`); a
     `locos_bench.harness.executors.RayExecutor` spreads them over a Ray cluster.
     """
-    from locos_bench.models import load_model
     from locos_bench.report import write_leaderboard
 
-    config = cfg.resolved()
-    progress = Progress(config.quiet)
     start = time.perf_counter()
-    if model is None:
-        progress.log(f"loading {config.model} ...")
-        model = load_model(config.model, device=config.device, dtype=config.dtype,
-                           context_tokens=config.context_tokens)
-    run = Run(config, model, progress, executor=executor)
-    run.timings["load_model"] = round(model.load_seconds, 3)
+    # A model loaded before the call adds its load to the total; one loaded here is inside it.
+    before = 0.0 if model is None else model.load_seconds
+    run = Run(cfg, model, executor=executor)
+    run.timings["load_model"] = round(run.model.load_seconds, 3)
     run_dir = run.execute()
-    run.manifest.timings = dict(run.timings, total=round(time.perf_counter() - start + model.load_seconds, 3))
+    run.manifest.timings = dict(run.timings, total=round(time.perf_counter() - start + before, 3))
     run.dir.write_manifest(run.manifest)
     # Last, from the final manifest, so `locos-bench leaderboard RUN_DIR` reproduces it exactly.
     write_leaderboard([run_dir.path], run_dir.path)

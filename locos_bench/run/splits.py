@@ -3,7 +3,7 @@
 Calibration examples are what detectors score heads on, reference examples give the mean
 activations of mean ablation, and evaluation examples are held out for the ablated runs.
 
-Splits are grouped by the underlying item (`locos_bench.tasks.example_item`: a NoLiMa needle,
+Splits are grouped by the underlying item (`Example.item`: a NoLiMa needle,
 a MuSiQue question, a BABILong story, a user's row, a generator's fact), so no item is both
 calibrated on and evaluated: every example of an item goes to one split. A split may hold
 several examples of one item (NoLiMa's test in other books, lengths and depths); another split
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from locos_bench.errors import LocosError, unknown
 from locos_bench.run.manifest import TaskEntry
 from locos_bench.run.provenance import data_hash
-from locos_bench.tasks import Example, TaskSpec, example_item, make_examples
+from locos_bench.tasks import Example, TaskSpec
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_example
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
                             [parts[_draw_split(d)] for d in range(1, draws)])
         if ended is not None or window >= LOOKAHEAD * n_total:
             if draws > 1:
-                n_items = len({example_item(e) for e in examples})
+                n_items = len({e.item for e in examples})
                 raise LocosError(
                     f"task {spec.name!r}: --calibration-draws {draws} needs {draws} disjoint calibration "
                     f"subsets of {cfg.n_calib} examples, none sharing an item ({draws * cfg.n_calib} "
@@ -208,16 +208,16 @@ def _calibration_stream(spec: TaskSpec, parts: dict[str, list[Example]], model: 
     (`TaskSpec.for_calibration`: its own grid and source arguments), each on the items the
     task's own stream gave it: as many examples as before, so no item crosses a split."""
     cal = spec.for_calibration()
-    owner = {example_item(e): name for name, part in parts.items() for e in part}
+    owner = {e.item: name for name, part in parts.items() for e in part}
     wanted = {name: len(part) for name, part in parts.items()}
     out: dict[str, list[Example]] = {name: [] for name in parts}
     total, start = sum(wanted.values()), 0
     limit = LOOKAHEAD * total * max(1, len(owner))  # the subsets' items are a share of the stream's
     while any(len(out[n]) < wanted[n] for n in out) and start < limit:
-        chunk = make_examples(cal, min(total, limit - start), start=start, model=model, skip_errors=True)
+        chunk, _ = _read(cal, min(total, limit - start), start, model)
         start += min(total, limit - start)
         for ex in chunk:
-            name = owner.get(example_item(ex))
+            name = owner.get(ex.item)
             if name is not None and len(out[name]) < wanted[name]:
                 out[name].append(ex)
     short = {n: f"{len(out[n])} of {wanted[n]}" for n in out if len(out[n]) < wanted[n]}
@@ -248,7 +248,7 @@ def assign_splits(examples: list[Example], sizes: dict[str, int],
     parts: dict[str, list[Example]] = {name: [] for name in order}
     n_items = dict.fromkeys(order, 0)
     for ex in examples:
-        key = example_item(ex)
+        key = ex.item
         split = owner.get(key)
         if split is None:
             split = next((name for name in order
@@ -270,7 +270,7 @@ def _item_caps(examples: list[Example], sizes: dict[str, int]) -> dict[str, floa
     whose uniform draws would show that many, `m * (1 - (1 - 1/m)**n) = distinct`. A stream
     that cycles its pool shows it whole; a large pool gets caps above the sizes (no cap).
     """
-    n, distinct = len(examples), len({example_item(e) for e in examples})
+    n, distinct = len(examples), len({e.item for e in examples})
     pool = math.inf
     if distinct < n:
         lo, hi = float(distinct), float(distinct)
@@ -299,8 +299,8 @@ def _shortfall(spec: TaskSpec, sizes: dict[str, int], examples: list[Example],
         aside = f"; {dropped} more repeat items of a full split" if dropped else ""
         return (f"task {spec.name!r}: only {len(examples)} usable examples of the first {window} "
                 f"({failed} skipped: see the warnings{aside}) for the requested {wanted}")
-    n_items = len({example_item(e) for e in examples})
-    got = ", ".join(f"{name} {len(parts[name])} from {len({example_item(e) for e in parts[name]})} items"
+    n_items = len({e.item for e in examples})
+    got = ", ".join(f"{name} {len(parts[name])} from {len({e.item for e in parts[name]})} items"
                     for name in SPLITS)
     return (f"task {spec.name!r}: too few distinct items for the requested {wanted} examples: "
             f"its first {window} examples hold {n_items} distinct items, every item's examples stay "
@@ -317,3 +317,45 @@ def build_run_tasks(cfg: ResolvedConfig, model: Any) -> dict[str, TaskData]:
         tasks[spec.name] = build_task_data(spec, cfg, model)
         tasks[spec.name].variant_of = variants.get(spec.name)
     return tasks
+
+
+def check_tasks_fit(cfg: ResolvedConfig, model: Any, tasks: dict[str, Any]) -> list[str]:
+    """The run's tasks against what the model can do under its settings, before any unit runs.
+
+    Refuses (`LocosError`) a sufficiency run the model cannot stream (an eager attention path,
+    an architecture the lean path does not take) or whose window exceeds its context. Returns
+    warnings: under `--positionwise`, evaluation prompt tokens past the reference prompts (a
+    flat mean there; a reference split too short refuses); under `--sufficiency`, a retrieval
+    task whose every evaluation prompt fits the sinks and window (streaming changes nothing).
+    """
+    from locos_bench.interventions import check_positionwise_reference, only_full
+    from locos_bench.models.heads import context_length
+
+    warnings = []
+    if cfg.positionwise:
+        for name, data in tasks.items():
+            if isinstance(data, ExternalControl):  # its prompts are another harness's
+                continue
+            prompts = [t.prompt_len for t in data.tokenized(model, "evaluation")]
+            flat = check_positionwise_reference(name, [t.n_tokens for t in data.tokenized(model, "reference")], prompts)
+            if flat:
+                warnings.append(f"--positionwise: {flat} of {sum(prompts)} evaluation prompt tokens of {name} lie "
+                                "past its reference prompts (flat mean there)")
+    if cfg.sufficiency:
+        sink, window = cfg.kv_sink, cfg.kv_window
+        longest = context_length(model)
+        if longest is not None and window > longest:
+            raise LocosError(f"--kv-window {window} is longer than {cfg.model}'s context of {longest} tokens")
+        try:
+            with only_full(model.bridge, [], sink=sink, window=window):
+                pass
+        except LocosError as exc:
+            raise LocosError(f"--sufficiency: {exc}") from None
+        for name, data in tasks.items():
+            if data.spec.kind != "retrieval":
+                continue
+            prompts = [t.prompt_len for t in data.tokenized(model, "evaluation")]
+            if prompts and max(prompts) <= sink + window:
+                warnings.append(f"--sufficiency: every evaluation prompt of {name} fits {sink} sink + {window} "
+                                "window tokens, so streaming changes nothing there")
+    return warnings

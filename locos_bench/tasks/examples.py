@@ -25,7 +25,6 @@ question then follows as `Question: <q>`).
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import warnings
 from typing import Any
@@ -91,14 +90,8 @@ def raw_example(spec: TaskSpec, index: int) -> Example:
 
 
 def example_item(example: Example) -> str:
-    """The underlying item of `example`: its source's `metadata["item"]`, else its content
-    (needle texts, question and answers), so two examples of one fact share a key."""
-    item = example.metadata.get("item")
-    if item is not None:
-        return str(item)
-    question = example.prompt[slice(*example.question_span)] if example.question_span else None
-    needles = [example.prompt[a:b] for a, b in example.needle_spans]
-    return json.dumps([needles, question, example.answers], ensure_ascii=False)
+    """The underlying item of `example` (`Example.item`)."""
+    return example.item
 
 
 def is_raw(example: Example) -> bool:

@@ -7,6 +7,7 @@ positions once (`locos_bench.tasks.tokenize`). Examples are a pure function of
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -50,6 +51,17 @@ class Example(BaseModel):
     """The haystack (filler plus needles and distractors): where off-needle positions live."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """seed, context_length, depth and generator-specific facts."""
+
+    @property
+    def item(self) -> str:
+        """The underlying item: the source's `metadata["item"]`, else the content (needle texts,
+        question and answers), so two examples of one fact share a key and never cross splits."""
+        item = self.metadata.get("item")
+        if item is not None:
+            return str(item)
+        question = self.prompt[slice(*self.question_span)] if self.question_span else None
+        needles = [self.prompt[a:b] for a, b in self.needle_spans]
+        return json.dumps([needles, question, self.answers], ensure_ascii=False)
 
     @property
     def target(self) -> str:

@@ -71,6 +71,22 @@ def test_a_run_changes_neither_its_configuration_nor_the_model(tmp_path, planted
     assert manifest.budgets == [1, planted.geometry.n_total_heads]
 
 
+def test_a_run_counts_the_model_load_once_in_its_total(tmp_path, planted, monkeypatch):
+    """A model loaded by the run is inside the run's wall clock; one handed in was loaded
+    before it, so its load is added. A load that took 100 s is in `total` once, not twice."""
+    import dataclasses as dc
+
+    import locos_bench.models
+
+    slow = dc.replace(planted, load_seconds=100.0)
+    monkeypatch.setattr(locos_bench.models, "load_model", lambda *a, **kw: slow)
+    loaded_here = run_benchmark(RunConfig(**TINY, budgets=[1], output_dir=tmp_path / "here")).read_manifest().timings
+    handed_in = run_benchmark(RunConfig(**TINY, budgets=[1], output_dir=tmp_path / "given"), model=slow)
+    handed_in = handed_in.read_manifest().timings
+    assert loaded_here["load_model"] == handed_in["load_model"] == 100.0
+    assert loaded_here["total"] < 100.0 < handed_in["total"] < 200.0
+
+
 @pytest.mark.parametrize("kw, message", [
     (dict(tasks=["arithmetic"]), "a run needs at least one retrieval task"),
     (dict(tasks=["arithmetic", "parametric-recall"], lm_eval_tasks=["arc_easy"]), "a run needs at least one retrieval"),
