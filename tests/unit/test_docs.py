@@ -101,3 +101,57 @@ def test_relative_links_resolve(path):
             if anchor not in anchors:
                 broken.append(f"{link} (no heading #{anchor} in {file.relative_to(ROOT)})")
     assert not broken, f"{path.relative_to(ROOT)}: broken links: {broken}"
+
+
+# -- figures quoted from one source ---------------------------------------------------------------
+
+PERFORMANCE = DOCS / "performance.md"
+DEFAULT_RUN = "locos-bench run --detector all --model gemma3"
+WALL = r"\d+ min \d{2} s|\d+ s"
+QUOTING = [README, DOCS / "getting-started.md"]
+
+
+def _costs() -> dict[str, tuple[str, str]]:
+    """`command -> (wall, commit)` from the Performance page's *What each command costs* table."""
+    section = PERFORMANCE.read_text().split("\n## What each command costs\n", 1)[-1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(rf"\| `(locos-bench [^`]+)` \| ({WALL}) \| [^|]+ \| ([0-9a-f]{{7,40}}) \|", line)
+        if match:
+            rows[match.group(1)] = (match.group(2), match.group(3))
+    return rows
+
+
+def _timed_commands(path: Path) -> dict[str, str]:
+    """Each `locos-bench` command a page's bash blocks time in a trailing comment (`# 18 s`)."""
+    timed = {}
+    for block in re.findall(r"```bash\n(.*?)```", path.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            match = re.match(rf"(?:\.venv/bin/)?(locos-bench .*?)\s+#\s*({WALL})\s*$", line.strip())
+            if match:
+                timed[" ".join(match.group(1).split())] = match.group(2)
+    return timed
+
+
+def test_performance_page_times_the_default_run():
+    assert DEFAULT_RUN in _costs(), "docs/performance.md's 'What each command costs' has no row for the default run"
+
+
+@pytest.mark.parametrize("path", QUOTING, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_command_times_are_the_performance_pages(path):
+    costs, timed = _costs(), _timed_commands(path)
+    assert timed, f"{path.name} times no locos-bench command (a `# 18 s` comment)"
+    wrong = {command: f"{time} here, {costs[command][0] if command in costs else 'no row'} in docs/performance.md"
+             for command, time in timed.items() if costs.get(command, ("",))[0] != time}
+    assert not wrong, f"{path.relative_to(ROOT)} times commands unlike docs/performance.md: {wrong}"
+
+
+@pytest.mark.parametrize("path", QUOTING, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_default_run_time_is_the_performance_pages(path):
+    wall, commit = _costs()[DEFAULT_RUN]
+    prose = _prose(path.read_text())
+    stated = re.findall(r"\d+ min \d{2} s", prose)
+    assert stated, f"{path.relative_to(ROOT)} states no wall time for the default run"
+    assert set(stated) == {wall}, f"{path.relative_to(ROOT)} states {sorted(set(stated))}; docs/performance.md: {wall}"
+    assert re.search(rf"\b{commit}\b", prose), f"{path.relative_to(ROOT)} states the default's time without its commit {commit}"
+
