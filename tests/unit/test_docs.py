@@ -156,6 +156,18 @@ def test_default_run_time_is_the_performance_pages(path):
     assert re.search(rf"\b{commit}\b", prose), f"{path.relative_to(ROOT)} states the default's time without its commit {commit}"
 
 
+
+def test_results_index_walls_are_their_pages():
+    """docs/results/index.md repeats each published run's wall time: it must be its page's."""
+    index = DOCS / "results" / "index.md"
+    rows = re.findall(r"^\| \[[^\]]+\]\(([\w.-]+\.md)\) \|.*\| ([^|]+) \|$", index.read_text(), re.M)
+    assert len(rows) == len(list(ROOT.glob("leaderboard/*/manifest.json")))
+    for page, wall in rows:
+        stated = re.search(r"^\| wall \| (.*)$", (index.parent / page).read_text(), re.M)
+        assert stated, f"docs/results/{page} has no '| wall |' row"
+        for time in re.findall(WALL, wall):
+            assert re.search(rf"(?<![\d.]){time}", stated.group(1)), f"docs/results/index.md: {page} took {wall.strip()}; the page says {stated.group(1)[:80]}"
+
 # -- the API reference ---------------------------------------------------------------------------
 
 NOT_RENDERED = {"write_leaderboard"}  # locos_bench.report is being reorganised; add it once it has its home
