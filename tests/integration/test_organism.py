@@ -270,7 +270,7 @@ def test_exhaustive_search_matches_a_brute_force_loop():
 @pytest.mark.parametrize("recipe", sorted((ROOT / "scripts" / "organism_recipes").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_the_recipes_tried_are_valid_configurations(recipe):
-    """docs/models.md reports held-out accuracies of these recipes: each still loads as the
+    """docs/results/organism-training.md reports held-out accuracies of these recipes: each loads as the
     training script reads it (a renamed field would make its figure unreproducible)."""
     cfg = _script("train_organism").load_config(str(recipe), {})
     assert cfg.steps == 4000 and len(cfg.stages) >= 6
