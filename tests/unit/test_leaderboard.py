@@ -300,5 +300,5 @@ def test_synthetic_fallbacks_are_named_in_the_header(run_dir: Path):
     assert "synthetic fallbacks" not in render_markdown([run])
     run.manifest.fallbacks = {"babilong-synth": "babilong: needs the Hugging Face hub (offline)"}
     text = render_markdown([run])
-    row = next(line for line in text.splitlines() if line.startswith("| synthetic fallbacks"))
+    row = next(line for line in text.splitlines() if line.startswith("- **synthetic fallbacks**"))
     assert "`babilong-synth`: babilong: needs the Hugging Face hub (offline)" in row

@@ -139,11 +139,38 @@ def test_controls_are_not_ranked(tmp_path: Path):
     assert "*Family:*" not in section
 
 
-def test_the_conclusion_opens_the_page_and_follows_the_verdicts(tmp_path: Path):
+def test_the_first_screen_is_the_summary_table_and_a_short_conclusion(tmp_path: Path):
+    """The page opens with one row per detector and a conclusion of about 400 characters at
+    most, both within 60 lines and no line of a table wider than 160 characters; each verdict
+    cell and each name or count in the conclusion is the family's verdict."""
     run = analyze_runs([_copy("gemma3-default-seed0", tmp_path)])[0]
     md = render_markdown([run])
-    first = md.split("\n\n")[2]
-    assert first.startswith("**Conclusion**") and "n = 16 evaluation examples" in first
+    screen = md.splitlines()[:60]
+    assert max(len(line) for line in screen if line.startswith("|")) <= 160
+    rows = {_cells(r)[0]: _cells(r) for r in _table_after(md, "Mean drop-areas over the retrieval tasks")[2:]}
+    assert set(rows) == {row.detector for row in run.summary}
+    short = next(line for line in screen if line.startswith("**Conclusion**"))
+    assert len(short) <= 400 and md.index(short) > md.index("| detector")
+    column = {"random": 4, "locos": 5}  # detector, rank set, headline, gold, vs random, vs locos
+    for key in ("headline", "gold_logprob"):
+        side = 0 if key == "headline" else 1
+        for v in run.verdicts[f"ablation:{key}"].verdicts:
+            col = column[v.reference]
+            word = ("above" if v.difference.value > 0 else "below") if v.separable else "n.s."
+            assert rows[v.detector][col].split(" / ")[side] == word, (v.detector, v.reference, key)
+    gold = short[short.index("on the gold log-prob"):]
+    above_locos = sorted(v.detector for v in run.verdicts["ablation:gold_logprob"].verdicts
+                         if v.reference == "locos" and v.separable and v.difference.value > 0)
+    assert above_locos and all(f"`{d}`" in gold for d in above_locos)
+    assert "10 of 11 detectors above `random`" in short  # more than three names are counted
+    assert not re.search(r"\b(clearly|strongly|best|significantly|dramatically)\b", short)
+
+
+def test_every_verdict_in_words_follows_the_families(tmp_path: Path):
+    run = analyze_runs([_copy("gemma3-default-seed0", tmp_path)])[0]
+    md = render_markdown([run])
+    first = next(p for p in md.split("\n\n") if p.startswith("**Every verdict**"))
+    assert "n = 16 evaluation examples" in first
     gold = first[first.index("On the gold log-prob"):]
     for v in run.verdicts["ablation:gold_logprob"].verdicts:
         if v.reference != "locos" or v.detector == "random":

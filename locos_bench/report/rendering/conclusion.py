@@ -94,7 +94,7 @@ def conclusion(run: RunStats) -> str:
     n = sorted({t.n_eval for t in run.tasks if t.kind == "retrieval"})
     size = f"n = {n[0]}" if len(n) == 1 else f"n = {', '.join(map(str, n))}"
     retrieval = sum(t.kind == "retrieval" for t in run.tasks)
-    head = (f"**Conclusion** (computed from this run's figures: {retrieval} retrieval task"
+    head = (f"**Every verdict** (computed from this run's figures: {retrieval} retrieval task"
             f"{'s' * (retrieval != 1)}, {size} evaluation examples each, simultaneous "
             f"{fmt(100 * (1 - run.alpha), 0)}% intervals over the run's pre-specified family).")
     sentences = [_sentence(run.verdicts[f"ablation:{key}"], figure) for key, figure in FIGURES.items()

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from locos_bench.names import head_name
-from locos_bench.report.rendering.display import detector_label, fmt, fmt_ci, overlap_k, rank_text, table
+from locos_bench.report.rendering.display import cell, detector_label, fmt, fmt_ci, overlap_k, rank_text, table
 from locos_bench.report.rendering.notes import NO_STABILITY, STABILITY, at_largest
 from locos_bench.report.statistics.results import GOLD, RunStats, TaskResult
 from locos_bench.report.statistics.separability import summary_key
@@ -22,6 +22,8 @@ RANKS_SHOWN = 10
 
 
 def header_table(run: RunStats) -> str:
+    """The run's settings and provenance, a line each (a list, not a table: its long lines,
+    packages and timings, would make the page's first screen scroll sideways)."""
     m = run.manifest
     info = m.model_info
     model = m.model
@@ -61,7 +63,7 @@ def header_table(run: RunStats) -> str:
     ]
     if m.fallbacks:  # --preset paper: a real benchmark's data was missing, its synthetic twin ran
         rows.append(["synthetic fallbacks", "; ".join(f"`{task}`: {why}" for task, why in sorted(m.fallbacks.items()))])
-    return table(rows, ["", ""])
+    return "\n".join(f"- **{name}**: {cell(value)}" for name, value in rows)
 
 
 def tasks_table(run: RunStats) -> str:
