@@ -44,7 +44,13 @@ def test_top_head_and_map_are_locos_on_that_example(gemma3, page):
     example = make_example(load_task("kv-retrieval"), 0, model=gemma3)
     locos = make_detector("locos").score(gemma3, [example], rng=np.random.default_rng(0))
     assert data["top"][0] == list(locos.top_k(1)[0])
-    assert torch.equal(torch.tensor(data["locos_mean"], dtype=torch.float64), locos.scores)
+    # Up to float32 rounding, not bit for bit: the page reaches the same forward through
+    # `run_and_capture` and averages all layers at once, the detector `run_layer_by_layer`
+    # one layer at a time (tests/unit/test_explain.py, `assert_same_numbers`, says why it
+    # differed on another CPU). The tolerance scales with the largest score: cells that
+    # cancel to ~0 carry the rounding of the largest terms.
+    page_map = torch.tensor(data["locos_mean"], dtype=torch.float64)
+    torch.testing.assert_close(page_map, locos.scores, rtol=1e-5, atol=1e-6 * float(locos.scores.abs().max()))
     assert data["prompt"] == example.prompt and data["answers"] == example.answers
     assert len(data["answer_tokens"]) == len(data["locos"][0][0]) > 1  # multi-token answer, per token
     # The authors' reading sums raw OV writes (Gemma's post-attention norm not folded in), so the

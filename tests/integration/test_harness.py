@@ -109,10 +109,52 @@ def test_units_splits_and_budgets(tmp_path, planted):
     assert manifest.timings["evaluate"] > 0
 
 
+class Twin(Oracle):
+    """Scores every head as `Oracle` does: the oracle's head set at every budget."""
+
+
+class SameTop(Oracle):
+    """The oracle's top head, then a read-only decoy instead of its second retrieval head: the
+    oracle's head set at k = 1, another at k = 2."""
+
+    def score(self, model, examples, *, rng):
+        out = super().score(model, examples, rng=rng)
+        truth = planted_ground_truth("planted")["ground_truth"]
+        out.scores[tuple(truth["retrieval"][1])] = 0.0
+        out.scores[tuple(truth["read_only_decoy"][0])] = 9.0
+        return out
+
+
 def test_identical_head_sets_reuse_evaluation(tmp_path, planted):
-    run_dir = _execute(_cfg(tmp_path, budgets=[1, 2, 4], detectors=["test-oracle"]), planted)
-    evals = {u.k: u for u in run_dir.read_units() if isinstance(u, EvalUnit)}
-    assert not evals[1].reused and not evals[4].reused
+    """Of the evaluations that ablate one head set on a task, one runs and the others copy its
+    per-example values and generations (`reused`, no seconds); a set ablated once runs."""
+    from locos_bench.detectors.registry import DETECTORS
+
+    register_detector("test-twin")(Twin)
+    register_detector("test-same-top")(SameTop)
+    try:
+        cfg = _cfg(tmp_path, budgets=[1, 2, 4], detectors=["test-oracle,test-twin,test-same-top"])
+        run_dir = _execute(cfg, planted)
+    finally:
+        DETECTORS.remove("test-twin")
+        DETECTORS.remove("test-same-top")
+    evals = [u for u in run_dir.read_units() if isinstance(u, EvalUnit)]
+    groups: dict[tuple, list[EvalUnit]] = {}
+    for u in evals:
+        groups.setdefault((u.task, tuple(sorted(map(tuple, u.heads)))), []).append(u)
+    for units in groups.values():
+        fresh = [u for u in units if not u.reused]
+        assert len(fresh) == 1 and fresh[0].seconds > 0, [(u.detector, u.k, u.reused) for u in units]
+        for copy in units:
+            if copy is not fresh[0]:
+                assert copy.seconds == 0.0
+                assert copy.values == fresh[0].values and copy.generations == fresh[0].generations
+    by = {(u.detector, u.k): u for u in evals}
+    size = {(d, k): len(groups[(u.task, tuple(sorted(map(tuple, u.heads))))]) for (d, k), u in by.items()}
+    assert size["test-oracle", 1] == 3  # the oracle, its twin and the same top head
+    assert size["test-oracle", 2] == size["test-oracle", 4] == 2  # the oracle and its twin
+    assert size["test-same-top", 2] == 1 and not by["test-same-top", 2].reused  # its own set: evaluated
+    assert by["test-same-top", 2].heads != by["test-oracle", 2].heads
 
 
 def test_a_rank_unit_takes_the_gold_logprob_of_an_evaluation_of_its_head(tmp_path, planted):

@@ -1,6 +1,7 @@
 """Shared detection work (`models.shared_passes`): detectors that need the same forward pass on
-the same calibration example get it once inside `sharing`, score exactly what they score
-alone, and report what they would have cost alone."""
+the same calibration example get it once inside `sharing`, score what they score alone (the
+captures bit for bit; scores that read the widened logits to float rounding), and report what
+they would have cost alone."""
 
 from __future__ import annotations
 
@@ -58,15 +59,25 @@ def _score_all(model, examples, detectors, memo=None):
         forwards.close()
 
 
-def test_detectors_sharing_passes_score_exactly_what_they_score_alone(model, examples):
+def _same_scores(alone, shared, name, atol):
+    """A shared pass hands out the very captures (bit for bit: the last test here), but it
+    computes logits at the widened positions (`heads.SHARED_LOGITS`), so the unembedding
+    matmul runs on more rows than alone: the patching detectors' log-prob drops read those
+    logits and may differ by float32 rounding on another CPU. rtol 1e-5 and an `atol` of a few
+    float32 ulps of a log-prob; a pass handed to the wrong example differs by far more."""
+    torch.testing.assert_close(shared, alone, rtol=1e-5, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def test_detectors_sharing_passes_score_what_they_score_alone(model, examples):
     alone, alone_passes = _score_all(model, examples, DETECTORS)
     memo = shared_passes.PassMemo()
     shared, shared_passes_run = _score_all(model, examples, DETECTORS, memo)
     for name in DETECTORS:
         a, s = alone[name], shared[name]
-        assert torch.equal(a.scores, s.scores), name
+        _same_scores(a.scores, s.scores, name, atol=1e-5)
         assert (a.per_example is None) == (s.per_example is None), name
-        assert a.per_example is None or torch.equal(a.per_example, s.per_example), name
+        if a.per_example is not None:
+            _same_scores(a.per_example, s.per_example, name, atol=1e-5)
         assert a.forward_passes == s.forward_passes, name  # the cost stays the detector's own
     # attention, retrieval-head, headkv, qrhead share one pass per example; locos and dla
     # another; the intervention detectors the clean prefix and the corrupted run.
@@ -94,6 +105,7 @@ def test_nothing_is_kept_outside_sharing_or_beyond_the_budget(model, examples):
     full = shared_passes.PassMemo(max_bytes=0)
     scores, passes = _score_all(model, examples, pair, full)
     assert passes == alone and full.hits == 0 and full.bytes == 0
+    # Bit for bit: retrieval-head reads only captures, never the (widened) logits.
     assert torch.equal(scores["retrieval-head"].scores, _score_all(model, examples, ["retrieval-head"])[0]["retrieval-head"].scores)
 
 
@@ -111,14 +123,14 @@ def test_the_worker_shares_within_a_task_and_drops_the_passes_when_evaluation_st
     assert worker._passes.bytes == 0
 
 
-def test_a_real_models_detectors_share_passes_exactly(gemma3):
+def test_a_real_models_detectors_share_passes(gemma3):
     examples = make_examples(load_task("kv-retrieval"), 1, model=gemma3)
     detectors = ["attention", "headkv", "activation-patching", "attribution-patching", "path-patching"]
     alone, alone_passes = _score_all(gemma3, examples, detectors)
     memo = shared_passes.PassMemo()
     shared, shared_run = _score_all(gemma3, examples, detectors, memo)
-    for name in detectors:
-        assert torch.equal(alone[name].scores, shared[name].scores), name
+    for name in detectors:  # gemma3: logits in the tens and a 262k-entry log-softmax, so a looser atol
+        _same_scores(alone[name].scores, shared[name].scores, name, atol=1e-4)
     assert memo.hits == 4  # headkv: attention's pass; attribution: the prefix and the corrupted run; path: that run
     assert shared_run == alone_passes - memo.hits
 

@@ -1,7 +1,8 @@
 """`locos-bench explain` on the planted model: the page's numbers are the detectors' numbers.
 
 The planted model is built in memory (a second), so these run in the fast suite; the same
-checks on gemma3 are in tests/integration/test_explain_gemma3.py.
+checks on gemma3 are in tests/integration/test_explain_gemma3.py, and the command run end to
+end (page and JSON written) in tests/integration/test_explain_cli.py.
 """
 
 from __future__ import annotations
@@ -73,11 +74,25 @@ def scores(model, name, example, **params):
     return make_detector(name, **params).score(model, [example], rng=np.random.default_rng(0))
 
 
+def assert_same_numbers(page, detector):
+    """The page's map is the detector's score up to float32 rounding, not bit for bit: two
+    paths meet. `attention` teacher-forces the gold answer (prompt + answer tokens) while the
+    page forwards the greedy trial's sequence (prompt + the steps before the last), so the
+    matmuls and softmax rows run on sequences of different lengths; `locos` reaches the same
+    forward through `run_and_capture` and a mean over all layers at once instead of
+    `run_layer_by_layer` and one layer at a time. On a 2-core Xeon with AMX an attention cell
+    read -1.2743e-04 on one path and -1.2742e-04 on the other (issue #47). Scores are
+    attention-mass and write contrasts of float32 values of order 1 that can cancel to ~0:
+    atol 1e-6 is some 10 float32 ulps of such a value, rtol 1e-5 covers the large cells; a
+    second formula or another example differs by orders of magnitude more."""
+    torch.testing.assert_close(page, detector, rtol=1e-5, atol=1e-6)
+
+
 def test_page_numbers_are_the_detectors_scores_on_that_example(model, example, page):
     _, data = page
     for name, key in (("locos", "locos_mean"), ("attention", "attention_mean")):
         expected = scores(model, name, example)
-        assert torch.equal(torch.tensor(data[key], dtype=torch.float64), expected.scores)
+        assert_same_numbers(torch.tensor(data[key], dtype=torch.float64), expected.scores)
     locos = scores(model, "locos", example)
     assert data["top"][0] == list(locos.top_k(1)[0])
     assert [tuple(h) for h in data["top"]] == locos.top_k(3)
@@ -91,9 +106,9 @@ def test_each_answer_token_is_the_first_token_mode_for_j0(model):
         first = scores(model, name, ex, answer_tokens="first").scores
         per_token = torch.tensor(data[key], dtype=torch.float64)  # [L, H, P]
         # `first` scores one query row, the page both at once: equal up to float rounding.
-        assert torch.allclose(per_token[..., 0], first, rtol=1e-5, atol=1e-9)
-        mean = scores(model, name, ex).scores  # the default mode, exactly
-        assert torch.equal(torch.tensor(data[key + "_mean"], dtype=torch.float64), mean)
+        assert_same_numbers(per_token[..., 0], first)
+        mean = scores(model, name, ex).scores  # the default mode
+        assert_same_numbers(torch.tensor(data[key + "_mean"], dtype=torch.float64), mean)
     head = "L{}H{}".format(*data["top"][0])
     write = data["sources"][head]["write"]
     assert len(write["tokens"]) == 2 and len(write["tokens"][0]) == len(data["tokens"])
@@ -209,45 +224,6 @@ def test_steering_scales_the_top_heads(planted, example, far):
     assert explain(planted, example, top=2, max_new_tokens=1, sufficiency=False).steering is None
 
 
-def test_an_eager_model_gets_a_note_not_full_attention(monkeypatch, capsys, tmp_path):
-    """The streaming mask exists only on the lean attention path: an eager model's page says
-    so (the rest of the explanation stands), and the command line prints the note."""
-    eager = models.load_model("planted", attention="eager")
-    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: eager)
-    out = tmp_path / "eager.html"
-    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--top", "2",
-                     "--max-new-tokens", "1", "--json"])
-    captured = capsys.readouterr()
-    s = json.loads(captured.out)["sufficiency"]
-    assert code == 0 and page_data(out.read_text())["sufficiency"] == s
-    assert set(s) == {"heads", "sink", "window", "unavailable"}
-    assert s["unavailable"].startswith("streaming heads need the lean SDPA attention; layer 0 runs eager")
-    assert "note: no sufficiency on this page: streaming heads need the lean SDPA attention" in captured.err
-
-
-def test_cli_streaming_and_steering_flags(cli_model, capsys, tmp_path):
-    out = tmp_path / "s.html"
-    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--json",
-                     "--top", "2", "--kv-sink", str(SINK), "--kv-window", str(WINDOW), "--steer-alpha", "2"])
-    captured = capsys.readouterr()
-    data = json.loads(captured.out)
-    assert code == 0 and data["metric"] == "exact_match"  # planted-kv's headline metric
-    top = data["top"][0]
-    assert f"(top head L{top[0]}H{top[1]};" in captured.err  # heads print as everywhere else (#36, point 8)
-    s = data["sufficiency"]
-    assert (s["sink"], s["window"]) == (SINK, WINDOW) and s["top"]["correct"] and not s["floor"]["correct"]
-    assert data["steering"]["alpha"] == 2.0
-
-
-def test_cli_no_sufficiency_leaves_the_entry_out(cli_model, capsys, tmp_path):
-    out = tmp_path / "n.html"
-    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--output", str(out), "--json",
-                     "--top", "2", "--no-sufficiency"])
-    data = json.loads(capsys.readouterr().out)
-    assert code == 0 and data["sufficiency"] is None and page_data(out.read_text())["sufficiency"] is None
-    assert data["greedy"] and data["top"]  # the rest of the page stands
-
-
 def test_page_is_self_contained(page):
     result, _ = page
     html = render_html(result)
@@ -267,30 +243,6 @@ def test_markup_in_the_prompt_cannot_end_the_data_script(model):
 
 
 # -- the command line ----------------------------------------------------------------------
-
-
-def test_cli_task_index_writes_the_page_and_json(cli_model, capsys, tmp_path):
-    out = tmp_path / "sub" / "explain.html"
-    code = cli.main(["explain", "--model", "planted", "--task", "planted-kv", "--index", "0",
-                     "--output", str(out), "--json", "--top", "2"])
-    printed = json.loads(capsys.readouterr().out)
-    assert code == 0 and page_data(out.read_text()) == printed
-    assert printed["task"] == "planted-kv" and len(printed["top"]) == 2
-
-
-def test_cli_prompt_mode(cli_model, capsys, tmp_path):
-    prompt = tmp_path / "prompt.txt"
-    prompt.write_text(PROMPT)
-    out = tmp_path / "p.html"
-    code = cli.main(["explain", "--model", "planted", "--prompt", f"@{prompt}", "--answer", "v5",
-                     "--needle", "k3 v5", "--distractor", "k7 v2", "--question", "? k3",
-                     "--output", str(out), "--json"])
-    data = json.loads(capsys.readouterr().out)
-    assert code == 0 and out.exists()
-    tokens = data["tokens"]
-    assert "".join(tokens[s] for s in data["needle"]).strip() == "k3 v5"
-    assert "".join(tokens[s] for s in data["distractors"]).strip() == "k7 v2"
-    assert data["greedy"].split()[0] == "v5"
 
 
 def bad(capsys, tmp_path, *argv):

@@ -5,7 +5,6 @@ token counts in the mean and is replaced under either rule)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -135,14 +134,6 @@ def _run(tmp_path, *extra):
     return cli.main(["run", "--model", "planted", "--detector", "random", "--random-draws", "1", "--budgets", "1",
                      "--n-calib", "1", "--n-ref", "2", "--n-eval", "2", "--rank-diagnostic", "0",
                      "--output-dir", str(tmp_path / "run"), "--quiet", *extra])
-
-
-def test_sink_flag_is_recorded_and_shown(tmp_path):
-    assert _run(tmp_path, "--sink", "keep") == 0
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["sink"] == "keep"
-    board = (tmp_path / "run" / "leaderboard.md").read_text()
-    assert re.search(r"\| ablation +\| mean \(position-agnostic, BOS sink left untouched\) +\|", board)
 
 
 def test_manifests_before_the_option_read_as_sink_mean():

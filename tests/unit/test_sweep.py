@@ -1,4 +1,5 @@
-"""Sweep files: validation (one line per bad input), expansion, and a local sweep end to end."""
+"""Sweep files: validation (one line per bad input) and expansion; a local sweep run end to end
+is in tests/integration/test_sweep_run.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import pytest
 
 from locos_bench import cli
 from locos_bench.errors import LocosError
-from locos_bench.harness.sweep import load_sweep, run_sweep
-from locos_bench.run import RunDir, load_run
+from locos_bench.harness.sweep import load_sweep
 
 
 def _write(tmp_path, text, name="sweep.yaml"):
@@ -87,21 +87,6 @@ def test_ray_flags_without_ray_executor(tmp_path, capsys):
     path = _write(tmp_path, SMALL.format(out=tmp_path / "runs"))
     assert cli.main(["sweep", str(path), "--gpus-per-worker", "1"]) == 2
     assert "--gpus-per-worker only apply with --executor ray" in capsys.readouterr().err
-
-
-@pytest.mark.slow
-def test_local_sweep_runs_each_run_and_writes_one_leaderboard(tmp_path, capsys):
-    path = _write(tmp_path, SMALL.format(out=tmp_path / "runs"))
-    assert cli.main(["sweep", str(path), "--quiet"]) == 0
-    sweep = load_sweep(path)
-    for run_dir in sweep.run_dirs:
-        manifest, units = load_run(run_dir)  # complete
-        assert manifest.seed == int(run_dir.name[-1]) and units
-    board = (tmp_path / "runs" / "leaderboard.md").read_text()
-    assert "planted-default-seed0" in board and "planted-default-seed1" in board
-    lines = {p: (p / RunDir.RESULTS).read_text() for p in sweep.run_dirs}
-    run_sweep(sweep, quiet=True, log=lambda message: None)  # a rerun resumes: nothing recomputed
-    assert {p: (p / RunDir.RESULTS).read_text() for p in sweep.run_dirs} == lines
 
 
 def test_readme_sweep_example_is_a_valid_sweep(tmp_path):
