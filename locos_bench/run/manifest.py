@@ -14,28 +14,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from locos_bench.run.plan import ALL_BUDGETS, EACH_RETRIEVAL, FIRST_RETRIEVAL
+from locos_bench.run.provenance import Provenance, provenance
 
 if TYPE_CHECKING:
     from locos_bench.run.config import ResolvedConfig
 
 SCHEMA_VERSION = 1
-
-
-class Provenance(BaseModel):
-    """Where and with what a run was made."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    packages: dict[str, str]
-    """Versions of locos-bench, torch, transformers, transformer-lens, ..."""
-    git_commit: str | None
-    """Commit of the locos-bench checkout (None outside a git checkout); `+dirty` if modified."""
-    device: str
-    """`cpu`, or the CUDA device name."""
-    python: str
-    platform: str
-    started_at: str
-    """ISO-8601 UTC time the run directory was created."""
 
 
 class TaskEntry(BaseModel):
@@ -223,7 +207,6 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         tasks: The run's tasks by name (`run.splits.RunTask`: each gives its `entry`).
     """
     from locos_bench.models import describe_with_answer_key
-    from locos_bench.run.provenance import provenance
 
     model_info = describe_with_answer_key(model)
     if config.batch_size_chosen is not None:

@@ -13,7 +13,25 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from locos_bench.run.manifest import Provenance
+from pydantic import BaseModel, ConfigDict
+
+
+class Provenance(BaseModel):
+    """Where and with what a run was made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    packages: dict[str, str]
+    """Versions of locos-bench, torch, transformers, transformer-lens, ..."""
+    git_commit: str | None
+    """Commit of the locos-bench checkout (None outside a git checkout); `+dirty` if modified."""
+    device: str
+    """`cpu`, or the CUDA device name."""
+    python: str
+    platform: str
+    started_at: str
+    """ISO-8601 UTC time the run directory was created."""
+
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 """The folder holding `locos_bench/` (a git checkout, for an editable install)."""
