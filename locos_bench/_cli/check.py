@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from locos_bench._package_data import shown
     from locos_bench.regression import baselines
     from locos_bench.regression.check import check_run
     from locos_bench.run import RunDir
@@ -74,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
     if failed:
         print(f"\n{len(failed)} of {len(verdicts)} baseline checks failed", file=sys.stderr)
     if not checked:
-        where = ", ".join(map(str, args.against or ["baselines/"]))
+        where = ", ".join(map(str, args.against or [shown(baselines.BASELINES_DIR)]))
         print(f"locos-bench: nothing checked: no baseline record in {where} holds a figure of this run "
               f"(model {manifest.model}; tasks {', '.join(t.name for t in manifest.tasks)}); write some with "
               f"`locos-bench check {args.run_dir} --update FILE`", file=sys.stderr)

@@ -24,9 +24,11 @@ def main(args: argparse.Namespace) -> int:
 
 def run_lm_eval_cli(argv: list[str]) -> int:
     """Run lm-eval's own CLI with `argv` unchanged, `locos` registered."""
+    from locos_bench.lm_eval.lm import check_lm_eval_version  # registers `locos`
+
+    check_lm_eval_version()  # before lm-eval's own import: a missing lm-eval is one line naming the extra
     from lm_eval.__main__ import cli_evaluate
 
-    import locos_bench.lm_eval.lm  # noqa: F401  (registers `locos`)
     from locos_bench.lm_eval.controls import cli_error
     from locos_bench.lm_eval.taskfiles import resolving_everywhere
 

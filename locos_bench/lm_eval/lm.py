@@ -14,6 +14,7 @@ backend (`TemplateLM`), so unablated results match `--model hf` on the same weig
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from contextlib import ExitStack, nullcontext
@@ -34,7 +35,8 @@ def check_lm_eval_version(version: str | None = None) -> str:
     if version is None:
         try:
             version = metadata.version("lm_eval")
-        except metadata.PackageNotFoundError:
+            importlib.import_module("lm_eval")  # installed but not importable reads as absent too
+        except (metadata.PackageNotFoundError, ImportError):
             raise LocosError(
                 "lm-eval is not installed: pip install 'locos-bench[lm-eval]' "
                 f"(lm-eval{SUPPORTED_LM_EVAL})"

@@ -20,10 +20,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tabulate import tabulate
 
+from locos_bench._package_data import BASELINES, folder
 from locos_bench.errors import LocosError
 from locos_bench.run import BASELINE, Manifest, RunDir
 
-BASELINES_DIR = Path(__file__).resolve().parents[2] / "baselines"  # beside locos_bench/ in a checkout
+BASELINES_DIR = folder(BASELINES)  # <checkout>/baselines, or the wheel's copy of it
 
 
 class Source(BaseModel):

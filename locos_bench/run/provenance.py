@@ -34,11 +34,14 @@ class Provenance(BaseModel):
 
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-"""The folder holding `locos_bench/` (a git checkout, for an editable install)."""
+"""The folder holding `locos_bench/`: a git checkout for an editable install, site-packages for
+a wheel (no commit recorded then; the package version is)."""
 
 
 def _git_commit() -> str | None:
     root = CHECKOUT
+    if not (root / ".git").exists():
+        return None  # an installed wheel: a git repository above site-packages is not this package's
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if commit.returncode != 0:

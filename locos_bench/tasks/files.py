@@ -1,8 +1,7 @@
 """Task files: find, read and validate the task YAMLs.
 
-Tasks live as one flat YAML per task in the repository's `tasks/` directory (found relative to
-this package, so an editable install is assumed; a wheel carries no `tasks/`, and then only
-`LOCOS_BENCH_TASKS_DIR` and explicit paths work). `LOCOS_BENCH_TASKS_DIR` adds directories
+Tasks live as one flat YAML per task in the repository's `tasks/` directory, which the wheel
+carries as package data (`locos_bench._package_data`). `LOCOS_BENCH_TASKS_DIR` adds directories
 (separated by the OS path separator); they are searched first, so a user's YAML can shadow a
 built-in one of the same name. Anywhere a task name is accepted, a path to a task YAML is
 accepted too; a relative `source.args.path` in such a file is relative to the file.
@@ -16,13 +15,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from locos_bench._package_data import TASKS, folder, shown
 from locos_bench.errors import LocosError, unknown
 from locos_bench.tasks.spec import TaskSpec
 from locos_bench.yaml_files import read_yaml_mapping
 
 TASKS_ENV = "LOCOS_BENCH_TASKS_DIR"
-BUILTIN_TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
-"""`<repo>/tasks`: the built-in task YAMLs."""
+BUILTIN_TASKS_DIR = folder(TASKS)
+"""The built-in task YAMLs: `<checkout>/tasks`, or the wheel's copy of it."""
 
 
 def task_dirs() -> list[Path]:
@@ -45,13 +45,6 @@ def task_files() -> dict[str, Path]:
 def list_tasks() -> list[str]:
     """Names of every task found in `task_dirs()`."""
     return sorted(task_files())
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(BUILTIN_TASKS_DIR.parent))
-    except ValueError:
-        return str(path)
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -89,7 +82,7 @@ def read_task_file(path: str | Path) -> TaskSpec:
             loader or metric.
     """
     path = Path(path)
-    where = _display(path)
+    where = shown(path)
     if not path.is_file():
         raise LocosError(f"{where}: no such task file")
     data = read_yaml_mapping(path, where, "a task file must be a mapping of keys")

@@ -152,6 +152,30 @@ def test_pytest_plugin_verdicts(pytester, planted_run, baseline_file):
     assert "INTERNALERROR" not in result.stdout.str()
 
 
+def test_plugin_does_not_update_an_installed_wheels_baselines(pytester, planted_run, tmp_path):
+    """Installed as a wheel (no checkout), the default baselines are the package's own copy:
+    `--locos-update-baselines` fails naming `--locos-baselines` instead of writing there."""
+    shipped = tmp_path / "shipped"  # stands in for site-packages/locos_bench/_builtin_baselines
+    shipped.mkdir()
+    pytester.makeconftest(f"""
+        from pathlib import Path
+        import locos_bench._package_data, locos_bench.regression.baselines
+
+        locos_bench._package_data.checkout = lambda: None
+        locos_bench.regression.baselines.BASELINES_DIR = Path({str(shipped)!r})
+    """)
+    pytester.makepyfile(test_update=f"""
+        from locos_bench.run import RunDir
+
+        def test_update(locos):
+            locos.check(RunDir({str(planted_run)!r}))
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--locos-update-baselines")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*planted.yaml is the installed package's copy*--locos-baselines DIR*"])
+    assert list(shipped.iterdir()) == []
+
+
 def test_plugin_replaces_a_cached_run_whose_tasks_changed(pytester):
     """The `locos` fixture caches runs by configuration; a cached run made before a task
     changed (another version or data hash) is rerun, not refused."""
