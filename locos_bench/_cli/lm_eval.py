@@ -57,14 +57,17 @@ def _resolved(argv: list[str]) -> list[str]:
         return ",".join(str(resolved_file(t)) if t.endswith((".yaml", ".yml")) and Path(t).is_file() else t
                         for t in value.split(","))
 
-    rewrite = {"--include_path": include, "--tasks": tasks}
+    rewrite = {"--include_path": include, "--tasks": tasks, "-t": tasks}
     out: list[str] = []
-    for n, word in enumerate(argv):
+    taking = None  # the flag whose values follow: one for --include_path, any number for --tasks
+    for word in argv:
         flag, eq, value = word.partition("=")
-        if eq and flag in rewrite:
-            out.append(f"{flag}={rewrite[flag](value)}")
-        elif n and argv[n - 1] in rewrite and not word.startswith("-"):
-            out.append(rewrite[argv[n - 1]](word))
+        if word.startswith("-"):
+            taking = word if word in rewrite else None
+            out.append(f"{flag}={rewrite[flag](value)}" if eq and flag in rewrite else word)
+        elif taking is not None:
+            out.append(rewrite[taking](word))
+            taking = None if taking == "--include_path" else taking
         else:
             out.append(word)
     return out

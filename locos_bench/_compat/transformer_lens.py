@@ -4,7 +4,9 @@ The lean attention forward (`models.lean_attention`) does what
 `PositionEmbeddingsAttentionBridge.forward` does, minus the `[batch, heads, q, kv]` score
 matrix, so it calls the same steps that forward calls: the QK-norm phase and its pre-reshape
 norm, the rotary hooks and the KV-cache update. TransformerLens has no public name for them.
-The streaming heads read which layer's cache slot an attention bridge writes.
+The lean forward (and the clean prefix's block stubs) is an instance attribute `forward`, set
+past the bridge's `__setattr__`, which passes most attribute writes on to the wrapped HF
+module. The streaming heads read which layer's cache slot an attention bridge writes.
 
 The first call checks the installed version and the names (once); outside `VERIFIED`, or with
 a name gone, it raises one `LocosError` line.
@@ -54,6 +56,23 @@ def transforms_before_output(attn: Any) -> bool:
     output before the output projection: the lean forward does not, so it must not run there."""
     cls = check()
     return type(attn)._pre_output_projection is not cls._pre_output_projection
+
+
+def replace_forward(component: Any, forward: Any) -> None:
+    """Make `forward` what `component(...)` runs (a bridge's attention or block), on this
+    instance only: its class keeps TransformerLens's own `forward`."""
+    check()
+    object.__setattr__(component, "forward", forward)
+
+
+def replaced_forward(component: Any) -> Any:
+    """The forward `replace_forward` set on `component`, or None."""
+    return vars(component).get("forward")
+
+
+def restore_forward(component: Any) -> None:
+    """Undo `replace_forward`: `component` runs its class's `forward` again."""
+    vars(component).pop("forward", None)
 
 
 def qk_norm_phase(attn: Any) -> str | None:

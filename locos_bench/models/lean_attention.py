@@ -75,7 +75,7 @@ def install(bridge: Any) -> str:
         if reason is not None:
             return f"eager ({reason})"
     for attn in modules:
-        object.__setattr__(attn, "forward", LeanForward(attn))  # the bridge would pass `forward` on to HF
+        tl.replace_forward(attn, LeanForward(attn))
     set_attention_kind(bridge.original_model.config, "sdpa")  # masks: None or boolean
     return "sdpa"
 
@@ -84,7 +84,7 @@ def install(bridge: Any) -> str:
 def eager(bridge: Any) -> Iterator[None]:
     """Run the block with TransformerLens's explicit attention (the reference the lean path is
     tested against)."""
-    forwards = [attn.forward for attn in (b.attn for b in bridge.blocks) if isinstance(attn.forward, LeanForward)]
+    forwards = [f for f in (lean_forward(block.attn) for block in bridge.blocks) if f is not None]
     for f in forwards:
         f.enabled = False
     try:
@@ -110,7 +110,7 @@ class Attend(Protocol):
 
 def lean_forward(attn: Any) -> LeanForward | None:
     """The lean forward installed on an attention bridge, or None where it runs eager."""
-    forward = attn.__dict__.get("forward")
+    forward = tl.replaced_forward(attn)
     return forward if isinstance(forward, LeanForward) else None
 
 

@@ -85,11 +85,13 @@ def test_an_include_outside_the_folder_is_made_absolute(folder, elsewhere):
 def test_the_cli_reads_include_path_and_task_files_through_their_copies(folder):
     from locos_bench._cli.lm_eval import _resolved
 
-    out = _resolved(["run", "--model", "locos", "--tasks", f"evens,{folder / 'evens.yaml'}",
-                     "--include_path", str(folder), "--limit", "2"])
-    tasks, include = out[4].split(","), out[6]
+    out = _resolved(["run", "--model", "locos", "--tasks", f"evens,{folder / 'evens.yaml'}", str(folder / "evens.yaml"),
+                     "--include_path", str(folder), "2", "--limit", "2"])
+    tasks, include = out[4].split(","), out[7]
     assert tasks[0] == "evens" and Path(tasks[1]).name == "evens.yaml" and Path(tasks[1]).parent != folder
-    assert (Path(include) / "common.yaml").read_text() != COMMON and out[7:] == ["--limit", "2"]
+    assert Path(out[5]).name == "evens.yaml" and Path(out[5]).parent != folder  # --tasks takes several
+    assert (Path(include) / "common.yaml").read_text() != COMMON and out[8:] == ["2", "--limit", "2"]
+    assert Path(_resolved(["-t", str(folder / "evens.yaml")])[1]).parent != folder
     flag, _, path = _resolved([f"--include_path={folder}"])[0].partition("=")
     assert flag == "--include_path" and (Path(path) / "common.yaml").read_text() != COMMON
     assert _resolved(["ls", "tasks", "--include_path", str(folder)]) == ["ls", "tasks", "--include_path", str(folder)]
