@@ -182,23 +182,23 @@ class FileDetector(Detector):
 '''
 
 
-def test_scoped_detectors_forget_plugin_files_and_read_them_again_after(tmp_path, monkeypatch):
-    """A file loaded inside a scope is forgotten with its detector, so loading it again after the
-    scope registers it again (not a name with no detector behind it)."""
+def test_scoped_detectors_forget_a_detector_file_and_read_it_again_after(tmp_path, monkeypatch):
+    """A file loaded inside a scope is forgotten with its detector, so naming it again after the
+    scope registers it again (not a file remembered with no detector behind it)."""
     monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
     path = tmp_path / "scoped_file.py"
     path.write_text(PLUGIN_FILE)
+    before = registry.plugin_files()
     with registry.scoped_detectors():
-        assert registry.load_plugin_files([path]) == ["scoped-file-detector"]
-        assert str(path) in registry.plugin_files() and "scoped-file-detector" in detector_names()
-        assert str(path) in registry.os.environ[registry.PLUGINS_ENV]
-    assert str(path) not in registry.plugin_files() and "scoped-file-detector" not in detector_names()
+        monkeypatch.setenv(registry.PLUGINS_ENV, str(path))  # as `--plugin` or the user would
+        assert "scoped-file-detector" in detector_names() and registry.plugin_files() == [*before, str(path)]
+    assert registry.plugin_files() == before and "scoped-file-detector" not in detector_names()
     assert registry.PLUGINS_ENV not in registry.os.environ
     with registry.scoped_detectors():
         with registry.scoped_detectors():
-            assert registry.load_plugin_files([path]) == ["scoped-file-detector"]
+            monkeypatch.setenv(registry.PLUGINS_ENV, str(path))
             assert get_detector_class("scoped-file-detector").__name__ == "FileDetector"
-        assert "scoped-file-detector" not in detector_names()
+        assert "scoped-file-detector" not in detector_names() and registry.plugin_files() == before
 
 
 def test_scoped_detectors_read_the_entry_points_again_inside(monkeypatch):
