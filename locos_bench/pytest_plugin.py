@@ -67,7 +67,23 @@ class LocosSession:
             pytest.skip(f"needs {model}, which is not available offline: pass --locos-model {model} "
                         "on a machine that can load it")
 
+    def provide(self, model: str, loaded: Any) -> None:
+        """Let this test's runs of `model` use `loaded`, a model already in memory (a session
+        fixture's), instead of loading the same weights a second time; undone after the test."""
+        key = (model, self.device)
+        before = _MODELS.get(key)
+        _MODELS[key] = loaded
+
+        def restore() -> None:
+            if before is None:
+                _MODELS.pop(key, None)
+            else:
+                _MODELS[key] = before
+
+        self.request.addfinalizer(restore)
+
     def loaded(self, model: str) -> Any:
+        """The model `locos.run` uses for `model`: loaded once per session and device."""
         from locos_bench.models import load_model
 
         key = (model, self.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -83,6 +84,18 @@ class Registry(Generic[T]):
     def in_order(self) -> list[T]:
         """Every entry, in the order registered (how a listing reads best)."""
         return [self.get(name) for name in self._entries]
+
+    @contextmanager
+    def scoped(self) -> Iterator[Registry[T]]:
+        """Within the block, registrations and removals are temporary: on exit, however the block
+        ends, the registry holds exactly what it held before (a test's detectors do not leak
+        into the next test). Scopes nest."""
+        entries = dict(self._entries)  # an entry changes in place only when its lazy target resolves
+        aliases = dict(self._aliases)
+        try:
+            yield self
+        finally:
+            self._entries, self._aliases = entries, aliases
 
 
 def _same_definition(a: Any, b: Any) -> bool:

@@ -54,7 +54,7 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
-def _plugin_files_stay_in_their_test():
+def _plugin_env_stays_in_its_test():
     """`--plugin` adds its file to `LOCOS_BENCH_PLUGINS` so the processes a run starts load it;
     in-process CLI tests would leak it into every later test's subprocesses."""
     before = os.environ.get("LOCOS_BENCH_PLUGINS")

@@ -8,6 +8,7 @@ from locos_bench.detectors.registry import (
     get_detector_class,
     make_detector,
     register_detector,
+    scoped_detectors,
 )
 from locos_bench.names import head_name
 
@@ -33,5 +34,6 @@ __all__ = [
     "make_detector",
     "register_detector",
     "run_detector",
+    "scoped_detectors",
     "validate_scores",
 ]

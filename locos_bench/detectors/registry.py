@@ -17,7 +17,8 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,27 @@ def load_plugins() -> None:
             continue
         cls.name = ep.name
         DETECTORS.add(ep.name, cls, source=dist, replace=True)
+
+
+@contextmanager
+def scoped_detectors() -> Iterator[Registry[Any]]:
+    """Within the block, detectors come and go for the block only: on exit, whatever was
+    registered inside (decorator, `--plugin` file, entry point) is gone, and the files loaded,
+    `LOCOS_BENCH_PLUGINS` and `DETECTORS` are as before. Inside, the entry-point group and
+    `LOCOS_BENCH_PLUGINS` are read again on the next lookup, so a package or file a test
+    installs is seen. For tests, a plugin author's included; scopes nest."""
+    global _plugins_loaded, _env_seen, _plugin_files
+    saved = (_plugins_loaded, _env_seen, dict(_plugin_files), os.environ.get(PLUGINS_ENV))
+    _plugins_loaded, _env_seen = False, None
+    with DETECTORS.scoped():
+        try:
+            yield DETECTORS
+        finally:
+            _plugins_loaded, _env_seen, _plugin_files, env = saved
+            if env is None:
+                os.environ.pop(PLUGINS_ENV, None)
+            else:
+                os.environ[PLUGINS_ENV] = env
 
 
 def get_detector_class(name: str) -> type:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from locos_bench._compat.transformer_lens import replace_forward, restore_forward
 from locos_bench.interventions.positions import positions_from_mask, token_positions
 from locos_bench.names import Hook
 
@@ -184,9 +185,9 @@ def _skipping(bridge: Any, clean: _Prefill, start: int) -> Iterator[None]:
 
     blocks = list(bridge.blocks)[:start]
     for layer, block in enumerate(blocks):
-        object.__setattr__(block, "forward", stub(layer))  # the bridge would pass `forward` on to HF
+        replace_forward(block, stub(layer))
     try:
         yield
     finally:
         for block in blocks:
-            del block.__dict__["forward"]
+            restore_forward(block)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from locos_bench._compat.transformer_lens import layer_index
 from locos_bench.errors import LocosError
 from locos_bench.models.lean_attention import lean_forward, plug, why_not_lean
 from locos_bench.names import head_name
@@ -119,7 +120,10 @@ def _first_slot(attn: Any, kwargs: dict[str, Any], kv_len: int) -> int:
     layers = getattr(cache, "layers", None)
     if cache is None or layers is None:
         return 0
-    layer = layers[getattr(attn, "_layer_idx", 0)]
+    index = layer_index(attn)
+    if index is None:  # TransformerLens then updates no cache either (it warns)
+        raise LocosError(f"streaming heads: {type(attn).__name__} names no layer for its KV cache")
+    layer = layers[index]
     if type(layer).__name__.startswith("Static"):
         raise LocosError("streaming heads: a static KV cache is not supported (use the dynamic cache)")
     seen = getattr(layer, "cumulative_length", None)

@@ -68,8 +68,8 @@ def describe_task(task: str, *, limit: int | None = None, include_path: str | Pa
     obj = loaded[name]
     docs = list(obj.eval_docs)
     docs = docs[: limit] if limit else docs
-    filters = [f.name for f in getattr(obj, "_filters", [])] or ["none"]
-    metrics = [m if f == "none" else f"{m}/{f}" for f in filters for m in getattr(obj, "_metric_fn_list", {})]
+    filters = [f["name"] for f in getattr(obj.config, "filter_list", None) or []] or ["none"]
+    metrics = [m if f == "none" else f"{m}/{f}" for f in filters for m in obj.higher_is_better()]
     digest = hashlib.sha256()
     for doc in docs:
         digest.update(json.dumps(doc, sort_keys=True, default=str, ensure_ascii=False).encode())
@@ -142,9 +142,9 @@ def task_manager(include_path: str | Path | None = None) -> Any:
 def _manager(include: tuple[str, ...]) -> Any:
     from lm_eval.tasks import TaskManager
 
-    from locos_bench.lm_eval.taskfiles import resolve_in
+    from locos_bench.lm_eval.taskfiles import resolved_folder
 
-    return resolve_in(TaskManager(include_path=list(include) or None))
+    return TaskManager(include_path=[str(resolved_folder(path)) for path in include] or None)
 
 
 def per_example(samples: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -208,7 +208,7 @@ def _task_error(task: str, exc: Exception, manager: Any = None) -> LocosError:
                           "pass its folder with --include_path (docs/lm-eval.md)")
     if _unreachable(text):
         where = ""
-        entry = getattr(manager, "_index", {}).get(task)
+        entry = (manager.task_index if manager is not None else {}).get(task)
         yaml_path = getattr(entry, "yaml_path", None)
         if yaml_path:
             found = re.search(r"^dataset_path:\s*(\S+)", Path(yaml_path).read_text(), re.M)

@@ -14,42 +14,23 @@ backend (`TemplateLM`), so unablated results match `--model hf` on the same weig
 
 from __future__ import annotations
 
-import importlib
 import sys
 import warnings
 from contextlib import ExitStack, nullcontext
-from importlib import metadata
 from typing import Any
 
+from locos_bench._compat.lm_eval import VERIFIED, check, check_subclass_hooks
 from locos_bench.errors import LocosError
 from locos_bench.names import head_name
 
-SUPPORTED_LM_EVAL = ">=0.4.13,<0.5"
-"""lm-eval versions this module is tested against (the CI installs 0.4.13)."""
+SUPPORTED_LM_EVAL = VERIFIED
+"""lm-eval versions this module is tested against (the CI installs 0.4.13; `_compat.lm_eval`)."""
 
-
-def check_lm_eval_version(version: str | None = None) -> str:
-    """The installed lm-eval version, or a `LocosError` naming the supported range."""
-    from packaging.specifiers import SpecifierSet
-
-    if version is None:
-        try:
-            version = metadata.version("lm_eval")
-            importlib.import_module("lm_eval")  # installed but not importable reads as absent too
-        except (metadata.PackageNotFoundError, ImportError):
-            raise LocosError(
-                "lm-eval is not installed: pip install 'locos-bench[lm-eval]' "
-                f"(lm-eval{SUPPORTED_LM_EVAL})"
-            ) from None
-    if version not in SpecifierSet(SUPPORTED_LM_EVAL):
-        raise LocosError(
-            f"lm-eval {version} is outside the tested range lm-eval{SUPPORTED_LM_EVAL}; "
-            f"install a supported version: pip install 'lm-eval{SUPPORTED_LM_EVAL}'"
-        )
-    return version
-
+check_lm_eval_version = check
+"""The installed lm-eval version, or a `LocosError` naming the supported range."""
 
 check_lm_eval_version()
+check_subclass_hooks()
 
 import lm_eval.models  # noqa: E402, F401  (fills the lazy registry first: `get_model` only does so when it is empty)
 from lm_eval.api.model import TemplateLM  # noqa: E402

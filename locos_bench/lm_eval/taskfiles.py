@@ -5,14 +5,26 @@ lm-eval hands a task's `dataset_kwargs` (`data_files`, `data_dir`) and `dataset_
 a task file works from one folder only. Through locos-bench (`task_manager`, the run's
 `--lm-eval-tasks`, `locos-bench lm-eval`), a relative path is taken relative to the task file
 when it names something there; otherwise it is left as lm-eval reads it.
+
+How, with lm-eval's public API only: a folder of task files is read through a copy
+(`resolved_folder`) that lm-eval's `TaskManager(include_path=...)` indexes. The copy holds each
+YAML file of the folder with those paths made absolute (the other YAML files byte for byte) and
+a link to every other file, so `include:` and `!function` read what they read in the folder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+_YAML = (".yaml", ".yml")
+_SKIP = {"__pycache__", ".ipynb_checkpoints", ".git"}
 
 
 def resolve_paths(config: dict[str, Any], yaml_path: str | Path | None) -> dict[str, Any]:
@@ -53,33 +65,79 @@ def _beside(path: str, folder: Path) -> str:
     return str(there) if there.exists() else path
 
 
-def resolve_in(manager: Any) -> Any:
-    """`manager` (an lm-eval `TaskManager`) building its tasks with `resolve_paths`."""
-    factory = getattr(manager, "_factory", None)
-    load = getattr(factory, "_load_full_config", None)
-    if load is not None and not getattr(load, "resolves_paths", False):
-        factory._load_full_config = _resolving(load)
-    return manager
+def resolved_folder(folder: str | Path) -> Path:
+    """A fresh copy of the task folder `folder` in which every task file's relative data paths
+    are absolute (`resolve_paths`), for lm-eval's `include_path`; removed when Python exits."""
+    root = Path(folder).expanduser().resolve()
+    copy = Path(tempfile.mkdtemp(prefix="locos-lm-eval-tasks-")) / (root.name or "tasks")
+    atexit.register(shutil.rmtree, copy.parent, True)
+    for here, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP)
+        there = copy / Path(here).relative_to(root)
+        there.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            source = Path(here) / name
+            if name.endswith(_YAML):
+                _write_resolved(source, there / name, root)
+            else:
+                _link(source, there / name)
+    return copy
 
 
-@contextmanager
-def resolving_everywhere() -> Iterator[None]:
-    """Within the block, every `TaskManager` lm-eval builds (its own command line's too)
-    resolves task-file paths."""
-    from lm_eval.tasks._factory import TaskFactory
+def resolved_file(path: str | Path) -> Path:
+    """`path` (a task YAML file) as it lies in `resolved_folder` of its folder."""
+    path = Path(path).expanduser().resolve()
+    return resolved_folder(path.parent) / path.name
 
-    original = TaskFactory._load_full_config
-    TaskFactory._load_full_config = _resolving(original, bound=False)
+
+def _write_resolved(source: Path, target: Path, root: Path) -> None:
+    """`source` with its data paths resolved and each `include:` outside `root` made absolute;
+    byte for byte where nothing changes or the file is not plain YAML (lm-eval reads it then)."""
+    raw = source.read_bytes()
     try:
-        yield
-    finally:
-        TaskFactory._load_full_config = original
+        config = yaml.load(raw, Loader=_TaskLoader)  # noqa: S506  (a SafeLoader: `!function` stays a string)
+    except yaml.YAMLError:
+        config = None
+    if not isinstance(config, dict):
+        target.write_bytes(raw)
+        return
+    resolved = resolve_paths(config, source)
+    if "include" in resolved:
+        resolved["include"] = _includes(resolved["include"], source.parent, root)
+    if resolved == config:
+        target.write_bytes(raw)
+        return
+    target.write_text(yaml.dump(resolved, Dumper=_TaskDumper, sort_keys=False, allow_unicode=True))
 
 
-def _resolving(load: Any, *, bound: bool = True) -> Any:
-    def resolved(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        entry = args[0] if bound else args[1]
-        return resolve_paths(load(*args, **kwargs), getattr(entry, "yaml_path", None))
+def _includes(value: Any, folder: Path, root: Path) -> Any:
+    """An `include:` entry, absolute where it points outside the copied folder."""
+    if isinstance(value, list):
+        return [_includes(v, folder, root) for v in value]
+    if not isinstance(value, str) or Path(value).is_absolute():
+        return value
+    target = (folder / value).resolve()
+    return value if target.is_relative_to(root) else str(target)
 
-    resolved.resolves_paths = True  # type: ignore[attr-defined]
-    return resolved
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        target.symlink_to(source)
+    except OSError:  # no symlinks here (some Windows setups): a copy reads the same
+        shutil.copy2(source, target)
+
+
+class _Function(str):
+    """The text of a `!function` tag, kept to be written back as one."""
+
+
+class _TaskLoader(yaml.SafeLoader):
+    """lm-eval's YAML: safe, plus `!function module.name`, read as text (never imported here)."""
+
+
+class _TaskDumper(yaml.SafeDumper):
+    pass
+
+
+_TaskLoader.add_constructor("!function", lambda loader, node: _Function(loader.construct_scalar(node)))
+_TaskDumper.add_representer(_Function, lambda dumper, value: dumper.represent_scalar("!function", str(value)))

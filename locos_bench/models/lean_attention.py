@@ -32,27 +32,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from locos_bench._compat import transformer_lens as tl
+from locos_bench._compat.transformers import set_attention_kind
+
 _UNSUPPORTED_CONFIG = ("use_split_qkv_input", "use_attn_in", "gated_q_proj", "qk_norm_after_rope",
                        "rotary_interleaved_cos_sin", "rotary_adjacent_pairs", "use_attn_result")
 _UNSUPPORTED_MODULE = ("key_multiplier", "attn_logit_softcapping", "sinks")
 
 
-def _bridge_class() -> type:
-    from transformer_lens.model_bridge.generalized_components.position_embeddings_attention import (
-        PositionEmbeddingsAttentionBridge,
-    )
-
-    return PositionEmbeddingsAttentionBridge
-
-
 def why_not_lean(attn: Any) -> str | None:
     """Why `attn` must keep the explicit path for good (None when the lean forward applies)."""
-    cls = _bridge_class()
-    if not isinstance(attn, cls):
+    if not isinstance(attn, tl.attention_bridge_class()):
         return f"{type(attn).__name__} is not a rotary attention bridge"
-    if type(attn)._pre_output_projection is not cls._pre_output_projection:
+    if tl.transforms_before_output(attn):
         return "a transform before the output projection"
-    if attn._modules.get("gate") is not None:
+    if dict(attn.named_children()).get("gate") is not None:
         return "a separate attention gate"
     cfg, hf = attn.config, attn.original_component
     for flag in _UNSUPPORTED_CONFIG:
@@ -81,8 +75,8 @@ def install(bridge: Any) -> str:
         if reason is not None:
             return f"eager ({reason})"
     for attn in modules:
-        object.__setattr__(attn, "forward", LeanForward(attn))  # the bridge would pass `forward` on to HF
-    bridge.original_model.config._attn_implementation = "sdpa"  # masks: None or boolean
+        tl.replace_forward(attn, LeanForward(attn))
+    set_attention_kind(bridge.original_model.config, "sdpa")  # masks: None or boolean
     return "sdpa"
 
 
@@ -90,7 +84,7 @@ def install(bridge: Any) -> str:
 def eager(bridge: Any) -> Iterator[None]:
     """Run the block with TransformerLens's explicit attention (the reference the lean path is
     tested against)."""
-    forwards = [attn.forward for attn in (b.attn for b in bridge.blocks) if isinstance(attn.forward, LeanForward)]
+    forwards = [f for f in (lean_forward(block.attn) for block in bridge.blocks) if f is not None]
     for f in forwards:
         f.enabled = False
     try:
@@ -116,7 +110,7 @@ class Attend(Protocol):
 
 def lean_forward(attn: Any) -> LeanForward | None:
     """The lean forward installed on an attention bridge, or None where it runs eager."""
-    forward = attn.__dict__.get("forward")
+    forward = tl.replaced_forward(attn)
     return forward if isinstance(forward, LeanForward) else None
 
 
@@ -198,15 +192,15 @@ def _lean(attn: Any, *args: Any, attend: Attend | None = None, **kwargs: Any) ->
     head_dim = hf.head_dim
     q, k, v = attn.q(hidden_states), attn.k(hidden_states), attn.v(hidden_states)
     has_q_norm, has_k_norm = "q_norm" in attn.submodules, "k_norm" in attn.submodules
-    phase = attn._qk_norm_phase
+    phase = tl.qk_norm_phase(attn)
     if has_q_norm and phase == "pre_reshape":
-        q = attn._apply_pre_reshape_qk_norm(q, attn.q_norm, attn.hook_q_normed, head_dim)
+        q = tl.pre_reshape_qk_norm(attn, q, attn.q_norm, attn.hook_q_normed, head_dim)
         if has_k_norm:
-            k = attn._apply_pre_reshape_qk_norm(k, attn.k_norm, attn.hook_k_normed, head_dim)
+            k = tl.pre_reshape_qk_norm(attn, k, attn.k_norm, attn.hook_k_normed, head_dim)
     shape = (*input_shape, -1, head_dim)
     q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
     if has_q_norm and phase == "post_reshape":
-        if attn._qk_norm_per_head:
+        if tl.qk_norm_per_head(attn):
             q = attn.hook_q_normed(attn.q_norm(q.transpose(1, 2)).transpose(1, 2))
             if has_k_norm:
                 k = attn.hook_k_normed(attn.k_norm(k.transpose(1, 2)).transpose(1, 2))
@@ -215,13 +209,13 @@ def _lean(attn: Any, *args: Any, attend: Attend | None = None, **kwargs: Any) ->
             if has_k_norm:
                 k = attn.hook_k_normed(attn.k_norm(k))
     if position_embeddings is not None:
-        cos, sin = attn._apply_position_embedding_hooks(position_embeddings)
+        cos, sin = tl.position_embedding_hooks(attn, position_embeddings)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
     if hasattr(attn, "hook_rot_q"):
         q = attn.hook_rot_q(q)
     if hasattr(attn, "hook_rot_k"):
         k = attn.hook_rot_k(k)
-    k, v = attn._update_kv_cache(k, v, **kwargs)
+    k, v = tl.update_kv_cache(attn, k, v, **kwargs)
 
     q_len, kv_len = q.shape[-2], k.shape[-2]
     mask, causal = _sdpa_mask(attention_mask, q_len, kv_len, q.dtype, q.device)

@@ -303,6 +303,8 @@ def language_model(model: Any) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from locos_bench._compat.transformers import set_attention_kind
+
     inner = getattr(model, "model", None)
     text_config = getattr(model.config, "text_config", None)
     if text_config is None or not hasattr(inner, "language_model"):
@@ -313,7 +315,7 @@ def language_model(model: Any) -> Any:
     text_model.lm_head = model.lm_head
     text_model.config = text_config
     text_model.config.architectures = [type(text_model).__name__]
-    text_model.config._attn_implementation = "eager"
+    set_attention_kind(text_model.config, "eager")
     text_model.generation_config = model.generation_config
     text_model.locos_multimodal = type(model).__name__
     return text_model.to(next(model.parameters()).dtype)

@@ -110,15 +110,14 @@ def build_planted(
         attention_bias=False,
         mlp_bias=False,
         architectures=["LlamaForCausalLM"],
+        attn_implementation="eager",  # the model built from it keeps it
     )
-    hf_config._attn_implementation = "eager"
     state = _planted_state_dict(config, torch)
     with torch.device("meta"):
         model = LlamaForCausalLM(hf_config)
     model.load_state_dict(state, strict=True, assign=True)
     # Non-persistent buffers (the RoPE frequencies) are not in the state dict: rebuild them.
     model.model.rotary_emb = type(model.model.rotary_emb)(config=hf_config)
-    model.config._attn_implementation = "eager"
     return model.eval(), tokenizer, planted_truth(config)
 
 

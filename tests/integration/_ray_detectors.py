@@ -64,4 +64,4 @@ def unregister() -> None:
     from locos_bench.detectors.registry import DETECTORS
 
     for name in NAMES:
-        DETECTORS._entries.pop(name, None)
+        DETECTORS.remove(name)

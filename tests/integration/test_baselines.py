@@ -200,6 +200,24 @@ def test_plugin_replaces_a_cached_run_whose_tasks_changed(pytester):
     result.assert_outcomes(passed=2)
 
 
+def test_a_provided_model_serves_its_test_only(pytester):
+    """`locos.provide` lends a loaded model to one test's runs; the next test loads its own."""
+    pytester.makepyfile(test_provide="""
+        import locos_bench.models
+
+        def test_lent(locos):
+            lent = object()
+            locos.provide("planted", lent)
+            assert locos.loaded("planted") is lent
+
+        def test_next(locos, monkeypatch):
+            monkeypatch.setattr(locos_bench.models, "load_model", lambda *args, **kwargs: "loaded afresh")
+            assert locos.loaded("planted") == "loaded afresh"
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
 # ---------------------------------------------------------------------------------------
 # Like with like (#36, point 4)
 

@@ -32,23 +32,17 @@ def test_the_documented_loop_runs_as_printed(tmp_path, monkeypatch, capsys):
     from locos_bench.detectors import registry
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(registry, "_plugin_files", {})
-    monkeypatch.setattr(registry, "_env_seen", None)
-    saved = dict(registry.DETECTORS._entries)
     (tmp_path / "my_detector.py").write_text(readme_detector_file())
     commands = loop_commands()
     assert [argv[:2] for argv in commands] == [["locos-bench", step] for step in
                                                ("run", "check", "run", "check", "explain")]
     said = []
-    try:
+    with registry.scoped_detectors():
         for argv in commands:
             code = cli.main(argv[1:])
             out, err = capsys.readouterr()
             assert code == 0, f"{shlex.join(argv)} exited {code}:\n{err}"
             said.append(out + err)
-    finally:
-        registry.DETECTORS._entries.clear()
-        registry.DETECTORS._entries.update(saved)
     assert "extending runs/planted-default-seed0 (+ detector needle-attention)" in said[2]
     assert (tmp_path / "baselines" / "mine.yaml").exists()
     page = page_data((tmp_path / "explain.html").read_text())

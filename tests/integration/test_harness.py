@@ -69,11 +69,10 @@ def _test_detectors():
     from locos_bench.detectors.registry import DETECTORS
 
     names = {"test-oracle": Oracle, "test-crash": Crash, "test-key-search": KeySearch}
-    for name, cls in names.items():
-        register_detector(name)(cls)
-    yield
-    for name in names:
-        DETECTORS._entries.pop(name, None)
+    with DETECTORS.scoped():
+        for name, cls in names.items():
+            register_detector(name)(cls)
+        yield
 
 
 def _cfg(tmp_path, **kw):

@@ -43,11 +43,9 @@ def test_planted_nonliteral_matches_reference(locos):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["gemma3", "smollm2"])
-def test_real_model_matches_reference(locos, model, request, monkeypatch):
-    from locos_bench import pytest_plugin
-
+def test_real_model_matches_reference(locos, model, request):
     # The session's model (tests/conftest.py), not a second load of the same weights.
-    monkeypatch.setitem(pytest_plugin._MODELS, (model, locos.device), request.getfixturevalue(model))
+    locos.provide(model, request.getfixturevalue(model))
     tasks = SMALL["tasks"] if model in CONTROL_ON else ["kv-retrieval"]
     run = locos.run(model=model, **{**SMALL, "tasks": tasks})
     locos.check(run)

@@ -16,7 +16,7 @@ import torch
 from locos_bench import cli, models
 from locos_bench.detectors import Detector, HeadScores
 from locos_bench.detectors.conformance import conformance_model
-from locos_bench.detectors.registry import DETECTORS, register_detector
+from locos_bench.detectors.registry import register_detector, scoped_detectors
 from locos_bench.models.planted import planted_ground_truth
 
 BUILTINS = {
@@ -34,10 +34,8 @@ def planted(monkeypatch):
 
 @pytest.fixture
 def runtime_detectors():
-    saved = dict(DETECTORS._entries)
-    yield
-    DETECTORS._entries.clear()
-    DETECTORS._entries.update(saved)
+    with scoped_detectors():
+        yield
 
 
 def run(capsys, *argv):
@@ -208,8 +206,6 @@ def plugin_state(monkeypatch, runtime_detectors):
     from locos_bench.detectors import registry
 
     monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
-    monkeypatch.setattr(registry, "_plugin_files", {})
-    monkeypatch.setattr(registry, "_env_seen", None)
     return registry
 
 

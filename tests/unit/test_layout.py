@@ -97,7 +97,7 @@ def test_head_interventions_live_in_one_package():
 
 
 LAYERS = (
-    ("errors", "names", "registry", "yaml_files", "_package_data"),
+    ("errors", "names", "registry", "yaml_files", "_package_data", "_compat"),
     ("models",),
     ("tasks", "presets"),
     ("interventions",),

@@ -26,11 +26,9 @@ def test_readme_detector_runs_end_to_end(tmp_path, monkeypatch):
     from locos_bench.detectors.registry import DETECTORS
 
     monkeypatch.chdir(tmp_path)
-    try:
+    with DETECTORS.scoped():
         exec(compile(_example(), str(README), "exec"), {"__name__": "readme"})
         manifest, units = load_run(tmp_path / "runs" / "my-detector")
-    finally:
-        DETECTORS._entries.pop("needle-attention", None)
     assert (tmp_path / "runs" / "my-detector" / "leaderboard.md").exists()
     scores = next(u for u in units if u.kind == "scores" and u.detector == "needle-attention")
     assert scores.error is None and scores.forward_passes == manifest.tasks[0].splits["calibration"].__len__()

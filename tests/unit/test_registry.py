@@ -13,7 +13,6 @@ import pytest
 
 from locos_bench.detectors import Detector, registry
 from locos_bench.detectors.registry import (
-    DETECTORS,
     detector_names,
     detector_source,
     get_detector_class,
@@ -32,13 +31,10 @@ def defined_builtins() -> set[str]:
 
 
 @pytest.fixture
-def scratch_registry(monkeypatch):
+def scratch_registry():
     """Undo runtime registrations and plugin loading after each test."""
-    saved = dict(DETECTORS._entries)
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
-    yield
-    DETECTORS._entries.clear()
-    DETECTORS._entries.update(saved)
+    with registry.scoped_detectors():
+        yield
 
 
 def test_the_registry_lists_exactly_the_detectors_the_package_defines():
@@ -148,3 +144,77 @@ def test_all_takes_the_paper_only_detectors_under_the_paper_preset_only(preset, 
     assert ({"qrhead", "eap-ig"} <= set(cfg.detectors)) is heavy
     named = RunConfig(model="planted", preset=preset, detectors=["all,eap-ig"]).resolved()
     assert "eap-ig" in named.detectors  # named, it runs under any preset
+
+
+def test_a_scope_forgets_what_was_registered_and_restores_what_was_removed():
+    from locos_bench.registry import Registry
+
+    things: Registry[int] = Registry("thing")
+    things.add("kept", 1, aliases=("old-kept",))  # a str would be a lazy "module:attr"
+    with things.scoped() as inside:
+        assert inside is things
+        things.add("temporary", 2, aliases=("tmp",))
+        things.remove("kept")
+        assert things.names() == ["temporary"] and "old-kept" not in things
+    assert things.names() == ["kept"] and "tmp" not in things
+    assert things.get("old-kept") == 1 and things.source("kept") == "runtime"
+
+
+def test_scopes_nest_and_an_exception_inside_still_restores():
+    from locos_bench.registry import Registry
+
+    things: Registry[int] = Registry("thing")
+    things.add("a", 1)
+    with pytest.raises(RuntimeError, match="boom"):
+        with things.scoped():
+            things.add("b", 2)
+            with things.scoped():
+                things.add("c", 3)
+                things.add("a", 4, replace=True)
+            assert things.names() == ["a", "b"] and things.get("a") == 1
+            things.add("d", 5)
+            raise RuntimeError("boom")
+    assert things.names() == ["a"] and things.get("a") == 1
+    with things.scoped():  # a name freed by the scope can be taken again, without a collision
+        things.add("b", 6)
+    assert "b" not in things
+
+
+PLUGIN_FILE = '''
+from locos_bench.detectors import Detector, register_detector
+
+
+@register_detector("scoped-file-detector")
+class FileDetector(Detector):
+    cost = "0"
+'''
+
+
+def test_scoped_detectors_forget_a_detector_file_and_read_it_again_after(tmp_path, monkeypatch):
+    """A file loaded inside a scope is forgotten with its detector, so naming it again after the
+    scope registers it again (not a file remembered with no detector behind it)."""
+    monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
+    path = tmp_path / "scoped_file.py"
+    path.write_text(PLUGIN_FILE)
+    before = registry.plugin_files()
+    with registry.scoped_detectors():
+        monkeypatch.setenv(registry.PLUGINS_ENV, str(path))  # as `--plugin` or the user would
+        assert "scoped-file-detector" in detector_names() and registry.plugin_files() == [*before, str(path)]
+    assert registry.plugin_files() == before and "scoped-file-detector" not in detector_names()
+    assert registry.PLUGINS_ENV not in registry.os.environ
+    with registry.scoped_detectors():
+        with registry.scoped_detectors():
+            monkeypatch.setenv(registry.PLUGINS_ENV, str(path))
+            assert get_detector_class("scoped-file-detector").__name__ == "FileDetector"
+        assert "scoped-file-detector" not in detector_names() and registry.plugin_files() == before
+
+
+def test_scoped_detectors_read_the_entry_points_again_inside(monkeypatch):
+    """A package installed during a test is seen inside the scope and gone after it."""
+    detector_names()  # the entry points are read once here, outside any scope
+    eps = [_entry_point("scoped-plugin", f"{__name__}:PluginDetector")]
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: eps if group == registry.ENTRY_POINT_GROUP else [])
+    assert "scoped-plugin" not in detector_names()
+    with registry.scoped_detectors():
+        assert "scoped-plugin" in detector_names()
+    assert "scoped-plugin" not in detector_names()
