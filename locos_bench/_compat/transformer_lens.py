@@ -75,22 +75,26 @@ def restore_forward(component: Any) -> None:
     vars(component).pop("forward", None)
 
 
+_MISSING = object()
+
+
+def _present(attn: Any, name: str, value: Any) -> Any:
+    """`value`, read as `attn.<name>`; the one-line error when this TransformerLens lacks it."""
+    if value is _MISSING:
+        raise gone(DIST, name, type(attn).__name__)
+    return value
+
+
 def qk_norm_phase(attn: Any) -> str | None:
     """Where `attn` applies QK-norm: `pre_reshape`, `post_reshape` or None (no QK-norm)."""
     check()
-    try:
-        return attn._qk_norm_phase
-    except AttributeError:
-        raise gone(DIST, "_qk_norm_phase", type(attn).__name__) from None
+    return _present(attn, "_qk_norm_phase", getattr(attn, "_qk_norm_phase", _MISSING))
 
 
 def qk_norm_per_head(attn: Any) -> bool:
     """Whether a post-reshape QK-norm normalises each head on its own (a `[heads, d]` weight)."""
     check()
-    try:
-        return bool(attn._qk_norm_per_head)
-    except AttributeError:
-        raise gone(DIST, "_qk_norm_per_head", type(attn).__name__) from None
+    return bool(_present(attn, "_qk_norm_per_head", getattr(attn, "_qk_norm_per_head", _MISSING)))
 
 
 def pre_reshape_qk_norm(attn: Any, x: Any, norm: Any, hook: Any, head_dim: int) -> Any:
@@ -114,7 +118,4 @@ def update_kv_cache(attn: Any, k: Any, v: Any, **kwargs: Any) -> tuple[Any, Any]
 def layer_index(attn: Any) -> int | None:
     """The layer whose KV-cache slot `attn` writes (None when the HF module named none)."""
     check()
-    try:
-        return attn._layer_idx
-    except AttributeError:
-        raise gone(DIST, "_layer_idx", type(attn).__name__) from None
+    return _present(attn, "_layer_idx", getattr(attn, "_layer_idx", _MISSING))
