@@ -43,7 +43,7 @@ def test_run_evaluates_the_query_ablation(loaded, tmp_path, capsys, mode, positi
     assert (manifest.ablation, manifest.positionwise, manifest.sink) == (mode, positionwise, "mean")
     board = (tmp_path / "run" / "leaderboard.md").read_text()
     shown = "position-wise" if positionwise else "position-agnostic"
-    assert f"| {mode} (each head's query before QK-norm and RoPE, {shown})" in board
+    assert f"- **ablation**: {mode} (each head's query before QK-norm and RoPE, {shown})" in board
     # Each evaluation is what the same heads under hand-built query hooks give.
     spec = AblationSpec.parse(mode, positionwise=positionwise)
     cfg = RunConfig(model="planted", tasks=["planted-kv"], n_calib=2, n_ref=4, n_eval=4).resolved()

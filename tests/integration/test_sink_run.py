@@ -14,4 +14,4 @@ def test_sink_flag_is_recorded_and_shown(tmp_path):
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["sink"] == "keep"
     board = (tmp_path / "run" / "leaderboard.md").read_text()
-    assert re.search(r"\| ablation +\| mean \(position-agnostic, BOS sink left untouched\) +\|", board)
+    assert re.search(r"^- \*\*ablation\*\*: mean \(position-agnostic, BOS sink left untouched\)$", board, re.M)
