@@ -1,0 +1,267 @@
+"""The oracle on real weights: a cross-fitted, pruned causal search for the head sets whose
+ablation hurts a task most (necessity) and that alone keep most of it (sufficiency).
+
+On a model of 72 or 270 heads the organism's exhaustive search (`evaluation.oracle`) is out of
+reach past one head, so:
+
+* **Every single head** is measured, exhaustively, in each mode.
+* **Greedy growth**, per fold and mode: the best single head grows one head at a time up to
+  `k_max`, each step trying only the `prune` heads with the strongest single-head effect not yet
+  in the set (`prune=None`: every head). The greedy criterion is the gold log-prob (continuous:
+  on a half of 8 binary outcomes the headline metric ties most sets); each set's headline
+  metric is kept beside it.
+* **Two folds.** The examples split in two halves by item (`halves`). Fold 0 chooses on the
+  first half and is read on the second, fold 1 the reverse, so every example is read once, by
+  the set chosen without it: the oracle's effect carries no winner's curse.
+* **Per-example outcomes** of every set evaluated are kept (the headline metric and the gold
+  log-prob of each example), appended to a resume file as they come, so a killed search redoes
+  no finished set, and a detector's top k can be read against the oracle on the same examples.
+
+Effects: necessity is the unablated value minus the ablated one (larger: more necessary);
+sufficiency is the value kept with only the set full and every other head streaming.
+Definitions: `docs/methodology.md` (Ground truth on real weights).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from locos_bench.errors import LocosError
+from locos_bench.names import Head, head_name, set_name
+
+MODES = ("necessity", "sufficiency")
+FIGURES = ("metric", "gold")
+"""The two figures of an outcome: the task's headline metric and the gold log-prob (nats)."""
+DIGITS = 5
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One head set's per-example values, in the examples' order."""
+
+    metric: tuple[float, ...]
+    gold: tuple[float, ...]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[dict[str, Any]]) -> Outcome:
+        """From `evaluate_task` rows: `score` (the headline metric) and `gold_logprob`."""
+        return cls(tuple(round(float(r["score"]), DIGITS) for r in rows),
+                   tuple(round(float(r["gold_logprob"]), DIGITS) for r in rows))
+
+    def figure(self, name: str) -> tuple[float, ...]:
+        return self.metric if name == "metric" else self.gold
+
+    def to_json(self) -> dict[str, list[float]]:
+        return {"metric": list(self.metric), "gold": list(self.gold)}
+
+
+Measure = Callable[[list[tuple[Head, ...]]], list[Outcome]]
+"""Evaluates head sets in one mode: one `Outcome` per set."""
+
+
+def halves(items: Sequence[str], seed: int) -> tuple[list[int], list[int]]:
+    """Two halves of the example indices, split by item (two examples of one item never sit in
+    different halves), the items shuffled by `seed` and dealt alternately."""
+    order = list(dict.fromkeys(items))
+    random.Random(seed).shuffle(order)
+    side = {item: i % 2 for i, item in enumerate(order)}
+    first = [i for i, item in enumerate(items) if side[item] == 0]
+    second = [i for i, item in enumerate(items) if side[item] == 1]
+    if not first or not second:
+        raise LocosError(f"cross-fitting needs examples of at least two items, got {len(order)}")
+    return first, second
+
+
+def effect(mode: str, base: Outcome, outcome: Outcome, figure: str, idx: Sequence[int]) -> float:
+    """The set's mean effect over the examples `idx`: the drop from `base` (necessity) or the
+    value kept (sufficiency)."""
+    values, reference = outcome.figure(figure), base.figure(figure)
+    if mode == "necessity":
+        return sum(reference[i] - values[i] for i in idx) / len(idx)
+    return sum(values[i] for i in idx) / len(idx)
+
+
+class SetStore:
+    """Every evaluated set's outcome, by mode and set name; appended, a line per set, to `path`
+    (when given) as it is measured, so a rerun of the same search reads them back. The file's
+    first line is the search's identity: a file of another search is refused, never mixed in."""
+
+    def __init__(self, path: Path | None, identity: dict[str, Any]) -> None:
+        self.path, self.identity = path, identity
+        self.sets: dict[str, dict[str, Outcome]] = {mode: {} for mode in ("unablated", *MODES)}
+        if path is None:
+            return
+        if path.exists() and path.stat().st_size:
+            self._read(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"identity": identity}, sort_keys=True) + "\n")
+
+    def _read(self, path: Path) -> None:
+        lines = path.read_text().split("\n")
+        try:
+            head = json.loads(lines[0])["identity"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise LocosError(f"{path}: not a search's resume file (its first line is no identity)") from None
+        if head != self.identity:
+            differ = sorted(k for k in {*head, *self.identity} if head.get(k) != self.identity.get(k))
+            raise LocosError(f"{path} holds another search (differs in {', '.join(differ)}): "
+                             "remove it or pass another --resume-file")
+        complete = lines[1:-1] if not path.read_text().endswith("\n") else lines[1:]
+        for n, line in enumerate(complete, 2):
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+                self.sets[row["mode"]][row["set"]] = Outcome(tuple(row["metric"]), tuple(row["gold"]))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise LocosError(f"{path}, line {n}: not a set's outcome; remove the line to resume") from None
+        if len(complete) != len(lines) - 1:  # a torn last line (a kill mid-write): dropped, measured again
+            path.write_text("\n".join(lines[:-1]) + "\n")
+
+    def get(self, mode: str, heads: Sequence[Head]) -> Outcome | None:
+        return self.sets[mode].get(set_name(heads))
+
+    def put(self, mode: str, heads: Sequence[Head], outcome: Outcome) -> None:
+        name = set_name(heads)
+        self.sets[mode][name] = outcome
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(json.dumps({"mode": mode, "set": name, **outcome.to_json()}) + "\n")
+
+
+PASS = 16
+"""Sets measured per call (necessity: they share each batch's decoding); each call's outcomes
+are stored before the next, so a killed search loses at most one call's work."""
+
+
+def measured(store: SetStore, mode: str, sets: Sequence[tuple[Head, ...]], measure: Measure) -> list[Outcome]:
+    """Each set's outcome, measuring only those the store lacks, `PASS` sets a call, and
+    storing them as they come."""
+    todo = [s for s in dict.fromkeys(sets) if store.get(mode, s) is None]
+    for start in range(0, len(todo), PASS):
+        chunk = todo[start:start + PASS]
+        for s, outcome in zip(chunk, measure(chunk), strict=True):
+            store.put(mode, s, outcome)
+    return [store.get(mode, s) for s in sets]  # type: ignore[misc]
+
+
+def grow(mode: str, base: Outcome, singles: dict[Head, Outcome], fit: Sequence[int], *, k_max: int,
+         prune: int | None, store: SetStore, measure: Measure) -> list[tuple[Head, ...]]:
+    """The greedy path on the examples `fit`: the best single head, then at each step the best
+    set of one more head among the `prune` strongest single heads not yet in it (ties: the
+    stronger single head first). Returns the set at each k = 1..k_max."""
+    ranked = sorted(singles, key=lambda h: (-effect(mode, base, singles[h], "gold", fit), h))
+    path = [(ranked[0],)]
+    while len(path) < k_max:
+        current = path[-1]
+        pool = [h for h in ranked if h not in current][:prune]
+        candidates = [tuple(sorted((*current, h))) for h in pool]
+        outcomes = measured(store, mode, candidates, measure)
+        values = [effect(mode, base, o, "gold", fit) for o in outcomes]
+        path.append(candidates[values.index(max(values))])
+    return path
+
+
+def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Measure], base_measure: Callable[[], Outcome],
+           *, k_max: int = 8, prune: int | None = 8, seed: int = 0, store: SetStore | None = None,
+           log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The cross-fitted search of one task (JSON-ready).
+
+    Args:
+        heads: Every head of the model.
+        items: Each evaluation example's item (`Example.item`), in order: the halves' unit.
+        measures: Mode -> its `Measure` (`necessity`, `sufficiency` or both).
+        base_measure: The unablated outcome.
+        k_max: The largest set grown.
+        prune: Candidates tried at each greedy step (None: every head).
+        seed: Shuffles the items before they are dealt into halves.
+        store: Where outcomes are kept (and resumed from).
+
+    Returns:
+        `unablated` (per-example outcome), `halves`, and per mode: `singles` (head -> outcome),
+        `folds` (per fold: `fit`, `read` and the set chosen at each k), `chosen` (per k, per
+        example: the outcome of the set chosen by the fold that reads that example), `sets`
+        (every set evaluated beyond the singles, name -> outcome) and `seconds`.
+    """
+    store = store or SetStore(None, {})
+    say = log or (lambda line: None)
+    if not 1 <= k_max <= len(heads):
+        raise LocosError(f"k_max must be 1..{len(heads)}, got {k_max}")
+    base = store.get("unablated", ()) or base_measure()
+    if store.get("unablated", ()) is None:
+        store.put("unablated", (), base)
+    split = halves(items, seed)
+    out: dict[str, Any] = {"unablated": base.to_json(), "halves": [list(h) for h in split], "k_max": k_max,
+                           "prune": prune, "seed": seed}
+    for mode, measure in measures.items():
+        started = time.perf_counter()
+        before = len(store.sets[mode])
+        singles = dict(zip(heads, measured(store, mode, [(h,) for h in heads], measure), strict=True))
+        say(f"{mode}: {len(heads)} single heads in {time.perf_counter() - started:.0f} s")
+        folds = []
+        for fit, read in (split, split[::-1]):
+            path = grow(mode, base, singles, fit, k_max=k_max, prune=prune, store=store, measure=measure)
+            folds.append({"fit": list(fit), "read": list(read), "path": [set_name(s) for s in path]})
+        chosen = {}
+        for k in range(1, k_max + 1):
+            values: dict[str, list[float]] = {f: [0.0] * len(items) for f in FIGURES}
+            for fold in folds:
+                outcome = store.sets[mode][fold["path"][k - 1]]
+                for figure in FIGURES:
+                    for i in fold["read"]:
+                        values[figure][i] = outcome.figure(figure)[i]
+            chosen[str(k)] = values
+        extra = {name: o.to_json() for name, o in store.sets[mode].items() if "+" in name}
+        out[mode] = {"singles": {head_name(h): o.to_json() for h, o in singles.items()}, "folds": folds,
+                     "chosen": chosen, "sets": extra, "evaluated": len(store.sets[mode]),
+                     "measured_now": len(store.sets[mode]) - before,
+                     "seconds": round(time.perf_counter() - started, 1)}
+        best = {k: round(effect(mode, base, Outcome(tuple(v["metric"]), tuple(v["gold"])), "gold", range(len(items))), 3)
+                for k, v in chosen.items()}
+        say(f"{mode}: cross-fitted gold effect by k {best} ({out[mode]['evaluated']} sets, "
+            f"{out[mode]['seconds']:.0f} s)")
+    return out
+
+
+def necessity_measure(model: Any, spec: Any, examples: Sequence[Any], means: Any, ablation: Any, *,
+                      batch_size: int = 4) -> Measure:
+    """Sets ablated as a run ablates them (`HeadSetAblation` with the run's means), the sets of
+    one call sharing each batch's decoding and every prefill starting at its set's lowest
+    ablated layer (`CleanPrefix`): each outcome equals the run's evaluation of that set."""
+    from locos_bench.evaluation.clean_prefix import CleanPrefix
+    from locos_bench.evaluation.task_eval import evaluate_head_sets
+    from locos_bench.interventions import HeadSetAblation
+
+    prefix = CleanPrefix()
+
+    def measure(sets: list[tuple[Head, ...]]) -> list[Outcome]:
+        results = evaluate_head_sets(model, spec, examples, HeadSetAblation([list(s) for s in sets], ablation, means),
+                                     batch_size=batch_size, prefix=prefix)
+        return [Outcome.from_rows(rows) for rows in results]
+    return measure
+
+
+def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink: int, window: int,
+                        batch_size: int = 4) -> Measure:
+    """Each set alone full, every other head streaming (`sink` first and `window` last tokens),
+    as a run's `--sufficiency` units evaluate it."""
+    from locos_bench.evaluation.task_eval import evaluate_task
+    from locos_bench.interventions import only_full
+
+    def measure(sets: list[tuple[Head, ...]]) -> list[Outcome]:
+        out = []
+        for heads in sets:
+            with only_full(model.bridge, list(heads), sink=sink, window=window):
+                out.append(Outcome.from_rows(evaluate_task(model, spec, examples, batch_size=batch_size)))
+        return out
+    return measure
+
+
+__all__ = ["necessity_measure", "sufficiency_measure", "FIGURES", "MODES", "Measure", "Outcome", "SetStore", "effect", "grow", "halves", "measured", "search"]

@@ -1,0 +1,139 @@
+"""The cross-fitted, pruned oracle search (`evaluation.oracle_search`) on the planted model:
+each greedy step is the best candidate on its fold's half (checked by brute force), each
+example is read by the set chosen without it, outcomes equal the run's own evaluation of a set,
+and a killed search resumes without measuring a finished set again."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+
+from locos_bench.errors import LocosError
+from locos_bench.evaluation import oracle_search as osr
+from locos_bench.evaluation.oracle import all_heads
+from locos_bench.evaluation.task_eval import evaluate_head_sets, evaluate_task
+from locos_bench.interventions import AblationSpec, HeadSetAblation, reference_means
+from locos_bench.names import set_name
+from locos_bench.run.splits import SplitSizes, build_task_data
+from locos_bench.tasks import load_task
+
+SINK, WINDOW = 1, 4
+
+
+@pytest.fixture(scope="module")
+def setting(planted):
+    spec = load_task("planted-kv")
+    data = build_task_data(spec, SplitSizes(n_calib=2, n_ref=8, n_eval=12), planted)
+    means = reference_means(planted, [t.input_ids for t in data.tokenized(planted, "reference")])
+    ablation = AblationSpec("mean")
+    measures = {"necessity": osr.necessity_measure(planted, spec, data.evaluation, means, ablation),
+                "sufficiency": osr.sufficiency_measure(planted, spec, data.evaluation, sink=SINK, window=WINDOW)}
+    items = [ex.item for ex in data.evaluation]
+    base = lambda: osr.Outcome.from_rows(evaluate_task(planted, spec, data.evaluation))  # noqa: E731
+    return planted, spec, data, means, ablation, measures, items, base
+
+
+def _search(setting, store=None, **kw):
+    model, _, _, _, _, measures, items, base = setting
+    return osr.search(all_heads(model), items, measures, base, store=store, **{"k_max": 3, "prune": 4, **kw})
+
+
+def test_each_greedy_step_is_the_best_candidate_on_its_fit_half(setting):
+    model = setting[0]
+    store = osr.SetStore(None, {})
+    result = _search(setting, store)
+    base = store.get("unablated", ())
+    heads = all_heads(model)
+    for mode in osr.MODES:
+        singles = {h: store.get(mode, (h,)) for h in heads}
+        for fold in result[mode]["folds"]:
+            fit = fold["fit"]
+            by_single = sorted(heads, key=lambda h: (-osr.effect(mode, base, singles[h], "gold", fit), h))
+            assert fold["path"][0] == set_name([by_single[0]])
+            for k in (2, 3):
+                previous = store.sets[mode][fold["path"][k - 2]]
+                current = [h for h in heads if set_name([h]) in fold["path"][k - 2].split("+")]
+                pool = [h for h in by_single if h not in current][:4]
+                candidates = [tuple(sorted((*current, h))) for h in pool]
+                values = [osr.effect(mode, base, store.get(mode, c), "gold", fit) for c in candidates]
+                assert fold["path"][k - 1] == set_name(candidates[values.index(max(values))])
+                assert previous is not None
+
+
+def test_every_example_is_read_by_the_set_chosen_without_it(setting):
+    store = osr.SetStore(None, {})
+    result = _search(setting, store)
+    first, second = result["halves"]
+    assert sorted(first + second) == list(range(len(setting[6]))) and not set(first) & set(second)
+    for mode in osr.MODES:
+        for k in ("1", "2", "3"):
+            for fold in result[mode]["folds"]:
+                assert set(fold["fit"]).isdisjoint(fold["read"])
+                chosen = store.sets[mode][fold["path"][int(k) - 1]]
+                for i in fold["read"]:
+                    assert result[mode]["chosen"][k]["gold"][i] == chosen.gold[i]
+                    assert result[mode]["chosen"][k]["metric"][i] == chosen.metric[i]
+
+
+def test_halves_keep_an_items_examples_together():
+    items = ["a", "b", "a", "c", "d", "b", "e", "f"]
+    first, second = osr.halves(items, seed=3)
+    assert {items[i] for i in first}.isdisjoint({items[i] for i in second})
+    assert osr.halves(items, seed=3) == (first, second)
+    with pytest.raises(LocosError, match="at least two items"):
+        osr.halves(["a", "a", "a"], seed=0)
+
+
+def test_a_sets_outcome_is_the_runs_evaluation_of_it(setting):
+    """Necessity through the search equals `evaluate_head_sets` of that set alone, as the
+    harness evaluates it (another batching of sets: a stated tolerance on the log-prob)."""
+    model, spec, data, means, ablation, measures, _, _ = setting
+    sets = [((1, 0),), ((0, 2), (2, 1))]
+    through_search = measures["necessity"](sets)
+    for heads, outcome in zip(sets, through_search):
+        rows = evaluate_head_sets(model, spec, data.evaluation, HeadSetAblation([list(heads)], ablation, means))[0]
+        alone = osr.Outcome.from_rows(rows)
+        assert outcome.metric == alone.metric
+        torch.testing.assert_close(torch.tensor(outcome.gold), torch.tensor(alone.gold), rtol=1e-5, atol=1e-4)
+
+
+def test_a_killed_search_resumes_without_measuring_a_finished_set(setting, tmp_path):
+    identity = {"model": "planted", "task": "planted-kv"}
+    path = tmp_path / "resume.jsonl"
+    full = _search(setting, osr.SetStore(path, identity))
+    lines = path.read_text().splitlines()
+    assert len(lines) - 1 == sum(full[m]["evaluated"] for m in osr.MODES) + 1  # + the unablated outcome
+    # A kill: the last 5 sets lost, the line before them torn mid-write.
+    path.write_text("\n".join(lines[:-6]) + "\n" + lines[-6][:17])
+    resumed = _search(setting, osr.SetStore(path, identity))
+    assert sum(resumed[m]["measured_now"] for m in osr.MODES) == 6
+    assert {m: resumed[m]["chosen"] for m in osr.MODES} == {m: full[m]["chosen"] for m in osr.MODES}
+    again = _search(setting, osr.SetStore(path, identity))
+    assert sum(again[m]["measured_now"] for m in osr.MODES) == 0
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+
+
+def test_a_resume_file_of_another_search_is_refused(tmp_path):
+    path = tmp_path / "resume.jsonl"
+    osr.SetStore(path, {"model": "planted", "task": "planted-kv"})
+    with pytest.raises(LocosError, match=r"another search \(differs in task\)"):
+        osr.SetStore(path, {"model": "planted", "task": "planted-assoc"})
+    path.write_text("not json\n")
+    with pytest.raises(LocosError, match="not a search's resume file"):
+        osr.SetStore(path, {"model": "planted"})
+
+
+def test_unpruned_greedy_tries_every_head(setting):
+    model = setting[0]
+    store = osr.SetStore(None, {})
+    result = _search(setting, store, k_max=2, prune=None)
+    n = len(all_heads(model))
+    for mode in osr.MODES:
+        firsts = {fold["path"][0] for fold in result[mode]["folds"]}
+        pairs = {name for name in store.sets[mode] if name.count("+") == 1}
+        expected = {set_name(sorted(p)) for f in firsts for p in itertools.combinations(all_heads(model), 2)
+                    if f in (set_name([p[0]]), set_name([p[1]]))}
+        assert pairs == expected and len(expected) == len(firsts) * (n - 1)
