@@ -251,17 +251,36 @@ def necessity_measure(model: Any, spec: Any, examples: Sequence[Any], means: Any
 def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink: int, window: int,
                         batch_size: int = 4) -> Measure:
     """Each set alone full, every other head streaming (`sink` first and `window` last tokens),
-    as a run's `--sufficiency` units evaluate it."""
+    as a run's `--sufficiency` units evaluate it.
+
+    Below a set's lowest layer every head streams, as in the floor (every head streaming), so
+    each prefill starts at that layer from the floor's kept prefill (`CleanPrefix`, warmed by
+    one floor evaluation under `only_full([])`): the same kernels on the same inputs below it.
+    A no-op hook on the set's lowest layer tells the prefix where to start.
+    """
+    from locos_bench.evaluation.clean_prefix import CleanPrefix
     from locos_bench.evaluation.task_eval import evaluate_task
     from locos_bench.interventions import only_full
+    from locos_bench.names import hook_z
+
+    floor = CleanPrefix()
+    with only_full(model.bridge, [], sink=sink, window=window):
+        evaluate_task(model, spec, examples, batch_size=batch_size, prefix=floor)
 
     def measure(sets: list[tuple[Head, ...]]) -> list[Outcome]:
         out = []
         for heads in sets:
+            start = [(hook_z(min(layer for layer, _ in heads)), _unchanged)]
             with only_full(model.bridge, list(heads), sink=sink, window=window):
-                out.append(Outcome.from_rows(evaluate_task(model, spec, examples, batch_size=batch_size)))
+                rows = evaluate_task(model, spec, examples, hooks=start, batch_size=batch_size, prefix=floor)
+            out.append(Outcome.from_rows(rows))
         return out
     return measure
+
+
+def _unchanged(activation: Any, hook: Any) -> None:
+    """A hook that changes nothing: it marks the layer a prefill must start at."""
+    return None
 
 
 __all__ = ["necessity_measure", "sufficiency_measure", "FIGURES", "MODES", "Measure", "Outcome", "SetStore", "effect", "grow", "halves", "measured", "search"]

@@ -137,3 +137,17 @@ def test_unpruned_greedy_tries_every_head(setting):
         expected = {set_name(sorted(p)) for f in firsts for p in itertools.combinations(all_heads(model), 2)
                     if f in (set_name([p[0]]), set_name([p[1]]))}
         assert pairs == expected and len(expected) == len(firsts) * (n - 1)
+
+
+def test_sufficiency_started_late_from_the_floor_equals_a_whole_forward(setting):
+    """A set's sufficiency, its prefill started at its lowest layer from the floor's (every head
+    streaming), equals the run's whole `--sufficiency` evaluation of it."""
+    from locos_bench.interventions import only_full
+
+    model, spec, data, _, _, measures, _, _ = setting
+    sets = [((1, 0),), ((2, 3),), ((1, 3), (2, 0))]  # the first would poison a prefix captured under it
+    for heads, outcome in zip(sets, measures["sufficiency"](sets)):
+        with only_full(model.bridge, list(heads), sink=SINK, window=WINDOW):
+            whole = osr.Outcome.from_rows(evaluate_task(model, spec, data.evaluation))
+        assert outcome.metric == whole.metric
+        torch.testing.assert_close(torch.tensor(outcome.gold), torch.tensor(whole.gold), rtol=1e-5, atol=1e-5)
