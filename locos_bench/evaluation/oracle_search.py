@@ -186,7 +186,8 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
 
     Returns:
         `unablated` (per-example outcome), `halves`, and per mode: `singles` (head -> outcome),
-        `folds` (per fold: `fit`, `read` and the set chosen at each k), `chosen` (per k, per
+        `floor` (sufficiency: every head streaming), `folds` (per fold: `fit`, `read` and the
+        set chosen at each k), `chosen` (per k, per
         example: the outcome of the set chosen by the fold that reads that example), `sets`
         (every set evaluated beyond the singles, name -> outcome) and `seconds`.
     """
@@ -203,6 +204,7 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
     for mode, measure in measures.items():
         started = time.perf_counter()
         before = len(store.sets[mode])
+        floor = measured(store, mode, [()], measure)[0] if mode == "sufficiency" else None
         singles = dict(zip(heads, measured(store, mode, [(h,) for h in heads], measure), strict=True))
         say(f"{mode}: {len(heads)} single heads in {time.perf_counter() - started:.0f} s")
         folds = []
@@ -219,7 +221,8 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
                         values[figure][i] = outcome.figure(figure)[i]
             chosen[str(k)] = values
         extra = {name: o.to_json() for name, o in store.sets[mode].items() if "+" in name}
-        out[mode] = {"singles": {head_name(h): o.to_json() for h, o in singles.items()}, "folds": folds,
+        out[mode] = {**({"floor": floor.to_json()} if floor is not None else {}),
+                     "singles": {head_name(h): o.to_json() for h, o in singles.items()}, "folds": folds,
                      "chosen": chosen, "sets": extra, "evaluated": len(store.sets[mode]),
                      "measured_now": len(store.sets[mode]) - before,
                      "seconds": round(time.perf_counter() - started, 1)}
@@ -269,8 +272,8 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
 
     def measure(sets: list[tuple[Head, ...]]) -> list[Outcome]:
         out = []
-        for heads in sets:
-            start = [(hook_z(min(layer for layer, _ in heads)), _unchanged)]
+        for heads in sets:  # the empty set: the floor itself, read from its kept prefill
+            start = [(hook_z(min(layer for layer, _ in heads)), _unchanged)] if heads else []
             with only_full(model.bridge, list(heads), sink=sink, window=window):
                 rows = evaluate_task(model, spec, examples, hooks=start, batch_size=batch_size, prefix=floor)
             out.append(Outcome.from_rows(rows))

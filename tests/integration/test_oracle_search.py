@@ -66,6 +66,8 @@ def test_each_greedy_step_is_the_best_candidate_on_its_fit_half(setting):
 def test_every_example_is_read_by_the_set_chosen_without_it(setting):
     store = osr.SetStore(None, {})
     result = _search(setting, store)
+    assert result["sufficiency"]["floor"] == store.get("sufficiency", ()).to_json()
+    assert "floor" not in result["necessity"]
     first, second = result["halves"]
     assert sorted(first + second) == list(range(len(setting[6]))) and not set(first) & set(second)
     for mode in osr.MODES:
@@ -141,11 +143,12 @@ def test_unpruned_greedy_tries_every_head(setting):
 
 def test_sufficiency_started_late_from_the_floor_equals_a_whole_forward(setting):
     """A set's sufficiency, its prefill started at its lowest layer from the floor's (every head
-    streaming), equals the run's whole `--sufficiency` evaluation of it."""
+    streaming), equals the run's whole `--sufficiency` evaluation of it; the empty set is the
+    floor, which the search reports."""
     from locos_bench.interventions import only_full
 
     model, spec, data, _, _, measures, _, _ = setting
-    sets = [((1, 0),), ((2, 3),), ((1, 3), (2, 0))]  # the first would poison a prefix captured under it
+    sets = [((1, 0),), ((2, 3),), ((1, 3), (2, 0)), ()]  # the first would poison a prefix captured under it; () the floor
     for heads, outcome in zip(sets, measures["sufficiency"](sets)):
         with only_full(model.bridge, list(heads), sink=SINK, window=WINDOW):
             whole = osr.Outcome.from_rows(evaluate_task(model, spec, data.evaluation))
