@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="default")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tasks", help="retrieval tasks (default: the preset's)")
+    for flag in ("--n-calib", "--n-ref", "--n-eval"):
+        parser.add_argument(flag, type=int, help="as `locos-bench run` takes it (default: the preset's)")
     parser.add_argument("--ablations", default="mean", help="necessity under each (comma-separated): mean, mean-q, ...")
     parser.add_argument("--modes", default="necessity,sufficiency")
     parser.add_argument("--k-max", type=int, default=8)
@@ -85,7 +87,8 @@ def _run(args: argparse.Namespace) -> int:
         raise LocosError(f"--modes: unknown {sorted(set(modes) - set(osr.MODES))}; known: {', '.join(osr.MODES)}")
     ablations = [AblationSpec.parse(a) for a in args.ablations.split(",") if a]
     model = load_model(args.model)
-    config = RunConfig(model=args.model, preset=args.preset, seed=args.seed,
+    sizes = {name: getattr(args, name) for name in ("n_calib", "n_ref", "n_eval") if getattr(args, name) is not None}
+    config = RunConfig(model=args.model, preset=args.preset, seed=args.seed, **sizes,
                        **({"tasks": args.tasks.split(",")} if args.tasks else {})).resolved().for_model(model)
     tasks = {name: data for name, data in build_run_tasks(config, model).items() if data.spec.kind == "retrieval"}
     heads = all_heads(model)
@@ -104,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
         base = lambda data=data: osr.Outcome.from_rows(evaluate_task(model, data.spec, data.evaluation,  # noqa: E731
                                                                      batch_size=config.batch_size))
         entry: dict[str, Any] = {"evaluation": [ex.index for ex in examples], "reference": [ex.index for ex in data.reference],
-                                 "data_hash": data_hash(examples), "version": data.spec.version, "ablations": {}}
+                                 "data_hash": data_hash(examples), "run_data_hash": data.entry.data_hash,
+                                 "version": data.spec.version, "ablations": {}}
         identity = {"model": args.model, "task": name, "version": data.spec.version, "data_hash": entry["data_hash"],
                     "k_max": args.k_max, "prune": prune, "seed": args.seed}
         for ablation in ablations:

@@ -29,6 +29,7 @@ from locos_bench.report.rendering.notes import (
     ground_truth_note,
     separability_note,
 )
+from locos_bench.report.rendering.oracle_shares import oracle_share_tables
 from locos_bench.report.rendering.tables import (
     cross_run_table,
     detectors_table,
@@ -106,6 +107,9 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         parts += [f"{hashes}# Bottom-k control", *bottom_k_tables(run)]
     if run.oracle:
         parts += [f"{hashes}# Against the oracle (exhaustive causal search)", *oracle_tables(run)]
+    shares = oracle_share_tables(run)
+    if shares:
+        parts += [f"{hashes}# Against the oracle (cross-fitted causal search)", *shares]
     if run.sufficiency:
         first = run.sufficiency[0]
         parts += [f"{hashes}# Sufficiency (KV compression)", SUFFICIENCY.format(sink=first.sink, window=first.window),

@@ -25,6 +25,7 @@ from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstra
 from locos_bench.report.statistics.bottom_k import bottom_k
 from locos_bench.report.statistics.curves import add_versus, curve, detector_result
 from locos_bench.report.statistics.oracle import against_oracle
+from locos_bench.report.statistics.oracle_shares import oracle_shares, read_oracle
 from locos_bench.report.statistics.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.statistics.separability import rank_key, separability, truth_key
 from locos_bench.report.statistics.stability import fill_stability
@@ -89,13 +90,29 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                                                     method=method, level=level)
     bottom, bottom_verdicts = bottom_k(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
     oracle = against_oracle(manifest, _scores(plan, manifest, done), level=level)
+    shares, notes = _oracle_shares(manifest, plan, done, level=level, n_resamples=n_resamples)
     run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
                    failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
                    truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
                    steering=steer, steering_summary=steer_summary, bottom_k=bottom,
-                   oracle=oracle, verdicts={**suff_verdicts, **steer_verdicts, **bottom_verdicts})
+                   oracle=oracle, oracle_shares=shares, oracle_notes=notes,
+                   verdicts={**suff_verdicts, **steer_verdicts, **bottom_verdicts})
     separability(run, n_resamples=n_resamples)
     return run
+
+
+def _oracle_shares(manifest: Manifest, plan: RunPlan, done: dict, *, level: float,
+                   n_resamples: int) -> tuple[list[Any], list[str]]:
+    """The section against a real model's shipped oracle (`oracle_shares`), when the run's
+    manifest names one (`model_info["oracle_search"]`): read, its sha256 checked, never
+    recomputed."""
+    found = manifest.model_info.get("oracle_search")
+    if not found:
+        return [], []
+    from locos_bench.models.oracle_files import oracle_path
+
+    data = read_oracle(oracle_path(found["file"]), found.get("sha256"))
+    return oracle_shares(manifest, plan, done, data, level=level, n_resamples=n_resamples)
 
 
 def _scores(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, dict[str, list[Any]]]:

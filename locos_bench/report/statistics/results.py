@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_seriali
 from locos_bench.names import Head
 from locos_bench.report.statistics.bootstrap import LEVEL, Bootstrap, Estimate, finite_or_none
 from locos_bench.report.statistics.oracle import OracleTask
+from locos_bench.report.statistics.oracle_shares import OracleShares
 from locos_bench.run import Manifest
 from locos_bench.run.manifest import Family
 
@@ -446,6 +447,11 @@ class RunStats(ResultModel):
     """Per retrieval task, under `--bottom-k` (`report.statistics.bottom_k`); empty otherwise."""
     oracle: list[OracleTask] = Field(default_factory=list)
     """Per task, on a model with a searched ground truth (the organism, `report.statistics.oracle`)."""
+    oracle_shares: list[OracleShares] = Field(default_factory=list)
+    """Per retrieval task and figure, on a real model with a shipped oracle
+    (`report.statistics.oracle_shares`)."""
+    oracle_notes: list[str] = Field(default_factory=list)
+    """Why a task's oracle is left out of the section (one line each)."""
 
     @computed_field
     @property

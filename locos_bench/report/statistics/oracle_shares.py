@@ -1,0 +1,270 @@
+"""Against the oracle on real weights: each detector's top k beside the sets the cross-fitted
+search chose (`evaluation.oracle_search`, `scripts/oracle_search.py`), on the run's own
+evaluation examples, read from the shipped oracle file and never recomputed.
+
+Per retrieval task the oracle file covers, under the run's ablation (necessity):
+
+* **the oracle's effect at k**: per example, the drop of the set chosen at k by the fold that
+  did not see that example (so no winner's curse), with a bootstrap interval;
+* **a detector's share at k**: its mean drop with its own top k ablated (the run's units)
+  over the oracle's, a ratio of means with Fieller's interval on paired examples (unbounded
+  when the oracle's effect is not distinguishable from 0), at every budget the run evaluated
+  up to the search's `k_max`; and its **area share**, the same over the budgets' area (the
+  analogue of MIB's CPR);
+* **head-level agreement**, on the gold log-prob (the headline metric ties most single heads at
+  0): the Spearman correlation of the detector's scores with every single head's effect, and
+  the AUROC of its scores for "among the 8 heads of largest single effect", each with a
+  percentile interval over example resamples (the single-head effects resampled; the scores
+  are the calibration set's and stay fixed);
+* **`random` at k = 1, exact**: the mean effect over every single head, from the scan.
+
+Figures: the task's headline metric and the gold log-prob (nats). A file whose model, task,
+version, splits, examples or ablation differ from the run's is never read against it: the
+section says in one line why it is left out. Definitions: `docs/methodology.md` (Ground truth
+on real weights).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from locos_bench.errors import LocosError
+from locos_bench.names import head_name
+from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, Estimate, curve_weights, task_seed
+from locos_bench.report.statistics.ratios import fieller
+from locos_bench.report.statistics.units import DrawSets, draw_term, vector
+from locos_bench.run import RunPlan
+
+FIGURES = {"metric": "headline", "gold": "gold_logprob"}
+"""The oracle file's figures -> the run's metric names (`metric`: the task's headline)."""
+TOP = 8
+"""Heads of largest single-head effect the AUROC asks a detector to find."""
+UNCHANGED_ATOL = 1e-3
+"""How far the run's unablated per-example values may lie from the oracle's (the same
+evaluation in two processes: last-bit differences, never a changed example)."""
+
+
+class ShareRow(BaseModel):
+    """One detector against the oracle on one task and figure."""
+
+    detector: str
+    share: dict[int, Estimate | None]
+    """Budget k -> its mean drop over the oracle's (None where the oracle's effect is 0)."""
+    area: Estimate | None = None
+    """The same over the area of the budgets (curve weights over log2 k)."""
+    spearman: Estimate | None = None
+    """Its scores against every single head's effect (gold log-prob only: the headline ties
+    most heads at 0; None for a detector with several draws)."""
+    auroc: Estimate | None = None
+    """Its scores against membership of the `TOP` heads of largest single-head effect."""
+
+
+class OracleShares(BaseModel):
+    """The oracle section of one retrieval task and figure."""
+
+    task: str
+    figure: str
+    """`metric` (the task's headline) or `gold` (the gold log-prob, nats)."""
+    ablation: str
+    n_examples: int
+    k_max: int
+    """The largest set the search grew."""
+    prune: int | None
+    """Candidates each greedy step tried (None: every head)."""
+    budgets: list[int]
+    oracle: dict[int, Estimate]
+    """Budget k -> the oracle's cross-fitted drop."""
+    chosen: dict[int, list[str]]
+    """Budget k -> the set each fold chose (fold 0, fold 1)."""
+    random_single: Estimate
+    """The exact mean drop over every single head (what `random` at k = 1 estimates)."""
+    top: list[str]
+    """The `TOP` heads of largest single-head effect, largest first (gold log-prob only)."""
+    rows: list[ShareRow]
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_oracle(path: Path, sha256: str | None = None) -> dict[str, Any]:
+    """The oracle file a run recorded (its sha256 checked when given).
+
+    Raises:
+        LocosError: missing, not JSON (a truncated file), without the search's fields, or
+            changed since the run: one line naming the file.
+    """
+    if not path.is_file():
+        raise LocosError(f"the oracle file {path} is missing; restore it from git or rerun scripts/oracle_search.py")
+    text = path.read_text()
+    if sha256 and sha256_text(text) != sha256:
+        raise LocosError(f"the oracle file {path} changed since the run (its sha256 differs from the manifest's); "
+                         "restore the file the run used, or rerun the run")
+    try:
+        data = json.loads(text)
+        for entry in data["tasks"].values():
+            for result in entry["ablations"].values():
+                result["necessity"]["chosen"], result["necessity"]["singles"], result["unablated"]["gold"]
+    except json.JSONDecodeError as exc:
+        raise LocosError(f"the oracle file {path} is not valid JSON ({exc.msg} at character {exc.pos}): "
+                         "a truncated or corrupted copy; restore it from git") from None
+    except (KeyError, TypeError, AttributeError):
+        raise LocosError(f"the oracle file {path} lacks the search's fields (tasks, ablations, necessity): "
+                         "rerun scripts/oracle_search.py") from None
+    return data
+
+
+def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
+    """Why the oracle's search of `entry`'s task cannot be read against this run (None: it can)."""
+    task = data["tasks"].get(entry.name)
+    if data.get("model") != manifest.model:
+        return f"the oracle is of model {data.get('model')!r}, the run of {manifest.model!r}"
+    if task is None:
+        return f"the oracle has no search of task {entry.name}"
+    if task.get("version") != entry.version:
+        return f"{entry.name}: the oracle searched version {task.get('version')}, the run has {entry.version}"
+    for split in ("evaluation", "reference"):
+        if task.get(split) != entry.splits.get(split):
+            return f"{entry.name}: the oracle's {split} examples are not the run's (another --n-eval, --n-ref or --seed)"
+    if task.get("run_data_hash") not in (None, entry.data_hash):
+        return f"{entry.name}: the run's examples differ from the oracle's (data hash)"
+    if str(manifest.ablation) not in task["ablations"]:
+        return (f"{entry.name}: the oracle searched under {', '.join(sorted(task['ablations']))}, "
+                f"the run ablates {manifest.ablation}")
+    return None
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denom = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+    return float((ra * rb).sum() / denom) if denom else float("nan")
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share theirs), as Spearman's correlation wants."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(x.size, dtype=np.float64)
+    ranks[order] = np.arange(x.size, dtype=np.float64)
+    for value in np.unique(x):
+        tied = x == value
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def _auroc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """P(a positive head outscores a negative one), ties counted half."""
+    pos, neg = scores[positive], scores[~positive]
+    if not pos.size or not neg.size:
+        return float("nan")
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (pos.size * neg.size))
+
+
+def _agreement(scores: np.ndarray, effects: np.ndarray, boot: Bootstrap, level: float) -> tuple[Estimate, Estimate]:
+    """Spearman and top-`TOP` AUROC of `scores` against the heads' mean effects, with
+    percentile intervals over the example resamples of `effects` (`[n_heads, n]`)."""
+    def both(mean_effect: np.ndarray) -> tuple[float, float]:
+        top = np.zeros(mean_effect.size, dtype=bool)
+        top[np.argsort(-mean_effect, kind="stable")[:TOP]] = True
+        return _spearman(scores, mean_effect), _auroc(scores, top)
+
+    point = both(effects.mean(1))
+    reps = np.array([both(effects @ counts / boot.n) for counts in boot.counts])
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    out = []
+    for j in range(2):
+        finite = reps[:, j][np.isfinite(reps[:, j])]
+        lo, hi = np.percentile(finite, q) if finite.size else (float("nan"), float("nan"))
+        out.append(Estimate(point[j], float(lo), float(hi)))
+    return out[0], out[1]
+
+
+def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any], *,
+                  level: float = LEVEL, n_resamples: int = N_RESAMPLES) -> tuple[list[OracleShares], list[str]]:
+    """Every retrieval task of the run the oracle covers, per figure; and a line for each task
+    left out (`misfit`, or a run's unablated values unlike the oracle's)."""
+    out, notes = [], []
+    draw_sets = DrawSets(manifest.seed, n_resamples)
+    ablation = str(manifest.ablation)
+    for entry in manifest.tasks:
+        if entry.kind != "retrieval":
+            continue
+        reason = misfit(data, manifest, entry)
+        base_unit = done.get(plan.baseline_key(entry.name))
+        if reason is None and (base_unit is None or base_unit.error is not None):
+            reason = f"{entry.name}: the run has no unablated evaluation"
+        if reason is not None:
+            notes.append(reason)
+            continue
+        result = data["tasks"][entry.name]["ablations"][ablation]
+        n = len(entry.splits["evaluation"])
+        for figure, metric_key in FIGURES.items():
+            metric = entry.metrics[0] if metric_key == "headline" else metric_key
+            run_base = vector(base_unit, metric, n)
+            oracle_base = np.asarray(result["unablated"][figure], dtype=np.float64)
+            if oracle_base.shape != run_base.shape or not np.allclose(oracle_base, run_base, atol=UNCHANGED_ATOL):
+                notes.append(f"{entry.name}: the run's unablated {metric} is not the oracle's on the same examples "
+                             "(another model file, dtype or device)")
+                break
+            out.append(_task_figure(manifest, plan, done, entry.name, figure, metric, n, result, run_base,
+                                    oracle_base, draw_sets, ablation, level, n_resamples))
+    return out, notes
+
+
+def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], task: str, figure: str, metric: str, n: int,
+                 result: Mapping[str, Any], run_base: np.ndarray, oracle_base: np.ndarray, draw_sets: DrawSets,
+                 ablation: str, level: float, n_resamples: int) -> OracleShares:
+    boot = Bootstrap(n, n_resamples=n_resamples, seed=task_seed(manifest.seed, f"oracle:{task}"), level=level)
+    necessity = result["necessity"]
+    k_max = int(result["k_max"])
+    budgets = [k for k in plan.budgets_of(task) if k <= k_max]
+    oracle_drop = {k: oracle_base - np.asarray(necessity["chosen"][str(k)][figure], dtype=np.float64) for k in budgets}
+    names = list(necessity["singles"])
+    singles = np.stack([oracle_base - np.asarray(necessity["singles"][h][figure], dtype=np.float64) for h in names])
+    order = np.argsort(-singles.mean(1), kind="stable")
+    weights = curve_weights(budgets) if budgets else np.ones(0)
+    oracle_area = sum(w * oracle_drop[k] for w, k in zip(weights, budgets)) if budgets else None
+    rows = []
+    for det in plan.detectors:
+        draws = []
+        for draw in plan.draws(det):
+            evals = {e.k: e for e in (done.get(key) for key in plan.eval_keys(task, det.name, draw)) if e is not None}
+            if all(k in evals and evals[k].error is None for k in budgets):
+                draws.append({k: run_base - vector(evals[k], metric, n) for k in budgets})
+        if not draws:
+            continue
+        draw_set = draw_sets(det.name, det.stochastic, list(range(len(draws)))) if len(draws) > 1 else None
+        share = {k: fieller(draw_term([d[k] for d in draws], draw_set), oracle_drop[k], level) for k in budgets}
+        area = None
+        if budgets:
+            areas = [sum(w * d[k] for w, k in zip(weights, budgets)) for d in draws]
+            area = fieller(draw_term(areas, draw_set), oracle_area, level)
+        spearman = auroc = None
+        scores_unit = done.get(plan.scores_key(task, det.name, 0))
+        if figure == "gold" and len(draws) == 1 and scores_unit is not None and scores_unit.scores is not None:
+            grid = np.asarray(scores_unit.scores, dtype=np.float64)
+            by_name = {head_name((layer, head)): grid[layer, head]
+                       for layer in range(grid.shape[0]) for head in range(grid.shape[1])}
+            spearman, auroc = _agreement(np.array([by_name[h] for h in names]), singles, boot, level)
+        rows.append(ShareRow(detector=det.name, share=share, area=area, spearman=spearman, auroc=auroc))
+    rows.sort(key=lambda r: (-(r.area.value if r.area is not None and np.isfinite(r.area.value) else -np.inf),
+                             r.detector))
+    return OracleShares(task=task, figure=figure, ablation=ablation, n_examples=n, k_max=k_max,
+                        prune=result.get("prune"), budgets=budgets,
+                        oracle={k: boot.estimate(v) for k, v in oracle_drop.items()},
+                        chosen={k: [fold["path"][k - 1] for fold in necessity["folds"]] for k in budgets},
+                        random_single=boot.estimate(singles.mean(0)),
+                        top=[names[i] for i in order[:TOP]] if figure == "gold" else [],
+                        rows=rows)
+
+
+__all__ = ["OracleShares", "ShareRow", "misfit", "oracle_shares", "read_oracle", "sha256_text"]
