@@ -1,4 +1,5 @@
-"""A warm `locos-bench` for tests that start the CLI many times (test_fault_injection.py).
+"""A warm `locos-bench` for tests that start the CLI many times and signal it
+(test_fault_injection.py, test_run_surroundings.py).
 
 Run as a script, it imports the package, builds the planted model once, then serves requests
 on stdin, one JSON line each (`{"argv": [...], "out": PATH, "err": PATH}`): it forks a child
@@ -14,7 +15,45 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
+
+
+class WarmRuns:
+    """The warm process, from a test: `start` forks a `locos-bench` child, `status` waits for
+    its end (its stderr is then in `err`)."""
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, cwd=where, env=env)
+        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+        self.n = 0
+
+    def start(self, argv: list[str]) -> int:
+        self.n += 1
+        self.err = self.where / f"stderr-{self.n}.txt"
+        request = {"argv": argv, "out": str(self.where / f"stdout-{self.n}.txt"), "err": str(self.err)}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["pid"]
+
+    def status(self) -> int:
+        return json.loads(self.proc.stdout.readline())["status"]
+
+    @staticmethod
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def main() -> None:

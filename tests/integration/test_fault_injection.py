@@ -12,46 +12,17 @@ least one of its own.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from _warm_runs import WarmRuns
+
 from locos_bench.run.records import unit_from_json
 
-SERVER = Path(__file__).resolve().parent / "_warm_runs.py"
 COMMAND = ["run", "--model", "planted", "--preset", "quick", "--quiet"]
 KILLS = 20
-
-
-class WarmRuns:
-    """The warm process: `start` forks a `locos-bench` child, `status` waits for its end."""
-
-    def __init__(self, where: Path) -> None:
-        self.where = where
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, cwd=where, env=env)
-        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
-        self.n = 0
-
-    def start(self, argv: list[str]) -> int:
-        self.n += 1
-        self.err = self.where / f"stderr-{self.n}.txt"
-        request = {"argv": argv, "out": str(self.where / f"stdout-{self.n}.txt"), "err": str(self.err)}
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())["pid"]
-
-    def status(self) -> int:
-        return json.loads(self.proc.stdout.readline())["status"]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
 
 
 def _lines(results: Path) -> list[bytes]:
@@ -61,14 +32,6 @@ def _lines(results: Path) -> list[bytes]:
     except FileNotFoundError:
         return []
     return data.split(b"\n")[:-1]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _records(lines: list[bytes]) -> dict:
@@ -95,7 +58,7 @@ def test_twenty_kills_lose_and_double_nothing(tmp_path):
             target = max(round((i + 0.5) * n / KILLS), len(before) + 1)
             pid = server.start([*COMMAND, "--output-dir", str(out)])
             deadline = time.monotonic() + 120
-            while len(_lines(results)) < target and _alive(pid) and time.monotonic() < deadline:
+            while len(_lines(results)) < target and server.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.002)
             os.kill(pid, sig)
             status = server.status()
