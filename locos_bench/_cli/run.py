@@ -170,7 +170,8 @@ def main(args: argparse.Namespace) -> int:
         control_budgets=args.control_budgets,
     )
     resolved = cfg.resolved()
-    if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():
+    held = RunDir(resolved.output_dir)
+    if args.resume and not (held.exists() or held.results_path.exists()):  # records alone: the manifest is rebuilt
         raise LocosError(f"--resume: {resolved.output_dir} holds no run to resume")
     if args.gpu and not args.dry_run:
         raise LocosError("--gpu names the GPU a --dry-run estimates for; add --dry-run")

@@ -215,19 +215,20 @@ class Run:
         stale = {u.key for u in units if u.detector in replaced or (self.config.retry_failed and u.error)}
         self.dir.discard(stale)
         self.done = {u.key: u for u in units if u.key not in stale}
-        kept = f"; it also holds {', '.join(comparison.kept)}, kept" if comparison.kept else ""
+        kept = ", ".join(comparison.kept)
         if comparison.same:
-            self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept{kept}")
+            self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
             if kept:
-                self.progress.note(f"{self.dir.path} also holds {', '.join(comparison.kept)}: kept, with its records")
+                self.progress.note(f"{self.dir.path} also holds {kept}: kept, with its records")
             if stale:
                 self.progress.note(f"retrying {len(stale)} failed unit(s) in {self.dir.path}")
             return
         changes = [f"+ {text}" for text in comparison.additions]
         changes += [f"detector {name} replaced ({why})" for name, why in comparison.replaced]
         dropped = f", {len(stale)} computed again" if stale else ""
+        also = f"; it also holds {kept}: kept, with its records" if kept else ""
         self.progress.note(f"extending {self.dir.path} ({'; '.join(changes)}): {len(self.done)} finished "
-                           f"units kept{dropped}{kept}")
+                           f"units kept{dropped}{also}")
 
     def timings_now(self) -> dict[str, float]:
         """Wall seconds per phase over every session of the run directory: those its manifest

@@ -127,10 +127,12 @@ class _Lines:
 class RunDir:
     """A run directory: its manifest and its append-only results.
 
-    `read_units` keeps every valid line; a line that is not a valid unit (a disk or copy
-    error) is an error naming the file and line, or, with `repair=True` (what a resuming run
-    does), is moved to `results.corrupt.jsonl` so its unit is recomputed and nothing valid is
-    lost. `lock()` keeps two runs from writing one directory at once.
+    `append` records a unit once (its key checked); `read_units` keeps one record per unit (a
+    repeat with the same results dropped with a warning, one with other results an error
+    naming both lines); a line that is not a valid unit (a disk or copy error) is an error
+    naming the file and line, or, with `repair=True` (what a resuming run does), is moved to
+    `results.corrupt.jsonl` so its unit is recomputed and nothing valid is lost. `lock()`
+    keeps two runs from writing one directory at once.
     """
 
     MANIFEST = "manifest.json"

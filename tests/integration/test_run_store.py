@@ -153,3 +153,29 @@ def test_phase_timings_count_every_session(tmp_path, planted, monkeypatch):
     assert timings["load_model"] == pytest.approx(2 * planted.load_seconds, abs=0.01)
     assert timings["total"] > first["total"] > 0
     assert sum(v for k, v in timings.items() if k != "total") <= timings["total"] + 0.01, timings
+
+
+def test_resume_takes_a_directory_whose_manifest_is_lost(tmp_path, capsys, monkeypatch, planted):
+    from locos_bench import cli, models
+
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: planted)
+    argv = ["run", "--model", "planted", "--detector", "random", "--n-calib", "1", "--n-ref", "2", "--n-eval", "3",
+            "--random-draws", "1", "--budgets", "1", "--quiet", "--output-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == 0
+    run_dir = RunDir(tmp_path / "run")
+    lines = _lines(run_dir)
+    run_dir.manifest_path.unlink()
+    code = cli.main([*argv, "--resume"])
+    assert code == 0, capsys.readouterr().err  # before: "--resume: ... holds no run to resume", exit 2
+    assert _lines(run_dir) == lines
+
+
+def test_a_line_set_aside_is_a_warning_under_quiet(tmp_path, planted, capsys):
+    run_dir = _execute(_cfg(tmp_path), planted)
+    lines = _lines(run_dir)
+    run_dir.results_path.write_bytes(b"".join(lines[:1] + [b'{"kind": "sc\n'] + lines[1:]))
+    capsys.readouterr()
+    _execute(_cfg(tmp_path), planted)  # quiet
+    assert (f"warning: 1 mangled line(s) of {run_dir.results_path} (line 2) set aside in {run_dir.corrupt_path}"
+            in capsys.readouterr().err)  # before: hidden by --quiet
+    assert _lines(run_dir) == lines
