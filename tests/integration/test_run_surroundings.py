@@ -156,13 +156,39 @@ def test_a_closed_stdout_or_stderr_never_stops_the_run(tmp_path, pipe):
     assert (out / "leaderboard.md").exists()
 
 
+SLOW_EXIT = """
+import atexit
+import time
+from pathlib import Path
+
+from locos_bench import register_detector
+from locos_bench.detectors.random import RandomHeads
+
+
+@register_detector("test-random")
+class Random(RandomHeads):
+    pass
+
+
+def _slow_exit():  # as a library's exit handler may be (torch has one); Ctrl-C comes in here
+    Path("exiting").touch()
+    time.sleep(60)
+
+
+atexit.register(_slow_exit)
+"""
+
+
 def test_ctrl_c_during_shutdown_ends_the_process_quietly(tmp_path):
-    proc = subprocess.Popen(_cli("run", *TINY, "--detector", "random", "--quiet", "--output-dir", str(tmp_path / "run")),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:
-        if line.startswith("  leaderboard"):
-            break
+    (tmp_path / "slow_exit.py").write_text(SLOW_EXIT)
+    proc = subprocess.Popen(_cli("run", *TINY, "--detector", "test-random", "--quiet", "--plugin", "slow_exit.py",
+                                 "--output-dir", "run"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "exiting").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
+    assert "locos-bench run finished" in out
     assert "Exception ignored" not in err and "Traceback" not in err, err  # before #49: both, and exit 0
     assert proc.returncode == -signal.SIGINT, (proc.returncode, err)
