@@ -87,6 +87,7 @@ class Run:
         self.started: float | None = None
         """`time.perf_counter()` when this session began (`run_benchmark`); None: no `total`."""
         self._rebuilt: str | None = None
+        self._own: set[UnitKey] | None = None
         self.done: dict[UnitKey, UnitRecord] = {}
         self._evaluated: dict[tuple, UnitRecord] = {}
         """(kind, task, head set) -> the unit that evaluated it first."""
@@ -188,6 +189,8 @@ class Run:
                 where = f" (the damaged one is in {aside})" if aside else ""
                 self.progress.warn(f"{self._rebuilt}{where}")
             else:
+                if comparison.kept:  # what this command computes itself (`_ours`)
+                    self._own = set(self.plan.units())
                 self.manifest = resumed(merged(self.manifest, old), old)
                 self.plan = RunPlan.from_manifest(self.manifest)  # bottom-k detectors the directory already holds
                 self._earlier = dict(old.timings)
@@ -213,8 +216,14 @@ class Run:
                               "its unit is computed again")
         replaced = {name for name, _ in comparison.replaced}
         stale = {u.key for u in units if u.detector in replaced or (self.config.retry_failed and u.error)}
-        self.dir.discard(stale)
         self.done = {u.key: u for u in units if u.key not in stale}
+        unfinished = [k for k in self.plan.missing(self.done) if not self._ours(k)]
+        if unfinished:
+            shown = ", ".join(self.plan.describe(unfinished)[:4])
+            raise LocosError(f"{self.dir.path} also holds {', '.join(comparison.kept)}, with {len(unfinished)} unit(s) "
+                             f"not finished ({shown}): rerun the command that added them to finish them, or give this "
+                             "run another --output-dir (the records stay)")
+        self.dir.discard(stale)
         kept = ", ".join(comparison.kept)
         if comparison.same:
             self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
@@ -229,6 +238,16 @@ class Run:
         also = f"; it also holds {kept}: kept, with its records" if kept else ""
         self.progress.note(f"extending {self.dir.path} ({'; '.join(changes)}): {len(self.done)} finished "
                            f"units kept{dropped}{also}")
+
+    def _ours(self, key: UnitKey) -> bool:
+        """Whether this command computes `key`: a unit of its own, or, in a directory that holds
+        more than it (`Comparison.kept`), an evaluation of kept heads on one of its tasks (a
+        kept detector's scores, a kept task's examples or streaming heads are not its to make)."""
+        if self._own is None or key in self._own:
+            return True
+        tasks = {k.task for k in self._own}
+        return (key.kind != UnitKind.SCORES and key.task in tasks
+                and (key.kind != UnitKind.SUFF or self.config.sufficiency))
 
     def timings_now(self) -> dict[str, float]:
         """Wall seconds per phase over every session of the run directory: those its manifest
@@ -265,7 +284,7 @@ class Run:
         with self.dir.lock(command), watching():
             self._open()
             executor.start(self.config)
-            todo = self.plan.todo(self.done)
+            todo = [k for k in self.plan.todo(self.done) if self._ours(k)]
             self._announce(todo)
             for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
                 keys = [k for k in group if not self.plan.blocked(k, self.done)]

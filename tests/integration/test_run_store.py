@@ -132,6 +132,36 @@ def test_the_plain_command_reuses_a_directory_a_detector_was_added_to(tmp_path, 
     load_run(again.path)
 
 
+def test_what_a_directory_keeps_is_finished_on_its_tasks_or_the_command_says_whose_it_is(tmp_path, planted):
+    """A command that leaves out a detector the directory holds evaluates that detector's kept
+    heads where the directory lacks it (a budget the command adds, an addition killed after
+    its scores); a kept detector's scores are not the command's to compute: without them it
+    is refused, naming them, and the records stay."""
+    from locos_bench.run.records import unit_from_json
+
+    def attention(line, kinds):
+        unit = unit_from_json(line)
+        return unit.detector == "attention" and unit.kind in kinds
+
+    _execute(_cfg(tmp_path, detectors=["random,attention"]), planted)
+    run_dir = _execute(_cfg(tmp_path, budgets=[1, 2, 4]), planted)
+    assert [d.name for d in run_dir.read_manifest().detectors] == ["random", "attention"]
+    _, units = load_run(run_dir.path)  # complete: attention's k=4 evaluated with its kept scores
+    assert any(u.kind == "eval" and u.detector == "attention" and u.k == 4 for u in units)
+
+    lines = _lines(run_dir)
+    run_dir.results_path.write_bytes(b"".join(line for line in lines if not attention(line, {"eval"})))
+    _execute(_cfg(tmp_path, budgets=[1, 2, 4]), planted)
+    assert len(load_run(run_dir.path)[1]) == len(lines)
+
+    lines = [line for line in _lines(run_dir) if not attention(line, {"scores", "eval", "rank"})]
+    run_dir.results_path.write_bytes(b"".join(lines))  # as if adding attention had been killed in its scores
+    with pytest.raises(LocosError, match=r"also holds detector attention, with 1 unit\(s\) not finished \(scores "
+                                         r"planted-kv/attention\): rerun the command that added them"):
+        _execute(_cfg(tmp_path, budgets=[1, 2, 4]), planted)
+    assert _lines(run_dir) == lines
+
+
 def test_phase_timings_count_every_session(tmp_path, planted, monkeypatch):
     """A run interrupted, then resumed: its manifest's `total` holds both sessions, as its
     phases do (before #49 the phases added up and the total held the last session only)."""
