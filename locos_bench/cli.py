@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from locos_bench.errors import LocosError
 
@@ -53,7 +57,10 @@ PASSTHROUGH = {"lm-eval"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; `argv` None: this process is `locos-bench` (its arguments, and Ctrl-C
+    after the command is over ends it at once)."""
     parser = build_parser()
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     at = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
     if at < len(argv) and argv[at] in PASSTHROUGH:
@@ -71,25 +78,50 @@ def main(argv: list[str] | None = None) -> int:
         import warnings
 
         warnings.formatwarning = _one_line_warning
-    module = importlib.import_module(f"locos_bench._cli.{args._module}")
-    try:
-        if getattr(args, "plugin", None):
-            from locos_bench.detectors.registry import load_plugin_files
+    with _ctrl_c(program):
+        try:
+            module = importlib.import_module(f"locos_bench._cli.{args._module}")
+            if getattr(args, "plugin", None):
+                from locos_bench.detectors.registry import load_plugin_files
 
-            load_plugin_files(args.plugin)
-        code = int(module.main(args) or 0)
-        sys.stdout.flush()  # a closed pipe shows here, not at exit
-        return code
-    except BrokenPipeError:
-        return _pipe_closed()
-    except LocosError as exc:
-        if args.debug:
-            raise
-        print(f"locos-bench: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("locos-bench: interrupted", file=sys.stderr)
-        return 130
+                load_plugin_files(args.plugin)
+            code = int(module.main(args) or 0)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return code
+        except BrokenPipeError:
+            return _pipe_closed()
+        except LocosError as exc:
+            if args.debug:
+                raise
+            print(f"locos-bench: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("locos-bench: interrupted", file=sys.stderr)
+            return 130
+
+
+@contextmanager
+def _ctrl_c(program: bool) -> Iterator[None]:
+    """Ctrl-C while a command runs: the first raises `KeyboardInterrupt` (the command stops in
+    order: a run keeps every finished unit and says how to resume); a second ends the process
+    at once, as the signal's default does (exit status 130, nothing printed: a run directory
+    survives a kill at any moment). When `program`, that default stays after the command, so
+    a Ctrl-C during the interpreter's shutdown ends it at once too (no "Exception ignored").
+    A SIGINT that is ignored (a background job) or handled by the caller is left alone."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if program else signal.default_int_handler)
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> str:

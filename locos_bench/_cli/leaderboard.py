@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from locos_bench.errors import LocosError
     from locos_bench.report.rendering.leaderboard import analyze_runs, stats_json, write_stats
+    from locos_bench.report.rendering.notes import missing_units_note
 
     if args.n_resamples < 1:
         raise LocosError(f"--n-resamples must be at least 1, got {args.n_resamples}")
@@ -33,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError("several run directories: say where to write with --out DIR")
     runs = analyze_runs(args.run_dirs, n_resamples=args.n_resamples, method=args.ci)
     path = write_stats(runs, args.out if args.out is not None else args.run_dirs[0],
-                       plots=not args.no_plots)
+                       plots=not args.no_plots, extra=missing_units_note(args.run_dirs))
     if args.json:
         print_json({"leaderboard": str(path), **stats_json(runs)})
     else:

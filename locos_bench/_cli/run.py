@@ -170,7 +170,8 @@ def main(args: argparse.Namespace) -> int:
         control_budgets=args.control_budgets,
     )
     resolved = cfg.resolved()
-    if args.resume and not (Path(resolved.output_dir) / "manifest.json").exists():
+    held = RunDir(resolved.output_dir)
+    if args.resume and not (held.exists() or held.results_path.exists()):  # records alone: the manifest is rebuilt
         raise LocosError(f"--resume: {resolved.output_dir} holds no run to resume")
     if args.gpu and not args.dry_run:
         raise LocosError("--gpu names the GPU a --dry-run estimates for; add --dry-run")
@@ -200,7 +201,22 @@ def main(args: argparse.Namespace) -> int:
         shutil.copytree(run_dir.path, target, ignore=shutil.ignore_patterns("*.tmp", RunDir.LOCK))
         board = target / "leaderboard.md"
     manifest = run_dir.read_manifest()
-    print(f"\nlocos-bench run finished in {time.perf_counter() - start:.0f} s")
+    try:
+        _summary(run_dir, manifest, board, time.perf_counter() - start)
+    except BrokenPipeError:  # the reader of stdout went away: the run is done all the same
+        from locos_bench.cli import _pipe_closed
+
+        closed = _pipe_closed()  # 141, and stdout pointed at /dev/null
+        print(f"locos-bench: stdout was closed before the summary; the run finished: records in "
+              f"{run_dir.results_path}, leaderboard {board}", file=sys.stderr)
+        return _failures(run_dir, manifest, allow=args.allow_failures) or closed
+    return _failures(run_dir, manifest, allow=args.allow_failures)
+
+
+def _summary(run_dir, manifest, board: Path, seconds: float) -> None:
+    """What the run did, on stdout (its one output; progress went to stderr), written at once."""
+    print(file=sys.stderr)  # a blank line after the progress, not the first line of the output
+    print(f"locos-bench run finished in {seconds:.0f} s")
     print(f"  model       {manifest.model}  ({manifest.ablation} ablation, budgets {manifest.budgets})")
     print(f"  tasks       {', '.join(t.name for t in manifest.tasks)}")
     for task, why in manifest.fallbacks.items():
@@ -209,7 +225,7 @@ def main(args: argparse.Namespace) -> int:
     print("  phases (s)  " + ", ".join(f"{k} {v:.0f}" for k, v in manifest.timings.items()))
     print(f"  records     {run_dir.results_path}")
     print(f"  leaderboard {board}")
-    return _failures(run_dir, manifest, allow=args.allow_failures)
+    sys.stdout.flush()
 
 
 def _failures(run_dir, manifest, *, allow: bool) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.harness.executors import LocalExecutor
+from locos_bench.harness.interrupts import watching
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, timed
 from locos_bench.names import rank_heads
@@ -34,7 +35,8 @@ from locos_bench.run.config import ResolvedConfig
 from locos_bench.run.manifest import build_manifest, resumed
 from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
-from locos_bench.run.resume import Comparison, compare
+from locos_bench.run.resume import Comparison, compare, merged, records_disagree
+from locos_bench.run.rundir import DamagedManifest
 from locos_bench.run.splits import RunTask, check_tasks_fit
 
 RECORD_BYTES_PER_EXAMPLE = 208
@@ -80,6 +82,12 @@ class Run:
         self.executor = executor
         self.dir = RunDir(self.config.output_dir)
         self.timings: dict[str, float] = {}
+        """This session's seconds per phase (`timings_now`: with the directory's earlier sessions')."""
+        self._earlier: dict[str, float] = {}
+        self.started: float | None = None
+        """`time.perf_counter()` when this session began (`run_benchmark`); None: no `total`."""
+        self._rebuilt: str | None = None
+        self._own: set[UnitKey] | None = None
         self.done: dict[UnitKey, UnitRecord] = {}
         self._evaluated: dict[tuple, UnitRecord] = {}
         """(kind, task, head set) -> the unit that evaluated it first."""
@@ -131,40 +139,65 @@ class Run:
         return self._previous()
 
     def _previous(self) -> tuple[Any, Comparison | None]:
-        """`previous` in the directory already chosen."""
-        if not self.dir.exists():
-            return None, None
+        """`previous` in the directory already chosen; a directory whose manifest is lost or
+        damaged but whose records agree with this run is taken as this run's (`_rebuilt`)."""
         try:
-            old = self.dir.read_manifest()
+            old = self.dir.read_manifest() if self.dir.exists() else None
+        except DamagedManifest as exc:
+            return self._without_manifest(str(exc))
         except LocosError:
             if not self.config.force:
                 raise
-            old = None
-        comparison = None if old is None else compare(old, self.manifest)
-        if comparison is not None and not comparison.fits and not self.config.force:
+            return None, None
+        if old is None:
+            return self._without_manifest(None)
+        comparison = compare(old, self.manifest)
+        if not comparison.fits and not self.config.force:
             raise LocosError(
                 f"{self.dir.path} holds a run with another configuration ({'; '.join(comparison.differences)}); "
                 "use another --output-dir, rerun the original command to resume it, or pass --force to overwrite"
             )
         return old, comparison
 
+    def _without_manifest(self, damage: str | None) -> tuple[Any, Comparison | None]:
+        """A directory without a readable manifest: its records, if any, are this run's when
+        they agree with it (`run.resume.records_disagree`); otherwise one line says what
+        disagrees and how to keep them. `force` starts afresh."""
+        self._rebuilt = None
+        units = self.dir.valid_units() if not self.config.force else []
+        if not units:
+            return None, None
+        what = f"{self.dir.manifest_path} is damaged" if damage else f"{self.dir.path} has no {RunDir.MANIFEST}"
+        problems = records_disagree(self.manifest, units)
+        if problems:
+            raise LocosError(
+                f"{what} and its {len(units)} records do not fit this command ({'; '.join(problems[:3])}); rerun "
+                "the command that made them to rebuild the manifest, or give this run another --output-dir (the "
+                "records stay; --force would discard them)")
+        self._rebuilt = f"{what}: rebuilt from this command, which its {len(units)} records agree with"
+        return self.manifest, Comparison()
+
     def _open(self) -> None:
         """Start the directory, or resume it when it holds the same configuration, or extend it
-        when this one only adds to it (its finished units kept, a replaced detector's dropped)."""
-        manifest = self.manifest
-        if self.dir.exists():
-            old, comparison = self._previous()
-            if comparison is None or not comparison.fits:
-                self.dir.clear()
+        when this one only adds to it (its finished units kept, a replaced detector's dropped),
+        keeping what it holds beyond this run; a lost manifest is rebuilt when the records
+        agree (`_without_manifest`)."""
+        old, comparison = self._previous()
+        if comparison is not None and comparison.fits:
+            if self._rebuilt is not None:
+                aside = self.dir.set_manifest_aside()
+                where = f" (the damaged one is in {aside})" if aside else ""
+                self.progress.warn(f"{self._rebuilt}{where}")
             else:
-                manifest = self.manifest = resumed(manifest, old)
-                self.plan = RunPlan.from_manifest(manifest)  # bottom-k detectors the directory already holds
-                self._resume(comparison)
-        merged = dict(manifest.timings)  # a resumed run adds this session's seconds
-        for phase, seconds in self.timings.items():
-            merged[phase] = round(merged.get(phase, 0.0) + seconds, 3)
-        self.timings = merged
-        self.dir.write_manifest(manifest)
+                if comparison.kept:  # what this command computes itself (`_ours`)
+                    self._own = set(self.plan.units())
+                self.manifest = resumed(merged(self.manifest, old), old)
+                self.plan = RunPlan.from_manifest(self.manifest)  # bottom-k detectors the directory already holds
+                self._earlier = dict(old.timings)
+            self._resume(comparison)
+        elif self.dir.exists() or self.dir.results_path.exists():
+            self.dir.clear()
+        self._write_manifest()
         for unit in self.done.values():  # resumed units seed the identical-head-set cache
             if unit.kind != UnitKind.SCORES and not unit.error:
                 self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
@@ -175,23 +208,62 @@ class Run:
         units = self.dir.read_units(repair=True)
         if self.dir.set_aside:
             lines = ", ".join(map(str, self.dir.set_aside))
-            self.progress.log(
-                f"warning: {len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
+            self.progress.warn(
+                f"{len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
                 f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
+        if self.dir.torn_line:
+            self.progress.log(f"line {self.dir.torn_line} of {self.dir.results_path} is torn (a write cut short): "
+                              "its unit is computed again")
         replaced = {name for name, _ in comparison.replaced}
         stale = {u.key for u in units if u.detector in replaced or (self.config.retry_failed and u.error)}
-        self.dir.discard(stale)
         self.done = {u.key: u for u in units if u.key not in stale}
+        unfinished = [k for k in self.plan.missing(self.done) if not self._ours(k)]
+        if unfinished:
+            shown = ", ".join(self.plan.describe(unfinished)[:4])
+            raise LocosError(f"{self.dir.path} also holds {', '.join(comparison.kept)}, with {len(unfinished)} unit(s) "
+                             f"not finished ({shown}): rerun the command that added them to finish them, or give this "
+                             "run another --output-dir (the records stay)")
+        self.dir.discard(stale)
+        kept = ", ".join(comparison.kept)
         if comparison.same:
             self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
+            if kept:
+                self.progress.note(f"{self.dir.path} also holds {kept}: kept, with its records")
             if stale:
                 self.progress.note(f"retrying {len(stale)} failed unit(s) in {self.dir.path}")
             return
         changes = [f"+ {text}" for text in comparison.additions]
         changes += [f"detector {name} replaced ({why})" for name, why in comparison.replaced]
         dropped = f", {len(stale)} computed again" if stale else ""
+        also = f"; it also holds {kept}: kept, with its records" if kept else ""
         self.progress.note(f"extending {self.dir.path} ({'; '.join(changes)}): {len(self.done)} finished "
-                           f"units kept{dropped}")
+                           f"units kept{dropped}{also}")
+
+    def _ours(self, key: UnitKey) -> bool:
+        """Whether this command computes `key`: a unit of its own, or, in a directory that holds
+        more than it (`Comparison.kept`), an evaluation of kept heads on one of its tasks (a
+        kept detector's scores, a kept task's examples or streaming heads are not its to make)."""
+        if self._own is None or key in self._own:
+            return True
+        tasks = {k.task for k in self._own}
+        return (key.kind != UnitKind.SCORES and key.task in tasks
+                and (key.kind != UnitKind.SUFF or self.config.sufficiency))
+
+    def timings_now(self) -> dict[str, float]:
+        """Wall seconds per phase over every session of the run directory: those its manifest
+        held when this session began plus this session's so far; `total` too when this
+        session is timed (`started`, set by `run_benchmark`), so a resumed run's total counts
+        every session as its phases do."""
+        out = _add(self._earlier, self.timings)
+        if self.started is not None:
+            out["total"] = round(self._earlier.get("total", 0.0) + time.perf_counter() - self.started, 3)
+        return out
+
+    def _write_manifest(self) -> None:
+        """The manifest with the timings so far: a session killed later keeps what it spent
+        until here."""
+        self.manifest.timings = self.timings_now()
+        self.dir.write_manifest(self.manifest)
 
     def _timed(self, phase: str) -> Any:
         return timed(self.timings, phase)
@@ -209,25 +281,25 @@ class Run:
         executor = self.executor or LocalExecutor(Worker(self.config, self.model, tasks, self.progress.log))
         command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         self._choose_dir()
-        with self.dir.lock(command):
+        with self.dir.lock(command), watching():
             self._open()
             executor.start(self.config)
-            todo = self.plan.todo(self.done)
+            todo = [k for k in self.plan.todo(self.done) if self._ours(k)]
             self._announce(todo)
             for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
                 keys = [k for k in group if not self.plan.blocked(k, self.done)]
                 label = phase_label(kind, task)
                 with self.progress.phase(label, len(keys)) as advance:
                     self._run_group(executor, [self._job(k) for k in keys], advance)
-            self.timings = _add(self.timings, executor.timings())
+                self.timings = _add(self.timings, executor.timings())
+                self._write_manifest()
             if self.config.explain:
                 from locos_bench.explain import write_run_pages
 
                 with self._timed("explain"):
                     write_run_pages(self.model, self.dir.path, list(tasks.values()), self.config.explain,
                                     sufficiency=self.manifest.sufficiency, ablation=self.config.ablation)
-            self.manifest.timings = self.timings
-            self.dir.write_manifest(self.manifest)
+            self._write_manifest()
             self.dir.write_failures(self.failed())
         return self.dir
 
@@ -340,10 +412,10 @@ def run_benchmark(cfg: RunConfig | ResolvedConfig, *, model: Any = None, executo
     # A model loaded before the call adds its load to the total; one loaded here is inside it.
     before = 0.0 if model is None else model.load_seconds
     run = Run(cfg, model, executor=executor)
+    run.started = start - before
     run.timings["load_model"] = round(run.model.load_seconds, 3)
     run_dir = run.execute()
-    run.manifest.timings = dict(run.timings, total=round(time.perf_counter() - start + before, 3))
-    run.dir.write_manifest(run.manifest)
+    run._write_manifest()
     # Last, from the final manifest, so `locos-bench leaderboard RUN_DIR` reproduces it exactly.
     write_leaderboard([run_dir.path], run_dir.path)
     return run_dir

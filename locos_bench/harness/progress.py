@@ -3,14 +3,21 @@ with `quiet`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class Progress:
-    """A rich progress bar with ETA (silent with `quiet`)."""
+    """A rich progress bar with ETA on stderr (silent with `quiet`).
+
+    Progress goes to stderr, as every other line a run prints while it works: stdout holds a
+    command's output alone. A reader of stderr that goes away (`2>&1 | head -1`) silences the
+    rest of the progress; it never stops the run.
+    """
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
@@ -25,22 +32,55 @@ class Progress:
         from rich.progress import Progress as RichProgress
 
         with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), transient=False) as bar:
+                          TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), transient=False,
+                          console=_stderr_console()) as bar:
             task = bar.add_task(label, total=total)
             yield lambda n=1: bar.advance(task, n)
 
     def log(self, message: str) -> None:
         if not self.quiet:
-            print(message, file=sys.stderr, flush=True)
+            say(message)
 
     def note(self, message: str) -> None:
         """What a run does that its command did not spell out (where it goes, what it keeps):
         shown under `quiet` too."""
-        print(message, file=sys.stderr, flush=True)
+        say(message)
 
     def warn(self, message: str) -> None:
         """A warning: shown under `quiet` too (it silences progress, not what went wrong)."""
-        print(f"warning: {message}", file=sys.stderr, flush=True)
+        say(f"warning: {message}")
+
+
+def say(message: str) -> None:
+    """One line on stderr, at once; if its reader went away, stderr goes to /dev/null for the
+    rest of the process instead of the error ending the run."""
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        _stderr_gone()
+
+
+def _stderr_gone() -> None:
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a descriptor (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _stderr_console() -> Any:
+    """A rich console on stderr that, when its pipe closes, goes quiet (rich's own ends the
+    process with exit 1 and points stdout at /dev/null)."""
+    from rich.console import Console
+
+    class StderrConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            _stderr_gone()
+
+    return StderrConsole(stderr=True)
 
 
 UNIT_PROGRESS_SECONDS = 5.0

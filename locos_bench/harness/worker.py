@@ -14,6 +14,7 @@ from typing import Any
 
 from locos_bench.detectors import make_detector, run_detector
 from locos_bench.errors import LocosError
+from locos_bench.harness.interrupts import own_interrupt
 from locos_bench.interventions import (
     AblationSpec,
     HeadAblation,
@@ -243,10 +244,14 @@ class Worker:
         start = time.perf_counter()
         try:
             result = run_detector(detector, self.model, data.calibration_draw(key.draw), rng=rng)
-        except (KeyboardInterrupt, MemoryError):
+        except MemoryError:
             raise
-        except Exception as exc:  # a crashing detector is recorded (with its traceback); the run goes on
-            message = str(exc) if isinstance(exc, LocosError) else f"{type(exc).__name__}: {exc}"
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # A crashing detector is recorded (with its traceback) and the run goes on, whatever
+            # it raised: `sys.exit`, or a KeyboardInterrupt of its own; Ctrl-C stops the run.
+            if isinstance(exc, KeyboardInterrupt) and not own_interrupt():
+                raise
+            message = str(exc) if isinstance(exc, LocosError) else type(exc).__name__ + (f": {exc}" if str(exc) else "")
             self.log(f"detector {key.detector!r} failed on {data.spec.name}: {message}")
             return UnitRecord.for_key(key, params=detector.get_params(), seconds=time.perf_counter() - start,
                                       error=message, traceback=traceback.format_exc())

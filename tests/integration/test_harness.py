@@ -205,13 +205,15 @@ def test_interrupted_run_resumes_without_recomputing(tmp_path, planted, monkeypa
 
 
 def test_other_configuration_is_refused_naming_what_differs_unless_forced(tmp_path, planted):
-    """A run that takes from the directory's (a budget, examples) cannot use its units: the
-    refusal names each difference, old -> new (#36)."""
+    """A run of another experiment (other examples, seed) cannot use the directory's units: the
+    refusal names each difference, old -> new (#36); a budget it leaves out is no difference
+    (the directory keeps it, #49)."""
     _execute(_cfg(tmp_path, budgets=[1, 2]), planted)
-    with pytest.raises(LocosError, match=r"holds a run with another configuration \(budgets: \[1, 2\] -> \[1\]; "
+    with pytest.raises(LocosError, match=r"holds a run with another configuration \(seed: 0 -> 1; "
                                          r"n_eval of planted-kv: 8 -> 4\); use another --output-dir"):
-        _execute(_cfg(tmp_path, budgets=[1], n_eval=4), planted)
-    _execute(_cfg(tmp_path, budgets=[1], force=True), planted)
+        _execute(_cfg(tmp_path, budgets=[1], n_eval=4, seed=1), planted)
+    _execute(_cfg(tmp_path, budgets=[1], n_eval=4, force=True), planted)
+    assert RunDir(tmp_path / "run").read_manifest().budgets == [1]
 
 
 def _lines(run_dir):
@@ -372,17 +374,24 @@ def test_mangled_middle_line_is_named_then_set_aside_and_recomputed(tmp_path, pl
     load_run(rerun.path)  # complete again
 
 
-def test_mangled_manifest_is_one_clear_line(tmp_path, planted):
+def test_mangled_manifest_is_one_clear_line_and_the_same_command_rebuilds_it(tmp_path, planted):
+    """A manifest cut short: reading the run names the file, where it breaks and how to recover
+    without losing the records (not `--force`, #49); the same command rebuilds it from the
+    records it agrees with, computing nothing again."""
     from locos_bench.run import load_run
 
     cfg = _cfg(tmp_path, budgets=[1])
     run_dir = _execute(cfg, planted)
-    run_dir.manifest_path.write_text(run_dir.manifest_path.read_text()[:-40])
-    for attempt in (lambda: _execute(_cfg(tmp_path, budgets=[1]), planted), lambda: load_run(run_dir.path)):
-        with pytest.raises(LocosError, match=r"manifest\.json: not valid JSON \(line \d+") as err:
-            attempt()
-        assert "different configuration" not in str(err.value) and "\n" not in str(err.value)
-    _execute(_cfg(tmp_path, budgets=[1], force=True), planted)  # --force starts afresh
+    lines = _lines(run_dir)
+    cut = run_dir.manifest_path.read_text()[:-40]
+    run_dir.manifest_path.write_text(cut)
+    with pytest.raises(LocosError, match=r"manifest\.json: not valid JSON \(line \d+.*rerun the `locos-bench run` "
+                                         r"command that made the run: it rebuilds the manifest") as err:
+        load_run(run_dir.path)
+    assert "--force" not in str(err.value) and "\n" not in str(err.value)
+    _execute(_cfg(tmp_path, budgets=[1]), planted)
+    assert _lines(run_dir) == lines  # nothing computed again, nothing doubled
+    assert (run_dir.path / "manifest.corrupt.json").read_text() == cut
     load_run(run_dir.path)
 
 

@@ -16,6 +16,7 @@ from locos_bench.errors import LocosError
 from locos_bench.report.rendering.dissociation import dissociation_markdown
 from locos_bench.report.rendering.links import explain_links
 from locos_bench.report.rendering.markdown import render_markdown
+from locos_bench.report.rendering.notes import missing_units_note
 from locos_bench.report.rendering.plots import write_plots
 from locos_bench.report.statistics.analysis import analyze
 from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES
@@ -77,7 +78,8 @@ def write_leaderboard(run_dirs: Sequence[Path | str] | Path | str, out_dir: Path
             raise LocosError("several run directories: say where to write with --out DIR")
         out_dir = dirs[0]
     runs = analyze_runs(dirs, n_resamples=n_resamples, method=method, level=level)
-    extra = "\n".join(part for part in (dissociation_markdown(dirs), explain_links(dirs, out_dir)) if part)
+    extra = "\n".join(part for part in (missing_units_note(dirs), dissociation_markdown(dirs),
+                                       explain_links(dirs, out_dir)) if part)
     return write_stats(runs, out_dir, plots=plots, extra=extra)
 
 

@@ -1,6 +1,7 @@
 """The leaderboard's reading notes: the prose under a run's header that says how to read its
 tables (intervals, drops and areas, specificity, verdicts and rank sets, ground truth,
-selection stability, sufficiency, steering), each filled in with the run's own figures.
+selection stability, sufficiency, steering), each filled in with the run's own figures; and
+the note on units a run's records lack (`missing_units_note`).
 
 They restate, for a reader of the page, what `docs/methodology.md` defines, and point to it.
 """
@@ -8,6 +9,8 @@ They restate, for a reader of the page, what `docs/methodology.md` defines, and 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from locos_bench.report.rendering.display import fmt
@@ -181,3 +184,27 @@ def ground_truth_note(run: RunStats, n: int) -> str:
     seed = run.manifest.tie_seed
     ties = TIES_BY_INDEX if seed is None else TIES_SHOWN.format(seed=seed)
     return GROUND_TRUTH.format(n=n, ties=ties)
+
+
+def missing_units_note(run_dirs: Sequence[Path | str]) -> str:
+    """The *Missing units* section: for each run whose records lack units the page can do
+    without (the per-rank diagnostic, shown —), which ones, and a torn last line of its
+    `results.jsonl` (a write cut short) that left one out; empty when every run has them all."""
+    from locos_bench.run import RunDir, RunPlan
+
+    parts = []
+    for path in run_dirs:
+        run = RunDir(path)
+        done = {u.key: u for u in run.valid_units()}
+        plan = RunPlan.from_manifest(run.read_manifest())
+        gone = plan.describe([k for k in plan.units() if k not in done and not plan.blocked(k, done)])
+        if not gone and run.torn_line is None:
+            continue
+        text = f"Run `{Path(path).resolve().name}`:"
+        if run.torn_line is not None:
+            text += (f" line {run.torn_line} of `{RunDir.RESULTS}` is torn (a write cut short: a kill, a full disk) "
+                     "and left out.")
+        if gone:
+            text += f" Missing, shown —: {'; '.join(gone)}. Rerun the run's command to compute them."
+        parts.append(text)
+    return "## Missing units\n\n" + "\n\n".join(parts) if parts else ""
