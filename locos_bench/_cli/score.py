@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from locos_bench._cli.common import add_model_options, add_plugin_option, detector_class, print_json
+from locos_bench._cli.common import add_model_options, add_plugin_option, add_skip_bad_rows, detector_class, print_json
 from locos_bench.errors import LocosError
 
 
@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="detector parameter; VALUE is read as JSON, else as a string (repeatable)")
     parser.add_argument("--top", type=int, default=10, metavar="K", help="how many top heads to list (default 10)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_skip_bad_rows(parser)
 
 
 def parse_params(items: list[str], cls: type | None = None) -> dict[str, Any]:
@@ -90,7 +91,9 @@ def main(args: argparse.Namespace) -> int:
     total = model.geometry.n_total_heads
     if args.top > total:
         raise LocosError(f"--top {args.top} is larger than the {total} heads of {model.name!r}")
-    examples = make_examples(spec, n, model=model)
+    examples = make_examples(spec, n, model=model, skip_bad_rows=args.skip_bad_rows)
+    if not examples:
+        raise LocosError(f"task {spec.name!r}: every one of its first {n} rows is bad (see the warnings)")
     result = run_detector(detector, model, examples, rng=np.random.default_rng(args.seed))
     top = result.top_k(args.top, tie_seed=args.seed)  # a run ranks with its seed too
 

@@ -73,6 +73,9 @@ class RunConfig:
     force: bool = False
     retry_failed: bool = False
     """Resuming, compute again the units recorded with an error."""
+    skip_bad_rows: bool = False
+    """Skip a bad row of a user's data file with a warning (the manifest counts them) instead
+    of failing on it (`tasks.reading.BadRow`)."""
     quiet: bool = False
     explain: int = 0
     """Write explain pages for the first N evaluation examples of each retrieval task."""
@@ -172,6 +175,7 @@ class RunConfig:
             sufficiency=bool(cfg.sufficiency),
             kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas), bottom_k=tuple(bottom_k),
             control_budgets=control_budgets, default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
+            skip_bad_rows=cfg.skip_bad_rows,
         )
 
 
@@ -241,6 +245,8 @@ class ResolvedConfig:
     retry_failed: bool = False
     """Resuming, compute again the units recorded with an error (a fixed detector, a lost
     worker); otherwise a failed unit counts as done."""
+    skip_bad_rows: bool = False
+    """A bad row of a user's data file is skipped (and counted) rather than fatal."""
 
     @property
     def positionwise(self) -> bool:
