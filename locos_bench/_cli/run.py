@@ -151,10 +151,26 @@ def check_budgets(budgets: list[int] | None) -> None:
                          f"({','.join(map(str, sorted(set(budgets))))}?)")
 
 
+CONFLICTS = (
+    ("resume", "force", "--resume continues the run directory and --force overwrites it"),
+    ("retry_failed", "force", "--retry-failed computes again the failed units of the run directory and --force "
+                              "overwrites all of them"),
+    ("dry_run", "publish", "--dry-run runs nothing, so --publish has no leaderboard to copy"),
+)
+"""Flags of `run` that contradict each other: given together, one line and exit 2."""
+
+
+def check_conflicts(args: argparse.Namespace) -> None:
+    for first, second, why in CONFLICTS:
+        if getattr(args, first, False) and getattr(args, second, False):
+            raise LocosError(f"{why}: give one of them")
+
+
 def main(args: argparse.Namespace) -> int:
     from locos_bench.harness import run_benchmark
     from locos_bench.run import RunConfig, RunDir
 
+    check_conflicts(args)
     check_budgets(args.budgets)
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,
