@@ -99,6 +99,8 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError(f"--n must be at least 1, got {n}")
     if args.top < 1:
         raise LocosError(f"--top must be at least 1, got {args.top}")
+    if args.seed < 0:
+        raise LocosError(f"--seed must be a whole number of at least 0 (got {args.seed})")
 
     model = load_model(args.model, device=args.device, dtype=args.dtype)
     total = model.geometry.n_total_heads

@@ -35,8 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_options(ev, default="gemma3")
 
 
+def _check_sizes(args: argparse.Namespace) -> None:
+    """`--n`, `--start` and `--batch-size` in range, in one line naming the flag."""
+    for flag, value, low in (("--n", args.n, 1), ("--start", args.start, 0),
+                             ("--batch-size", getattr(args, "batch_size", 1), 1)):
+        if value < low:
+            raise LocosError(f"{flag} must be at least {low} (got {value})")
+
+
 def main(args: argparse.Namespace) -> int:
     command = getattr(args, "tasks_command", None)
+    if command in ("show", "eval"):
+        _check_sizes(args)
     if command == "show":
         return _show(args)
     if command == "eval":
