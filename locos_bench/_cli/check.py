@@ -55,6 +55,9 @@ def main(args: argparse.Namespace) -> int:
         if args.update.is_dir():
             raise LocosError(f"--update {args.update} is a folder: name a baseline file in it "
                              f"(e.g. {args.update / 'mine.yaml'})")
+        from locos_bench.run.config import check_output_dir
+
+        check_output_dir(args.update.parent, f"--update {args.update}: its folder", "folder")
         manifest, figures = baselines.run_figures(run_dir)
         command = args.source_command or " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         n = baselines.update_records(args.update, manifest, figures, command=command)

@@ -207,7 +207,7 @@ def _eval(args: argparse.Namespace) -> int:
                                  skip_bad_rows=args.skip_bad_rows)
     skipped = [str(w.message) for w in caught if str(w.message).startswith("skipped")]
     for message in skipped:
-        print(f"locos-bench: {message}", file=sys.stderr)
+        print(f"locos-bench: warning: {message}", file=sys.stderr)
     if not examples:
         raise LocosError(f"task {spec.name!r}: no example could be made ({len(skipped)} skipped)")
     start = time.perf_counter()

@@ -76,9 +76,9 @@ def _check_fields(row: dict[str, Any], at: str) -> None:
         if not isinstance(value, list):
             raise wrong(name, what, _json_type(value))
         if name in _STRINGS:
-            odd = next((v for v in value if not isinstance(v, str) and not (name == "answers" and _number(v))), None)
-            if odd is not None:
-                raise wrong(name, what, f"a list holding {_json_type(odd)}")
+            odd = [v for v in value if not isinstance(v, str) and not (name == "answers" and _number(v))]
+            if odd:
+                raise wrong(name, what, f"a list holding {_json_type(odd[0])}")
     if not any(str(v).strip() for v in row["answers"]):
         raise BadRow(f"{at}: field 'answers' holds no answer")
 

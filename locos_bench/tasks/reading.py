@@ -3,7 +3,9 @@
 A hub id (`RMT-team/babilong`) goes to the Hugging Face hub when it is reachable; a local file
 or directory in the release's own layout goes through the same call with the `json`, `parquet`
 or `text` builder. Either way the loader sees a list of row dicts, and every failure is one
-`LocosError` line that names the file (or hub id) and what is wrong.
+`LocosError` line that names the file (or hub id) and what is wrong. The one exception is a
+user's own JSON Lines task file (`read_jsonl`), read a line at a time so that a bad row is
+named by its row and line (`BadRow`).
 """
 
 from __future__ import annotations
