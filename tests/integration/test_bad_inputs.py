@@ -418,6 +418,18 @@ def test_tasks_score_and_explain_refuse_in_one_line(in_tmp, planted_loaded, argv
     refused(*argv, message=message)
 
 
+def test_score_warns_before_a_calibration_set_far_above_the_presets(in_tmp, planted_loaded):
+    """`score --n 100000` ran for as long as it took, silently (#49): now a warning says what it
+    costs first (here the 12-row file then ends, in one line of its own)."""
+    task = write_rows(in_tmp, planted_rows(12))
+    code, _, err = cli_run("score", "--model", "planted", "--task", task, "--detector", "attention", "--n", "2500")
+    assert code == 2 and "Traceback" not in err, err
+    assert err.splitlines() == [
+        "locos-bench: warning: --n 2,500 calibration examples (the presets use 2 to 200): attention makes about "
+        "2,500 forward passes; making the examples first ... (Ctrl-C stops it)",
+        f"locos-bench: error: {in_tmp / 'my-kv.jsonl'}: the file has only 12 rows (asked for row 12)"]
+
+
 # ---------------------------------------------------------------------------------------
 # Leaderboard, check and sweep
 
