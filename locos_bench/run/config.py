@@ -345,10 +345,11 @@ def _streaming(cfg: RunConfig) -> tuple[int, int]:
 
 
 def check_output_dir(path: Path, flag: str = "--output-dir", what: str = "run directory") -> None:
-    """Refuse an output folder (`flag` names it, `what` says what it is for) that is a file, lies under one, or cannot be
-    written, before anything is written (`--dry-run` checks it too). Writing is tried, not read
-    from the mode bits, which root ignores and a read-only mount or `/proc` never shows: a
-    folder is made and removed again in the folder, or in its nearest existing parent."""
+    """Refuse an output folder (`flag` names it, `what` says what it is for) that is a file,
+    lies under one, or cannot be written, before anything is written (`--dry-run` checks it
+    too). Writing is tried, not read from the mode bits, which root ignores and a read-only
+    mount or `/proc` never shows: a folder is made and removed again in the folder, or in its
+    nearest existing parent."""
     import tempfile
 
     existing = path
