@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
 from locos_bench.errors import LocosError
 
@@ -31,8 +32,37 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse with the project's rule for bad input: no abbreviations (`--out` is not taken
+    for `--output-dir`), and an error is one line with a hint, not a usage block. Subcommand
+    parsers are of this class too (`add_subparsers` makes its own class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.subcommands: Any = None
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        self.subcommands = super().add_subparsers(**kwargs)
+        return self.subcommands
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # said by the subcommand that was given them, so the hint is its --help
+            self._innermost(parsed).error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+    def _innermost(self, parsed: argparse.Namespace) -> CommandParser:
+        action = self.subcommands
+        child = action.choices.get(getattr(parsed, action.dest, None)) if action is not None else None
+        return child._innermost(parsed) if isinstance(child, CommandParser) else self
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="locos-bench",
         description="Benchmark attention-head detectors under identical ablation budgets.",
     )

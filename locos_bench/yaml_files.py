@@ -27,6 +27,8 @@ def read_yaml_mapping(path: Path, where: str, expected: str, *, unreadable: str 
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise LocosError(f"{unreadable} {where}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise LocosError(f"{unreadable} {where}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

@@ -8,6 +8,7 @@ retrieval task; exit 0 when it ran, 1 when `--min-overlap` is given and not met.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -40,6 +41,9 @@ def main(args: argparse.Namespace) -> int:
     from locos_bench.regression.check import check_run
     from locos_bench.run import RunDir
 
+    if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance >= 0):
+        raise LocosError(f"--tolerance must be a number of at least 0 (got {args.tolerance:g}): the largest "
+                         "difference from a baseline figure that still passes")
     if args.against_heads is not None:
         return _against_heads(args)
     if args.min_overlap is not None:
@@ -48,6 +52,12 @@ def main(args: argparse.Namespace) -> int:
     if not run_dir.exists():
         raise LocosError(f"{args.run_dir} is not a run directory (no manifest.json)")
     if args.update:
+        if args.update.is_dir():
+            raise LocosError(f"--update {args.update} is a folder: name a baseline file in it "
+                             f"(e.g. {args.update / 'mine.yaml'})")
+        from locos_bench.run.config import check_output_dir
+
+        check_output_dir(args.update.parent, f"--update {args.update}: its folder", "folder")
         manifest, figures = baselines.run_figures(run_dir)
         command = args.source_command or " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
         n = baselines.update_records(args.update, manifest, figures, command=command)

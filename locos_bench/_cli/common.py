@@ -39,6 +39,13 @@ def add_plugin_option(parser: Any) -> None:
                              "also $LOCOS_BENCH_PLUGINS, separated by ':')")
 
 
+def add_skip_bad_rows(parser: Any) -> None:
+    """`--skip-bad-rows`, the same for every command that reads a task's rows."""
+    parser.add_argument("--skip-bad-rows", action="store_true",
+                        help="skip a bad row of a task's JSONL file with a warning instead of failing on it "
+                             "(a run counts them in its manifest)")
+
+
 def detector_class(name: str) -> type:
     """The registered class of detector `name` (one line with the nearest names when unknown);
     warnings from loading installed plugins go to stderr, one line each."""

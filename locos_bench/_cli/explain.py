@@ -158,6 +158,9 @@ def main(args: argparse.Namespace) -> int:
         example = prompt_example(_read_prompt(args.prompt), args.answer, args.needle, args.distractor, args.question)
     if args.output.is_dir():
         raise LocosError(f"--output {args.output} is a directory")
+    from locos_bench.run.config import check_output_dir
+
+    check_output_dir(args.output.parent, f"--output {args.output}: its folder", "folder")
 
     model = load_model(args.model, device=args.device, dtype=args.dtype)
     reference = [] if args.ablate else None  # filled where the ablation takes means

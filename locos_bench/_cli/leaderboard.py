@@ -27,14 +27,22 @@ def main(args: argparse.Namespace) -> int:
     from locos_bench.errors import LocosError
     from locos_bench.report.rendering.leaderboard import analyze_runs, stats_json, write_stats
     from locos_bench.report.rendering.notes import missing_units_note
+    from locos_bench.run.config import check_output_dir
 
     if args.n_resamples < 1:
         raise LocosError(f"--n-resamples must be at least 1, got {args.n_resamples}")
     if args.out is None and len(args.run_dirs) > 1:
         raise LocosError("several run directories: say where to write with --out DIR")
+    seen: dict[Path, Path] = {}
+    for run_dir in args.run_dirs:
+        same = seen.setdefault(run_dir.resolve(), run_dir)
+        if same is not run_dir:
+            twice = f"{run_dir} twice" if str(same) == str(run_dir) else f"{same} twice (as {same} and {run_dir})"
+            raise LocosError(f"RUN_DIR {twice}: each run gets one section")
+    out = args.out if args.out is not None else args.run_dirs[0]
+    check_output_dir(out, "--out" if args.out is not None else "RUN_DIR", "folder")
     runs = analyze_runs(args.run_dirs, n_resamples=args.n_resamples, method=args.ci)
-    path = write_stats(runs, args.out if args.out is not None else args.run_dirs[0],
-                       plots=not args.no_plots, extra=missing_units_note(args.run_dirs))
+    path = write_stats(runs, out, plots=not args.no_plots, extra=missing_units_note(args.run_dirs))
     if args.json:
         print_json({"leaderboard": str(path), **stats_json(runs)})
     else:

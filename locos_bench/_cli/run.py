@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from locos_bench._cli.common import add_plugin_option
+from locos_bench._cli.common import add_plugin_option, add_skip_bad_rows
 from locos_bench.errors import LocosError
 
 
@@ -89,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compute again the units of the run directory recorded with an error")
     parser.add_argument("--allow-failures", action="store_true",
                         help="exit 0 when units failed (default: exit 1, naming them)")
+    add_skip_bad_rows(parser)
     parser.add_argument("--publish", action="store_true", help="also copy the leaderboard into leaderboard/")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--explain", type=int, default=0, metavar="N",
@@ -150,10 +151,26 @@ def check_budgets(budgets: list[int] | None) -> None:
                          f"({','.join(map(str, sorted(set(budgets))))}?)")
 
 
+CONFLICTS = (
+    ("resume", "force", "--resume continues the run directory and --force overwrites it"),
+    ("retry_failed", "force", "--retry-failed computes again the failed units of the run directory and --force "
+                              "overwrites all of them"),
+    ("dry_run", "publish", "--dry-run runs nothing, so --publish has no leaderboard to copy"),
+)
+"""Flags of `run` that contradict each other: given together, one line and exit 2."""
+
+
+def check_conflicts(args: argparse.Namespace) -> None:
+    for first, second, why in CONFLICTS:
+        if getattr(args, first, False) and getattr(args, second, False):
+            raise LocosError(f"{why}: give one of them")
+
+
 def main(args: argparse.Namespace) -> int:
     from locos_bench.harness import run_benchmark
     from locos_bench.run import RunConfig, RunDir
 
+    check_conflicts(args)
     check_budgets(args.budgets)
     cfg = RunConfig(
         model=args.model, detectors=args.detector or ["all"], preset=args.preset, tasks=args.tasks,
@@ -163,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
         calibration_draws=args.calibration_draws,
         rank_diagnostic=args.rank_diagnostic, seed=args.seed, output_dir=args.output_dir,
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, force=args.force,
-        retry_failed=args.retry_failed,
+        retry_failed=args.retry_failed, skip_bad_rows=args.skip_bad_rows,
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
         kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas, bottom_k=args.bottom_k,
@@ -218,7 +235,8 @@ def _summary(run_dir, manifest, board: Path, seconds: float) -> None:
     print(file=sys.stderr)  # a blank line after the progress, not the first line of the output
     print(f"locos-bench run finished in {seconds:.0f} s")
     print(f"  model       {manifest.model}  ({manifest.ablation} ablation, budgets {manifest.budgets})")
-    print(f"  tasks       {', '.join(t.name for t in manifest.tasks)}")
+    print("  tasks       " + ", ".join(t.name + (f" ({t.skipped_rows} bad row{'s' * (t.skipped_rows != 1)} skipped)" if t.skipped_rows else "")
+                                       for t in manifest.tasks))
     for task, why in manifest.fallbacks.items():
         print(f"  fallback    {task} (synthetic twin) ran instead of {why}")
     print(f"  detectors   {', '.join(d.name for d in manifest.detectors)}")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from locos_bench._cli.common import add_model_options, add_plugin_option, detector_class, print_json
+from locos_bench._cli.common import add_model_options, add_plugin_option, add_skip_bad_rows, detector_class, print_json
 from locos_bench.errors import LocosError
 
 
@@ -27,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="detector parameter; VALUE is read as JSON, else as a string (repeatable)")
     parser.add_argument("--top", type=int, default=10, metavar="K", help="how many top heads to list (default 10)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_skip_bad_rows(parser)
 
 
 def parse_params(items: list[str], cls: type | None = None) -> dict[str, Any]:
@@ -69,10 +71,22 @@ def _is(value: Any, kind: type) -> bool:
     return isinstance(value, int) if kind is int else isinstance(value, (int, float))
 
 
+def _announce(detector: str, n: int, model: Any) -> None:
+    """A `--n` far above any preset's calibration split, said before the minutes it takes:
+    the forward passes the detector's declared cost implies, and that Ctrl-C stops it."""
+    from locos_bench.harness.estimate import stated_passes
+
+    passes = stated_passes(detector, model.geometry.n_total_heads, n)
+    print(f"locos-bench: warning: --n {n:,} calibration examples (the presets use 2 to 200): {detector} makes "
+          f"about {passes:,.0f} forward passes; making the examples first ... (Ctrl-C stops it)",
+          file=sys.stderr, flush=True)
+
+
 def main(args: argparse.Namespace) -> int:
     import numpy as np
 
     from locos_bench.detectors import detector_source, head_name, make_detector, run_detector
+    from locos_bench.harness.driver import LARGE_SPLIT
     from locos_bench.models import load_model
     from locos_bench.tasks import load_task, make_examples
 
@@ -85,12 +99,20 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError(f"--n must be at least 1, got {n}")
     if args.top < 1:
         raise LocosError(f"--top must be at least 1, got {args.top}")
+    if args.seed < 0:
+        raise LocosError(f"--seed must be a whole number of at least 0 (got {args.seed})")
 
     model = load_model(args.model, device=args.device, dtype=args.dtype)
     total = model.geometry.n_total_heads
     if args.top > total:
         raise LocosError(f"--top {args.top} is larger than the {total} heads of {model.name!r}")
-    examples = make_examples(spec, n, model=model)
+    if n > LARGE_SPLIT:
+        _announce(args.detector, n, model)
+    examples = make_examples(spec, n, model=model, skip_bad_rows=args.skip_bad_rows)
+    if n > LARGE_SPLIT:
+        print(f"locos-bench: scoring {len(examples):,} examples with {args.detector} ...", file=sys.stderr, flush=True)
+    if not examples:
+        raise LocosError(f"task {spec.name!r}: every one of its first {n} rows is bad (see the warnings)")
     result = run_detector(detector, model, examples, rng=np.random.default_rng(args.seed))
     top = result.top_k(args.top, tie_seed=args.seed)  # a run ranks with its seed too
 

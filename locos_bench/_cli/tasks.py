@@ -7,7 +7,7 @@ import sys
 import warnings
 from typing import Any
 
-from locos_bench._cli.common import add_model_options, print_json, print_rows
+from locos_bench._cli.common import add_model_options, add_skip_bad_rows, print_json, print_rows
 from locos_bench.errors import LocosError
 
 
@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--start", type=int, default=0, help="index of the first example")
     show.add_argument("--data", help="local dataset path for loader tasks (source.args.path)")
     show.add_argument("--json", action="store_true", help="machine-readable output")
+    add_skip_bad_rows(show)
     add_model_options(show, default=None)
 
     ev = sub.add_parser("eval", help="unablated accuracy of a model on a task, with a 95%% CI")
@@ -30,11 +31,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--batch-size", type=int, default=8, help="prompts per forward pass")
     ev.add_argument("--data", help="local dataset path for loader tasks (source.args.path)")
     ev.add_argument("--json", action="store_true", help="machine-readable output")
+    add_skip_bad_rows(ev)
     add_model_options(ev, default="gemma3")
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
+    """`--n`, `--start` and `--batch-size` in range, in one line naming the flag."""
+    for flag, value, low in (("--n", args.n, 1), ("--start", args.start, 0),
+                             ("--batch-size", getattr(args, "batch_size", 1), 1)):
+        if value < low:
+            raise LocosError(f"{flag} must be at least {low} (got {value})")
 
 
 def main(args: argparse.Namespace) -> int:
     command = getattr(args, "tasks_command", None)
+    if command in ("show", "eval"):
+        _check_sizes(args)
     if command == "show":
         return _show(args)
     if command == "eval":
@@ -144,7 +156,7 @@ def _show(args: argparse.Namespace) -> int:
 
     spec = _spec_with_data(args.name, args.data)
     model = _load(args)
-    examples = make_examples(spec, args.n, start=args.start, model=model)
+    examples = make_examples(spec, args.n, start=args.start, model=model, skip_bad_rows=args.skip_bad_rows)
     if args.json:
         print_json([example_json(e) for e in examples])
         return 0
@@ -191,10 +203,11 @@ def _eval(args: argparse.Namespace) -> int:
     model = _load(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        examples = make_examples(spec, args.n, start=args.start, model=model, skip_errors=True)
+        examples = make_examples(spec, args.n, start=args.start, model=model, skip_errors=True,
+                                 skip_bad_rows=args.skip_bad_rows)
     skipped = [str(w.message) for w in caught if str(w.message).startswith("skipped")]
     for message in skipped:
-        print(f"locos-bench: {message}", file=sys.stderr)
+        print(f"locos-bench: warning: {message}", file=sys.stderr)
     if not examples:
         raise LocosError(f"task {spec.name!r}: no example could be made ({len(skipped)} skipped)")
     start = time.perf_counter()

@@ -111,12 +111,22 @@ class Detector:
 
 
 def check_params_serialisable(detector: Detector) -> dict[str, Any]:
+    """`detector.get_params()`, or one line naming the first parameter that JSON cannot hold
+    (a run records the parameters in its manifest, and rebuilds the detector from them)."""
     params = detector.get_params()
-    try:
-        json.dumps(params)
-    except TypeError as exc:
-        raise LocosError(f"detector {detector.name!r}: parameters are not JSON-serialisable: {exc}") from None
+    for key, value in params.items():
+        try:
+            json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            raise LocosError(f"detector {detector.name!r}: parameter {key!r} = {_short_repr(value)} is not "
+                             f"JSON-serialisable ({exc}); __init__ must store only numbers, strings, booleans, "
+                             "None, lists and dicts of them") from None
     return params
+
+
+def _short_repr(value: Any, most: int = 60) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def tokenize_for(model: LoadedModel, examples: Sequence[Example], detector: str) -> list[TokenizedExample]:
@@ -144,7 +154,8 @@ def check_tensor(value: Any, shape: tuple[int, ...], label: str, detector: str, 
 
 
 def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> HeadScores:
-    """Reject wrong types, wrong shapes and non-finite values with an error naming the detector."""
+    """Reject wrong types, wrong shapes, dtypes other than floating point and non-finite values
+    with an error naming the detector."""
     geo = model.geometry
     expected = (geo.n_layers, geo.n_heads)
     if not isinstance(result, HeadScores):
@@ -157,6 +168,9 @@ def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> He
             f"detector {detector!r} returned scores of shape {tuple(result.scores.shape)}; "
             f"expected [n_layers, n_heads] = {list(expected)}"
         )
+    if not result.scores.is_floating_point():  # bool scores all tie; integer ones mostly do
+        raise LocosError(f"detector {detector!r} returned scores of dtype {result.scores.dtype}; expected a "
+                         "floating-point tensor (convert with .float())")
     bad = (~torch.isfinite(result.scores)).nonzero().tolist()
     if bad:
         where = ", ".join(head_name(tuple(h)) for h in bad[:5])
@@ -165,6 +179,9 @@ def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> He
     if per is not None and not isinstance(per, Tensor):
         raise LocosError(f"detector {detector!r} returned per-example scores as a {type_name(per)}; expected a "
                          f"torch.Tensor of shape [n_examples, n_layers, n_heads]")
+    if per is not None and not per.is_floating_point():
+        raise LocosError(f"detector {detector!r} returned per-example scores of dtype {per.dtype}; expected a "
+                         "floating-point tensor (convert with .float())")
     if per is not None and (per.ndim != 3 or tuple(per.shape[1:]) != expected or per.shape[0] < 1
                             or not bool(torch.isfinite(per).all())):
         raise LocosError(f"detector {detector!r} returned per-example scores of shape {tuple(per.shape)}; "

@@ -100,7 +100,7 @@ class Run:
         with self._timed("prepare"):
             tasks = run_tasks(config, self.model)
         for warning in check_tasks_fit(config, self.model, tasks):
-            self.progress.log(f"warning: {warning}")
+            self.progress.warn(warning)
         self.manifest = build_manifest(config, self.model, tasks)
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
@@ -208,7 +208,7 @@ class Run:
         units = self.dir.read_units(repair=True)
         if self.dir.set_aside:
             lines = ", ".join(map(str, self.dir.set_aside))
-            self.progress.warn(
+            self.progress.warn(  # shown under --quiet too: records were set aside
                 f"{len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
                 f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
         if self.dir.torn_line:

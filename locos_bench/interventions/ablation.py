@@ -90,8 +90,10 @@ class AblationSpec:
             return cls(QUERY_MODES[text], 0.0, query_options(text, positionwise=positionwise, sink=sink),
                        target="q")
         sink = sink or DEFAULT_SINK
+        if positionwise and text != "mean" and (text == "zero" or text.startswith("scale:")):
+            raise LocosError(f"position-wise means do not apply to ablation {text}: it has no means (use mean)")
         if text in ("mean", "zero"):
-            return cls(text, 0.0, positionwise and text == "mean", sink if text == "mean" else DEFAULT_SINK)
+            return cls(text, 0.0, positionwise, sink if text == "mean" else DEFAULT_SINK)
         if text.startswith("scale:"):
             try:
                 alpha = float(text.split(":", 1)[1])

@@ -176,7 +176,8 @@ def _yaml_task_name(path: Path) -> str:
 
 def cli_error(exc: Exception, include_path: str | None = None) -> LocosError | None:
     """One line for what lm-eval's own command line raises as a traceback: an unknown task
-    (with the nearest names) or a dataset on the unreachable hub; None for anything else."""
+    (with the nearest names), a dataset on the unreachable hub, no task or an unknown model;
+    None for anything else."""
     text = f"{type(exc).__name__}: {exc}"
     missing = re.match(r"ValueError: Tasks not found: (.+)", text)
     if missing:
@@ -190,6 +191,8 @@ def cli_error(exc: Exception, include_path: str | None = None) -> LocosError | N
                           "--include_path DIR")
     if _unreachable(text):
         return _task_error("", exc)
+    if re.match(r"ValueError: (No tasks specified|Attempted to load model)", text):  # its own bad input
+        return LocosError(f"lm-eval: {text.removeprefix('ValueError: ').splitlines()[0]}")
     return None
 
 

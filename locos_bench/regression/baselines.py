@@ -118,20 +118,21 @@ def load_baselines(paths: Iterable[Path | str] | None = None) -> list[tuple[Path
             files.append(path)
         else:
             raise LocosError(f"baseline file {path} does not exist")
-    out = []
-    for file in files:
-        try:
-            data = yaml.safe_load(file.read_text())
-        except yaml.YAMLError as exc:
-            raise LocosError(f"{file}: not valid YAML: {exc}") from None
-        try:
-            parsed = BaselineFile.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise LocosError(f"{file}: {where}: {err['msg']}") from None
-        out += [(file, record) for record in parsed.records]
-    return out
+    return [(file, record) for file in files for record in _read_file(file).records]
+
+
+def _read_file(file: Path) -> BaselineFile:
+    """One baseline file, validated; anything wrong is one line naming the file (and the
+    record and field)."""
+    from locos_bench.yaml_files import read_yaml_mapping
+
+    data = read_yaml_mapping(file, str(file), "a baseline file must be a mapping with `records`")
+    try:
+        return BaselineFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise LocosError(f"{file}: {where}: {err['msg']}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -296,7 +297,7 @@ def update_records(
     kept: list[BaselineRecord] = []
     description = ""
     if path.exists():
-        existing = BaselineFile.model_validate(yaml.safe_load(path.read_text()) or {"records": []})
+        existing = _read_file(path)
         description = existing.description
         tasks = {t.name for t in manifest.tasks}
         kept = [r for r in existing.records if not (r.model == manifest.model and r.task in tasks and r.source.kind == "run")]
@@ -320,5 +321,8 @@ def update_records(
     body = BaselineFile(description=description or f"Reference numbers from `{command}`.", records=kept + new)
     from locos_bench.run.rundir import write_atomic
 
-    write_atomic(path, yaml.safe_dump(body.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110))
+    try:
+        write_atomic(path, yaml.safe_dump(body.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110))
+    except OSError as exc:
+        raise LocosError(f"{path}: cannot write ({exc.strerror or type(exc).__name__})") from None
     return len(new)

@@ -73,6 +73,9 @@ class RunConfig:
     force: bool = False
     retry_failed: bool = False
     """Resuming, compute again the units recorded with an error."""
+    skip_bad_rows: bool = False
+    """Skip a bad row of a user's data file with a warning (the manifest counts them) instead
+    of failing on it (`tasks.reading.BadRow`)."""
     quiet: bool = False
     explain: int = 0
     """Write explain pages for the first N evaluation examples of each retrieval task."""
@@ -158,7 +161,7 @@ class RunConfig:
         output_dir = cfg.output_dir
         if output_dir is None:
             output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
-        _check_output_dir(Path(output_dir))
+        check_output_dir(Path(output_dir))
         return ResolvedConfig(
             model=cfg.model, preset=cfg.preset, detectors=tuple(detectors), tasks=tuple(cfg.tasks),
             specs=(*specs, *variant_specs), fallbacks=tuple(fallbacks.items()),
@@ -172,6 +175,7 @@ class RunConfig:
             sufficiency=bool(cfg.sufficiency),
             kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas), bottom_k=tuple(bottom_k),
             control_budgets=control_budgets, default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
+            skip_bad_rows=cfg.skip_bad_rows,
         )
 
 
@@ -241,6 +245,8 @@ class ResolvedConfig:
     retry_failed: bool = False
     """Resuming, compute again the units recorded with an error (a fixed detector, a lost
     worker); otherwise a failed unit counts as done."""
+    skip_bad_rows: bool = False
+    """A bad row of a user's data file is skipped (and counted) rather than fatal."""
 
     @property
     def positionwise(self) -> bool:
@@ -258,13 +264,17 @@ class ResolvedConfig:
         """This configuration bound to the loaded model: a batch size chosen from its memory
         (`LoadedModel.batch_size_for`) where none was given, and a budget above its number of
         heads capped to it (every head ablated). Two budgets that would both become the head
-        count are refused (`LocosError`): the curve would hold one point twice. Binding a bound
-        configuration again returns it unchanged."""
+        count are refused (`LocosError`): the curve would hold one point twice; so is a rank
+        diagnostic of more heads than it has. Binding a bound configuration again returns it
+        unchanged."""
         changes: dict[str, Any] = {}
         if self.batch_size is None:
             size, why = model.batch_size_for(self.context_tokens)
             changes.update(batch_size=size, batch_size_chosen=f"{size} ({why})")
         heads = model.geometry.n_total_heads
+        if self.rank_diagnostic > heads:
+            raise LocosError(f"--rank-diagnostic {self.rank_diagnostic} is more than the {heads} heads of "
+                             f"{self.model}: give at most {heads} (every head ablated alone)")
         above = [k for k in self.budgets if k > heads]
         if len(above) > 1 or (above and heads in self.budgets):
             raise LocosError(f"--budgets {','.join(map(str, above))} would all become {heads}, the model's head "
@@ -334,15 +344,27 @@ def _streaming(cfg: RunConfig) -> tuple[int, int]:
     return sink, window
 
 
-def _check_output_dir(path: Path) -> None:
-    """Refuse a run directory that is a file, or lies under one (before anything is written)."""
-    if path.exists() and not path.is_dir():
-        raise LocosError(f"--output-dir {path} is a file, not a run directory")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise LocosError(f"--output-dir {path}: {parent} is a file")
-            break
+def check_output_dir(path: Path, flag: str = "--output-dir", what: str = "run directory") -> None:
+    """Refuse an output folder (`flag` names it, `what` says what it is for) that is a file,
+    lies under one, or cannot be written, before anything is written (`--dry-run` checks it
+    too). Writing is tried, not read from the mode bits, which root ignores and a read-only
+    mount or `/proc` never shows: a folder is made and removed again in the folder, or in its
+    nearest existing parent."""
+    import tempfile
+
+    existing = path
+    try:
+        if path.exists() and not path.is_dir():
+            raise LocosError(f"{flag} {path} is a file, not a {what}")
+        # a relative path whose every parent is to be made is made in the working directory
+        existing = next((p for p in (path, *path.parents) if p.exists()), Path.cwd())
+        if not existing.is_dir():
+            raise LocosError(f"{flag} {path}: {existing} is a file")
+        Path(tempfile.mkdtemp(prefix=".locos-write-check-", dir=existing)).rmdir()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        where = "" if existing == path else f" in {existing}"
+        raise LocosError(f"{flag} {path}: cannot write{where} ({why}); choose another folder") from None
 
 
 def check_streaming(sink: int, window: int) -> None:
@@ -409,4 +431,25 @@ def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:
                 names.append(name)
     if not names:
         raise LocosError("no detector given; use --detector all or a comma-separated list")
-    return list(dict.fromkeys(names))
+    names = list(dict.fromkeys(names))
+    for name in names:
+        _check_detector(name)
+    return names
+
+
+def _check_detector(name: str) -> None:
+    """Detector `name` made with its default parameters, as the run makes it, before anything
+    is written: one line when that fails or a parameter is not JSON (the manifest records
+    them), rather than a traceback and a run directory holding only its lock."""
+    from locos_bench.detectors import make_detector
+    from locos_bench.detectors.base import check_params_serialisable
+
+    try:
+        detector = make_detector(name)
+    except LocosError:
+        raise
+    except Exception as exc:  # a plugin's __init__ may raise anything
+        why = (str(exc).strip().splitlines() or [""])[0]
+        raise LocosError(f"detector {name!r} cannot be made with its default parameters "
+                         f"({type(exc).__name__}: {why})") from None
+    check_params_serialisable(detector)

@@ -41,6 +41,9 @@ class TaskEntry(BaseModel):
     """sha256 over every used example's prompt and answers: detects changed generators."""
     chance: float | None = None
     variant_of: str | None = None
+    skipped_rows: int = 0
+    """Bad rows of a user's data file set aside under `--skip-bad-rows` (0 without it: a bad
+    row fails the run; 0 in manifests written before it was recorded)."""
 
 
 class DetectorEntry(BaseModel):

@@ -53,6 +53,8 @@ class TaskData:
     variant_of: str | None = None
     """Set on a harder variant of a retrieval task (steering runs): evaluated with that task's
     heads, unablated and steered only."""
+    skipped_rows: int = 0
+    """Bad rows of its data file set aside (`--skip-bad-rows`; the manifest records them)."""
 
     def calibration_draw(self, draw: int) -> list[Example]:
         """The calibration subset of a draw (draw mod R)."""
@@ -79,7 +81,7 @@ class TaskData:
                        for d, part in enumerate(self.more_calibration, 1)}},
             data_hash=data_hash([*self.calibration, *self.reference, *self.evaluation,
                                  *(e for part in self.more_calibration for e in part)]),
-            chance=self.spec.chance, variant_of=self.variant_of,
+            chance=self.spec.chance, variant_of=self.variant_of, skipped_rows=self.skipped_rows,
         )
 
 
@@ -154,14 +156,18 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
     Raises:
         LocosError: an example failed (it is skipped with a warning, and the splits come up
             short), or the task's items are too few for the sizes asked for.
+        BadRow: a row of a user's data file is bad, unless `cfg.skip_bad_rows` (then it is
+            skipped with a warning and counted in `TaskData.skipped_rows`).
     """
+    bad: set[str] = set()
+    skip_bad_rows = bool(getattr(cfg, "skip_bad_rows", False))
     draws = int(getattr(cfg, "calibration_draws", None) or 1)
     n_calib = cfg.n_calib if spec.calibration is None or spec.calibration.size is None else spec.calibration.size
     sizes = {**{_draw_split(d): n_calib for d in range(draws)}, "reference": cfg.n_ref,
              "evaluation": cfg.n_eval}
     n_total = sum(sizes.values())
     window = n_total
-    examples, ended = _read(spec, window, 0, model)
+    examples, ended = _read(spec, window, 0, model, skip_bad_rows, bad)
     caps: dict[str, float] = dict.fromkeys(sizes, math.inf)
     while True:
         parts = assign_splits(examples, sizes, caps)
@@ -169,9 +175,9 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         if not missing:
             if spec.for_calibration() is not spec:
                 parts.update(_calibration_stream(spec, {n: parts[n] for n in sizes if n.startswith("calibration")},
-                                                 model))
+                                                 model, skip_bad_rows, bad))
             return TaskData(spec, parts["calibration"], parts["reference"], parts["evaluation"],
-                            [parts[_draw_split(d)] for d in range(1, draws)])
+                            [parts[_draw_split(d)] for d in range(1, draws)], skipped_rows=len(bad))
         if ended is not None or window >= LOOKAHEAD * n_total:
             if draws > 1:
                 n_items = len({e.item for e in examples})
@@ -185,25 +191,32 @@ def build_task_data(spec: TaskSpec, cfg: Any, model: Any) -> TaskData:
         if window == n_total:  # items repeat across the index ranges: share them out
             caps = _item_caps(examples, sizes)
         grown = min(LOOKAHEAD * n_total, window + missing)
-        more, ended = ([], ended) if ended is not None else _read(spec, grown - window, window, model)
+        more, ended = ([], ended) if ended is not None else _read(spec, grown - window, window, model,
+                                                                  skip_bad_rows, bad)
         examples += more
         window = grown
 
 
-def _read(spec: TaskSpec, n: int, start: int, model: Any) -> tuple[list[Example], int | None]:
-    """Examples `start .. start+n-1`, each failing one skipped with a warning, and where the
-    task's data ended (its number of examples; None: it did not)."""
+def _read(spec: TaskSpec, n: int, start: int, model: Any, skip_bad_rows: bool,
+          bad: set[str]) -> tuple[list[Example], int | None]:
+    """Examples `start .. start+n-1`, each failing one skipped with a warning (a bad row of a
+    user's file only with `skip_bad_rows`, added to `bad`), and where the task's data ended
+    (its number of examples; None: it did not)."""
     import warnings
 
     from locos_bench.tasks.examples import read_examples
+    from locos_bench.tasks.reading import BadRow
 
-    examples, skipped, ended = read_examples(spec, n, start=start, model=model, skip_errors=True)
-    for message in skipped:
-        warnings.warn(f"skipped: {message}", stacklevel=3)
+    examples, skipped, ended = read_examples(spec, n, start=start, model=model, skip_errors=True,
+                                             skip_bad_rows=skip_bad_rows)
+    for error in skipped:
+        bad.update([str(error)] if isinstance(error, BadRow) else [])
+        warnings.warn(f"skipped: {error}", stacklevel=3)
     return examples, ended
 
 
-def _calibration_stream(spec: TaskSpec, parts: dict[str, list[Example]], model: Any) -> dict[str, list[Example]]:
+def _calibration_stream(spec: TaskSpec, parts: dict[str, list[Example]], model: Any, skip_bad_rows: bool,
+                        bad: set[str]) -> dict[str, list[Example]]:
     """The calibration subsets drawn again from the task's calibration stream
     (`TaskSpec.for_calibration`: its own grid and source arguments), each on the items the
     task's own stream gave it: as many examples as before, so no item crosses a split."""
@@ -214,7 +227,7 @@ def _calibration_stream(spec: TaskSpec, parts: dict[str, list[Example]], model: 
     total, start = sum(wanted.values()), 0
     limit = LOOKAHEAD * total * max(1, len(owner))  # the subsets' items are a share of the stream's
     while any(len(out[n]) < wanted[n] for n in out) and start < limit:
-        chunk, _ = _read(cal, min(total, limit - start), start, model)
+        chunk, _ = _read(cal, min(total, limit - start), start, model, skip_bad_rows, bad)
         start += min(total, limit - start)
         for ex in chunk:
             name = owner.get(ex.item)

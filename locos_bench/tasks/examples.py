@@ -169,7 +169,8 @@ def _model_context(model: Any) -> int | None:
 
 
 def make_examples(
-    spec: TaskSpec, n: int, *, start: int = 0, model: Any = None, skip_errors: bool = False
+    spec: TaskSpec, n: int, *, start: int = 0, model: Any = None, skip_errors: bool = False,
+    skip_bad_rows: bool = False,
 ) -> list[Example]:
     """Examples `start .. start+n-1` of `spec`, formatted for `model`.
 
@@ -179,26 +180,30 @@ def make_examples(
         start: Index of the first (disjoint ranges give disjoint example sets).
         model: A `LoadedModel` (or a tokenizer) deciding the prompt format; `None` means
             plain completion.
-        skip_errors: Warn about and skip an example that fails (a dataset row without an
-            answer, a needle that cannot be placed) instead of raising; the rest survive.
+        skip_errors: Warn about and skip an example that cannot be made (a needle that cannot
+            be placed, a dataset row without an answer) instead of raising; the rest survive.
             Where the task's data ends, the list ends, without a warning.
+        skip_bad_rows: Likewise for a bad row of a user's data file (`reading.BadRow`), which
+            fails even with `skip_errors`: a file is fixed, not silently thinned.
     """
-    examples, skipped, _ = read_examples(spec, n, start=start, model=model, skip_errors=skip_errors)
-    for message in skipped:
-        warnings.warn(f"skipped: {message}", stacklevel=2)
+    examples, skipped, _ = read_examples(spec, n, start=start, model=model, skip_errors=skip_errors,
+                                         skip_bad_rows=skip_bad_rows)
+    for error in skipped:
+        warnings.warn(f"skipped: {error}", stacklevel=2)
     return examples
 
 
-def read_examples(spec: TaskSpec, n: int, *, start: int = 0, model: Any = None,
-                  skip_errors: bool = False) -> tuple[list[Example], list[str], int | None]:
-    """`make_examples`, told apart: (the examples, why each skipped one failed, the index where
-    the task's data ended, None if not before `start + n`), for a caller that reports them
-    itself."""
-    from locos_bench.tasks.reading import EndOfData
+def read_examples(spec: TaskSpec, n: int, *, start: int = 0, model: Any = None, skip_errors: bool = False,
+                  skip_bad_rows: bool = False) -> tuple[list[Example], list[LocosError], int | None]:
+    """`make_examples`, told apart: (the examples, the error of each skipped one, the index
+    where the task's data ended, None if not before `start + n`), for a caller that reports
+    them itself."""
+    from locos_bench.tasks.reading import BadRow, EndOfData
 
     if n < 0 or start < 0:
         raise LocosError("n and start must be non-negative")
-    out, skipped = [], []
+    out: list[Example] = []
+    skipped: list[LocosError] = []
     for index in range(start, start + n):
         try:
             out.append(make_example(spec, index, model=model))
@@ -206,8 +211,12 @@ def read_examples(spec: TaskSpec, n: int, *, start: int = 0, model: Any = None,
             if not skip_errors:
                 raise
             return out, skipped, index
+        except BadRow as exc:
+            if not skip_bad_rows:
+                raise
+            skipped.append(exc)
         except LocosError as exc:
             if not skip_errors:
                 raise
-            skipped.append(str(exc))
+            skipped.append(exc)
     return out, skipped, None

@@ -16,7 +16,7 @@ A loader has the generator signature `fn(spec, index, rng, **args) -> Example`.
 * `musique`: the MuSiQue release directory (`musique_{ans,full}_v1.0_{train,dev,test}.jsonl`,
   StonyBrookNLP/musique `download_data.sh`), one file, or `dgslibisey/MuSiQue` on the hub.
   Supporting paragraphs are needles; the other paragraphs are distractors.
-* `jsonl`: a user's own file (see `load_jsonl`).
+* `jsonl`: a user's own file (`locos_bench.tasks.jsonl`).
 * `parametric-arithmetic`: the LOCOS authors' control, `aryopg/parametric-arithmetic-eval`
   (City-Country, PopQA and arithmetic questions; `tasks.parametric`), from the hub or a local
   copy in its layout.
@@ -36,8 +36,6 @@ keeps all examples of an item in one split, so no item is both calibrated on and
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import re
 from collections.abc import Callable
@@ -48,6 +46,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.registry import Registry
 from locos_bench.tasks import babi, parametric
+from locos_bench.tasks.jsonl import load_jsonl
 from locos_bench.tasks.nolima import (
     distractor_depth,
     haystack_units,
@@ -56,19 +55,17 @@ from locos_bench.tasks.nolima import (
     spread_order,
 )
 from locos_bench.tasks.reading import (
-    BadLine,
     EndOfData,
     data_tables,
     dataset_rows,
     local_path,
     offline,
     read_files,
-    read_jsonl,
     read_text,
     require,
 )
 from locos_bench.tasks.spec import Example, Span
-from locos_bench.tasks.text import TOKENS_PER_WORD, grid, raw_example
+from locos_bench.tasks.text import TOKENS_PER_WORD, approx_tokens, content_digest, grid, raw_example
 
 
 @dataclass(frozen=True)
@@ -92,15 +89,12 @@ class Loader:
 # Shared helpers
 
 
-def _row(rows: tuple[dict[str, Any] | BadLine, ...], index: int, source: str) -> dict[str, Any]:
+def _row(rows: tuple[Any, ...], index: int, source: str) -> Any:
     if not rows:
         raise LocosError(f"{source}: the dataset has no rows")
     if index >= len(rows):
         raise EndOfData(f"{source}: the dataset has only {len(rows)} rows (asked for row {index})")
-    row = rows[index]
-    if isinstance(row, BadLine):
-        raise LocosError(f"{source}: row {index} (line {row.line}): {row.reason}")
-    return row
+    return rows[index]
 
 
 def _answer_list(values: list[Any], source: str, index: int | str) -> list[str]:
@@ -108,16 +102,6 @@ def _answer_list(values: list[Any], source: str, index: int | str) -> list[str]:
     if not answers:
         raise LocosError(f"{source}: row {index} has no answer")
     return list(dict.fromkeys(answers))
-
-
-def _digest(value: Any) -> str:
-    """A short stable hash of JSON-able content (an item key for rows without an id)."""
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _approx_tokens(text: str) -> int:
-    return int(round(len(text.split()) * TOKENS_PER_WORD))
 
 
 def _raw(spec: Any, index: int, context: str, question: str, answers: list[str],
@@ -167,12 +151,12 @@ def load_babilong(spec: Any, index: int, rng: random.Random, **args: Any) -> Exa
     needles, others = babi.supporting_facts(context, question, answers[0], task, f"{source}: row {index}")
     story = [context[a:b] for a, b in babi.fact_spans(context)]
     return _raw(spec, index, context, question, answers, needles, others, {
-        "context_length": _approx_tokens(context),
+        "context_length": approx_tokens(context),
         "depth": round(needles[0][0] / max(1, len(context)), 3),
         "config": args.get("config", "0k"),
         "split": task,
         "row": index,
-        "item": f"{question} {answers[0]} #{_digest([story, question, answers[0]])}",
+        "item": f"{question} {answers[0]} #{content_digest([story, question, answers[0]])}",
     })
 
 
@@ -251,7 +235,7 @@ def load_musique(spec: Any, index: int, rng: random.Random, **args: Any) -> Exam
         raise LocosError(f"{source}: row {n} ({row['id']}) has no supporting paragraph")
     context = "".join(parts)
     return _raw(spec, index, context, str(row["question"]).strip(), answers, needles, distractors, {
-        "context_length": _approx_tokens(context),
+        "context_length": approx_tokens(context),
         "depth": round(needles[0][0] / max(1, len(context)), 3),
         "id": row["id"],
         "item": str(row["id"]),
@@ -357,99 +341,6 @@ def _nolima_available(args: dict[str, Any]) -> tuple[bool, str]:
         note = ("not redistributable (Adobe Research License): download NoLiMa yourself and "
                 "pass --data DIR")
     return ok, note
-
-
-# ---------------------------------------------------------------------------------------
-# A user's JSONL
-
-
-def _locate(text: str, needles: list[Any], spans: list[Any], what: str, source: str, n: int) -> list[Span]:
-    """Spans of exact strings (each must occur exactly once) plus explicit [start, end) spans."""
-    out: list[Span] = []
-    for s in needles or []:
-        count = text.count(s) if s else 0
-        if count != 1:
-            raise LocosError(f"{source}: row {n}: {what} {s!r} occurs {count} times (must occur exactly once)")
-        out.append((text.index(s), text.index(s) + len(s)))
-    for span in spans or []:
-        if not (isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, int) for v in span)):
-            raise LocosError(f"{source}: row {n}: {what} span {span!r} is not [start, end]")
-        if not 0 <= span[0] < span[1] <= len(text):
-            raise LocosError(f"{source}: row {n}: {what} span {list(span)} lies outside the text "
-                             f"({len(text)} characters)")
-        out.append((span[0], span[1]))
-    return out
-
-
-_STRINGS = ("answers", "needles", "distractors")
-_SPANS = ("needle_spans", "distractor_spans")
-
-
-def _check_fields(row: dict[str, Any], source: str, index: int) -> None:
-    """One line naming the row and the first field of the wrong type (`answers: "Lyon"` would
-    otherwise be read as the answers L, y, o, n)."""
-    def wrong(name: str, what: str, got: str) -> LocosError:
-        return LocosError(f"{source}: row {index}: field {name!r} must be {what} (got {got})")
-
-    for name in ("prompt", "context", "question"):
-        value = row.get(name)
-        if value is not None and not isinstance(value, str):
-            raise wrong(name, "a string", type(value).__name__)
-    for name in (*_STRINGS, *_SPANS):
-        value = row.get(name)
-        what = "a list of strings" if name in _STRINGS else "a list of [start, end] pairs"
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise wrong(name, what, type(value).__name__)
-        if name in _STRINGS:
-            odd = next((v for v in value if not isinstance(v, str) and not (name == "answers" and _number(v))), None)
-            if odd is not None:
-                raise wrong(name, what, f"a list holding {type(odd).__name__}")
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def load_jsonl(spec: Any, index: int, rng: random.Random, **args: Any) -> Example:
-    """Row `index` of a user's JSON Lines file (`source.args.path`, relative to the YAML).
-
-    Each line holds `answers` (a list of strings) and either `prompt` (final text, used as
-    is) or `context` plus `question` (formatted like every raw task). Needles are `needles`
-    (exact strings that must occur exactly once) and/or `needle_spans` (`[start, end)`
-    character offsets into the prompt, or into the context); `distractors` and
-    `distractor_spans` likewise. An optional `item` names the underlying item: rows that share
-    it (one question over several contexts, say) always land in the same split.
-    """
-    where = spec.name
-    local = local_path(args, where)
-    if local is None:
-        raise LocosError(f"{where}: the jsonl loader needs source.args.path (a .jsonl file)")
-    source = str(local)
-    row = _row(read_jsonl(local), index, source)
-    require(row, ("answers",), source, index)
-    _check_fields(row, source, index)
-    answers = _answer_list(list(row["answers"]), source, index)
-    prompt_only = row.get("prompt") is not None
-    if prompt_only:
-        text = str(row["prompt"])
-    else:
-        require(row, ("context", "question"), source, index)
-        text = str(row["context"])
-    needles = _locate(text, row.get("needles"), row.get("needle_spans"), "needle", source, index)
-    distractors = _locate(text, row.get("distractors"), row.get("distractor_spans"), "distractor", source, index)
-    if not needles and spec.kind == "retrieval":
-        raise LocosError(f"{source}: row {index} has no needle (needles or needle_spans)")
-    item = row.get("item")
-    meta = {"context_length": _approx_tokens(text), "row": index,
-            "item": _digest(row) if item is None else str(item),
-            "depth": round(needles[0][0] / max(1, len(text)), 3) if needles else None}
-    if not prompt_only:
-        return _raw(spec, index, text, str(row["question"]).strip(), answers, needles, distractors, meta)
-    return Example(task=spec.name, index=index, prompt=text, answers=answers, needle_spans=needles,
-                   distractor_spans=sorted(distractors), context_span=(0, len(text)),
-                   metadata={"seed": spec.seed, "task_version": spec.version, "formatted": True, **meta})
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 A hub id (`RMT-team/babilong`) goes to the Hugging Face hub when it is reachable; a local file
 or directory in the release's own layout goes through the same call with the `json`, `parquet`
 or `text` builder. Either way the loader sees a list of row dicts, and every failure is one
-`LocosError` line that names the file (or hub id) and what is wrong.
+`LocosError` line that names the file (or hub id) and what is wrong. The one exception is a
+user's own JSON Lines task file (`read_jsonl`), read a line at a time so that a bad row is
+named by its row and line (`BadRow`).
 """
 
 from __future__ import annotations
@@ -39,13 +41,21 @@ class EndOfData(LocosError):
     reading ahead for its splits stops there, where another error skips one example)."""
 
 
+class BadRow(LocosError):
+    """A row of a user's data file that cannot become an example: not JSON, a field missing or
+    of the wrong type, a needle found zero or several times, a span outside the text. Every
+    command fails on it in one line naming the file, the row, its line and the field, unless
+    told to skip bad rows (`--skip-bad-rows`; a run counts them in its manifest)."""
+
+
 @dataclass(frozen=True)
-class BadLine:
-    """A line of a JSON Lines file that is not a JSON object, kept in its row's place so the
-    rows after it keep their numbers (`read_jsonl`)."""
+class JsonlRow:
+    """One row of a JSON Lines file: its line number, and the object on it (None where the
+    line is not a JSON object, `problem` saying why)."""
 
     line: int
-    reason: str
+    value: dict[str, Any] | None
+    problem: str = ""
 
 
 @contextmanager
@@ -95,11 +105,14 @@ def read_files(files: Iterable[Path]) -> tuple[dict[str, Any], ...]:
     return _cached_local(tuple(str(p) for p in paths), tuple(p.stat().st_mtime for p in paths))
 
 
-def read_jsonl(path: Path) -> tuple[dict[str, Any] | BadLine, ...]:
-    """Rows of one JSON Lines file, read by `datasets`. Where `datasets` refuses the file (a
-    line that is not JSON, a field whose type changes between rows), its lines are read one
-    by one instead, so only the bad lines are lost: each stays in its row's place as a
-    `BadLine` for the loader to name (blank lines are no rows, as for `datasets`)."""
+def read_jsonl(path: Path) -> tuple[JsonlRow, ...]:
+    """The rows of one JSON Lines file, a line at a time (blank lines are no rows, as for
+    `datasets`), each with its line number; a line that is not a JSON object stays in its
+    row's place, so the rows after it keep their numbers.
+
+    Read with `json` rather than `datasets` (the one exception to the module's rule):
+    `datasets` unifies each field's type over the whole file, so one row's `[1.5, 3]` span
+    turns every row's spans into floats, and a bad row would be blamed on a good one."""
     path = Path(path).resolve()
     if not path.is_file():
         raise LocosError(f"{path}: no such data file")
@@ -107,23 +120,33 @@ def read_jsonl(path: Path) -> tuple[dict[str, Any] | BadLine, ...]:
 
 
 @lru_cache(maxsize=32)
-def _cached_jsonl(file: str, stamp: float) -> tuple[dict[str, Any] | BadLine, ...]:
+def _cached_jsonl(file: str, stamp: float) -> tuple[JsonlRow, ...]:
+    rows: list[JsonlRow] = []
     try:
-        return read_files([Path(file)])
-    except LocosError:
-        pass
-    rows: list[dict[str, Any] | BadLine] = []
-    with open(file, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                rows.append(BadLine(number, f"not valid JSON ({exc})"))
-                continue
-            rows.append(row if isinstance(row, dict) else BadLine(number, f"a JSON {type(row).__name__}, not an object"))
+        with open(file, encoding="utf-8", errors="replace") as handle:
+            lines = list(handle)
+    except OSError as exc:
+        raise LocosError(f"{file}: cannot read ({exc.strerror or exc})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            rows.append(JsonlRow(number, None, f"not valid JSON ({exc.msg} at column {exc.colno})"))
+            continue
+        except RecursionError:
+            rows.append(JsonlRow(number, None, "not valid JSON (nested too deeply)"))
+            continue
+        if isinstance(value, dict):
+            rows.append(JsonlRow(number, value))
+        else:
+            kind = "null" if value is None else _JSON_NAMES.get(type(value), type(value).__name__)
+            rows.append(JsonlRow(number, None, f"a JSON {kind}, not an object"))
     return tuple(rows)
+
+
+_JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
 def read_text(path: Path) -> str:

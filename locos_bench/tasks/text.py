@@ -17,6 +17,8 @@ the prompt format (plain completion or the model's chat template).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +29,19 @@ from locos_bench.tasks.spec import Example, Span
 
 TOKENS_PER_WORD = 1.3
 """Fixed ratio used to turn target context lengths (tokens) into word budgets."""
+
+
+
+def approx_tokens(text: str) -> int:
+    """The tokens of `text`, approximately (`TOKENS_PER_WORD`): a dataset row's context length."""
+    return int(round(len(text.split()) * TOKENS_PER_WORD))
+
+
+def content_digest(value: Any) -> str:
+    """A short stable hash of JSON-able content (an item key for rows without an id)."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
 
 QUESTION_PREFIX = "\n\nQuestion: "
 """Between the context and the question in the raw form."""

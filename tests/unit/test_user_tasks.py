@@ -13,6 +13,7 @@ from locos_bench.errors import LocosError
 from locos_bench.run import RunConfig
 from locos_bench.tasks import load_task, make_example, make_examples
 from locos_bench.tasks.files import resolve_tasks
+from locos_bench.tasks.reading import BadRow
 
 
 @pytest.fixture(autouse=True)
@@ -60,16 +61,22 @@ def test_prompt_rows_are_used_as_given(tmp_path):
 
 
 @pytest.mark.parametrize("row, message", [
-    ({**DOCS[0], "needles": ["The refund window is 15 days."]}, r"row 0: needle 'The refund window is 15 days.' occurs 0 times"),
-    ({**DOCS[0], "needles": ["days."]}, r"row 0: needle 'days.' occurs 2 times \(must occur exactly once\)"),
-    ({**DOCS[1], "needle_spans": [[50, 500]]}, r"row 0: needle span \[50, 500\] lies outside the text \(58 characters\)"),
-    ({k: v for k, v in DOCS[0].items() if k != "answers"}, r"my-docs.jsonl: row 0 has no field 'answers'$"),
-    ({k: v for k, v in DOCS[0].items() if k != "question"}, r"my-docs.jsonl: row 0 has no field 'question'$"),
-    ({**DOCS[0], "needles": None}, r"row 0 has no needle \(needles or needle_spans\)"),
+    ({**DOCS[0], "needles": ["The refund window is 15 days."]},
+     r"row 0 \(line 1\): field 'needles': 'The refund window is 15 days.' occurs 0 times in the text"),
+    ({**DOCS[0], "needles": ["days."]}, r"row 0 \(line 1\): field 'needles': 'days.' occurs 2 times in the text "
+                                        r"\(must occur exactly once\)"),
+    ({**DOCS[1], "needle_spans": [[50, 500]]},
+     r"row 0 \(line 1\): field 'needle_spans': \[50, 500\] lies outside the text \(58 characters"),
+    ({k: v for k, v in DOCS[0].items() if k != "answers"}, r"my-docs.jsonl: row 0 \(line 1\): field 'answers' is missing$"),
+    ({k: v for k, v in DOCS[0].items() if k != "question"},
+     r"my-docs.jsonl: row 0 \(line 1\): field 'question' is missing \(give 'context' and 'question', or a final "
+     r"'prompt'\)$"),
+    ({**DOCS[0], "needles": None}, r"row 0 \(line 1\): no needle: a retrieval task's row needs field 'needles' or "
+                                   r"'needle_spans'$"),
 ])
 def test_bad_rows_are_one_line_errors(tmp_path, row, message):
     spec = load_task(str(write_task(tmp_path, [row])))
-    with pytest.raises(LocosError, match=message):
+    with pytest.raises(BadRow, match=message):
         make_example(spec, 0)
 
 
@@ -105,40 +112,49 @@ def test_a_line_that_is_not_json_is_one_line_and_the_other_rows_still_load(tmp_p
     lines[2] = lines[2][:-9]  # a torn line
     (tmp_path / "my-kv.jsonl").write_text("\n".join(lines) + "\n")
     spec = load_task(str(path))
-    with pytest.raises(LocosError, match=r"my-kv.jsonl: row 2 \(line 3\): not valid JSON \(.*\)$"):
+    with pytest.raises(BadRow, match=r"my-kv.jsonl: row 2 \(line 3\): not valid JSON \(.*\)$"):
         make_example(spec, 2)
     assert make_example(spec, 3).answers == planted_rows(6)[3]["answers"]
     assert "Failed to load JSON" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("answers", "v3", r"row 1: field 'answers' must be a list of strings \(got str\)"),
-    ("needles", [1, 2], r"row 1: field 'needles' must be a list of strings \(got a list holding int\)"),
-    ("prompt", ["k1 v2"], r"row 1: field 'prompt' must be a string \(got list\)"),
-    ("needle_spans", {"start": 1}, r"row 1: field 'needle_spans' must be a list of \[start, end\] pairs \(got dict\)"),
+    ("answers", "v3", r"row 1 \(line 2\): field 'answers' must be a list of strings \(got a string\)"),
+    ("needles", [1, 2], r"row 1 \(line 2\): field 'needles' must be a list of strings \(got a list holding a number\)"),
+    ("prompt", ["k1 v2"], r"row 1 \(line 2\): field 'prompt' must be a string \(got an array\)"),
+    ("needle_spans", {"start": 1},
+     r"row 1 \(line 2\): field 'needle_spans' must be a list of \[start, end\] pairs \(got an object\)"),
 ])
 def test_a_field_of_the_wrong_type_is_one_line_naming_the_row_and_the_field(tmp_path, field, value, message):
     rows = planted_rows(3)
     rows[1][field] = value
     spec = load_task(str(write_task(tmp_path, rows, name="my-kv", prompt_format="completion")))
-    with pytest.raises(LocosError, match=message):
+    with pytest.raises(BadRow, match=message):
         make_example(spec, 1)
     assert make_example(spec, 2).answers == rows[2]["answers"]
 
 
-def test_a_run_skips_a_malformed_row_with_one_warning(tmp_path):
+def test_a_run_fails_on_a_malformed_row_and_skips_it_only_when_told(tmp_path):
+    """One rule for bad rows (#49): the splits of a run fail on a bad row as `tasks show` does;
+    `skip_bad_rows` (`--skip-bad-rows`) skips it with one warning, and the manifest's entry
+    counts it."""
     from locos_bench.run.splits import SplitSizes, build_task_data
 
     path = write_task(tmp_path, planted_rows(12), name="my-kv", prompt_format="completion")
     lines = (tmp_path / "my-kv.jsonl").read_text().splitlines()
     lines[4] = "{not json"
     (tmp_path / "my-kv.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.warns(UserWarning) as caught:
-        data = build_task_data(load_task(str(path)), SplitSizes(2, 2, 4), model=None)
-    assert [str(w.message) for w in caught] == [
-        f"skipped: {tmp_path / 'my-kv.jsonl'}: row 4 (line 5): not valid JSON (Expecting property name enclosed "
-        "in double quotes: line 1 column 2 (char 1))"]
+    message = (f"{tmp_path / 'my-kv.jsonl'}: row 4 (line 5): not valid JSON (Expecting property name enclosed in "
+               "double quotes at column 2)")
+    with pytest.raises(BadRow) as caught:
+        build_task_data(load_task(str(path)), SplitSizes(2, 2, 4), model=None)
+    assert str(caught.value) == message
+    sizes = RunConfig(model="planted", n_calib=2, n_ref=2, n_eval=4, skip_bad_rows=True)
+    with pytest.warns(UserWarning) as warned:
+        data = build_task_data(load_task(str(path)), sizes, model=None)
+    assert [str(w.message) for w in warned] == [f"skipped: {message}"]
     assert 4 not in [e.index for e in data.calibration + data.reference + data.evaluation]
+    assert data.entry.skipped_rows == 1 and len(data.evaluation) == 4
 
 
 def test_too_many_calibration_draws_for_a_small_task_is_the_clear_line_alone(tmp_path):
