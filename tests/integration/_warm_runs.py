@@ -5,7 +5,10 @@ Run as a script, it imports the package, builds the planted model once, then ser
 on stdin, one JSON line each (`{"argv": [...], "out": PATH, "err": PATH}`): it forks a child
 that runs `locos_bench.cli.main()` with `argv` as the `locos-bench` process would, with stdout and
 stderr in those files, prints `{"pid": PID}`, waits for it and prints `{"status": S}` (the
-exit status, or minus the signal that ended it). A child is a process of its own, so SIGKILL
+exit status, or minus the signal that ended it). With `"pause_at": N` the child stops, for
+up to a minute, after the record write that leaves `results.jsonl` holding N lines, so a test
+that signals it then kills it at that point and not later (on a loaded machine a watcher
+polling the file can fall behind the run by many units). A child is a process of its own, so SIGKILL
 and SIGINT reach it as they reach `locos-bench`; what it skips is the seconds of imports
 and model building each start would cost. One thread in torch (as each pytest-xdist worker
 computes), so forking is safe and every child computes alike.
@@ -32,10 +35,11 @@ class WarmRuns:
         assert json.loads(self.proc.stdout.readline()) == {"ready": True}
         self.n = 0
 
-    def start(self, argv: list[str]) -> int:
+    def start(self, argv: list[str], pause_at: int | None = None) -> int:
         self.n += 1
         self.err = self.where / f"stderr-{self.n}.txt"
-        request = {"argv": argv, "out": str(self.where / f"stdout-{self.n}.txt"), "err": str(self.err)}
+        request = {"argv": argv, "out": str(self.where / f"stdout-{self.n}.txt"), "err": str(self.err),
+                   "pause_at": pause_at}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())["pid"]
@@ -86,6 +90,8 @@ def _child(cli, request: dict) -> None:
             os.dup2(target, fd)
             os.close(target)
         sys.stdin.close()
+        if request.get("pause_at"):
+            _pause_after(request["pause_at"])
         sys.argv = ["locos-bench", *request["argv"]]
         code = cli.main()  # as the program: its arguments from sys.argv, Ctrl-C after it ends it at once
     except SystemExit as exc:
@@ -94,6 +100,22 @@ def _child(cli, request: dict) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _pause_after(lines: int) -> None:
+    """Make the record store sleep after the write that leaves `lines` lines in its file."""
+    import time
+
+    from locos_bench.run.rundir import RunDir
+
+    append = RunDir.append
+
+    def append_then_pause(self, unit):
+        append(self, unit)
+        if self.results_path.read_bytes().count(b"\n") >= lines:
+            time.sleep(60)
+
+    RunDir.append = append_then_pause
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ last resume completes the run, and its records equal an uninterrupted run's, `se
 
 Each start is a child forked from one warm process (`_warm_runs.py`), a process of its own
 that the signals reach as they reach `locos-bench`, without the seconds of imports and model
-building each start would cost. The kill points are chosen by watching `results.jsonl` grow:
-the n-th kill comes once the file holds n/20 of the run's units and the child has written at
-least one of its own.
+building each start would cost. The n-th kill comes once `results.jsonl` holds n/20 of the
+run's units and the child has written at least one of its own: the child pauses after that
+write (`pause_at`), so on a loaded machine the kill still lands there and not after the run
+ended. A kill therefore falls between two records; a write cut in half is
+test_run_store.py's torn-line case.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def test_twenty_kills_lose_and_double_nothing(tmp_path):
         for i in range(KILLS):
             sig = signal.SIGKILL if i % 2 == 0 else signal.SIGINT
             target = max(round((i + 0.5) * n / KILLS), len(before) + 1)
-            pid = server.start([*COMMAND, "--output-dir", str(out)])
+            pid = server.start([*COMMAND, "--output-dir", str(out)], pause_at=target)
             deadline = time.monotonic() + 120
             while len(_lines(results)) < target and server.alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.002)
