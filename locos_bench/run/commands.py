@@ -3,6 +3,7 @@ what `check` compares between a baseline's run and the run it checks."""
 
 from __future__ import annotations
 
+from locos_bench.interventions.query import QUERY_MODES
 from locos_bench.run.manifest import Manifest
 
 SPLIT_FLAGS = {"calibration": "n_calib", "reference": "n_ref", "evaluation": "n_eval"}
@@ -18,7 +19,9 @@ def run_settings(manifest: Manifest) -> dict[str, str]:
     sizes = {split: len(first.splits.get(split, [])) for split in SPLIT_FLAGS}
     out = {"--model": manifest.model, "--tasks": ",".join(t.name for t in tasks),
            "--detector": ",".join(d.name for d in manifest.detectors),
-           "--budgets": ",".join(map(str, manifest.budgets)), "--ablation": manifest.ablation, "--sink": manifest.sink}
+           "--budgets": ",".join(map(str, manifest.budgets)), "--ablation": manifest.ablation}
+    if manifest.ablation not in QUERY_MODES:  # a query ablation takes no sink rule (`run` refuses one)
+        out["--sink"] = manifest.sink
     if manifest.positionwise:
         out["--positionwise"] = ""
     out.update({f"--{flag.replace('_', '-')}": str(sizes[split]) for split, flag in SPLIT_FLAGS.items()})

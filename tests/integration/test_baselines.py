@@ -258,6 +258,20 @@ def test_a_baseline_records_the_run_command_that_reproduces_it(planted_run, base
     assert (args.n_eval, args.budgets, args.detector) == (8, [2], ["locos,random"])
 
 
+def test_a_query_ablation_runs_command_names_no_sink_rule(planted_run):
+    """`run` refuses a sink rule beside a query ablation, so the command that reproduces a
+    mean-q run must not name one (it named the manifest's `--sink keep`)."""
+    from locos_bench.cli import build_parser
+    from locos_bench.interventions import AblationSpec
+    from locos_bench.run.commands import reproduce_command
+
+    manifest = RunDir(planted_run).read_manifest().model_copy(update={"ablation": "mean-q"})
+    command = reproduce_command(manifest)
+    assert "--ablation mean-q" in command and "--sink" not in command
+    args = build_parser().parse_args(command.split()[1:])
+    AblationSpec.parse(args.ablation, positionwise=args.positionwise, sink=args.sink)  # before: LocosError
+
+
 def test_check_refuses_a_baseline_made_with_other_settings(planted_run, baseline_file, capsys):
     _set_run(baseline_file, n_eval="16", seed="1")
     code, out, err = _check(capsys, planted_run, "--against", baseline_file)
