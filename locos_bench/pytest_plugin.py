@@ -107,9 +107,17 @@ class LocosSession:
         key = json.dumps({"model": model, "device": self.device, "weights": _fingerprint(loaded), **config},
                          sort_keys=True, default=str)
         name = f"{model.replace('/', '_')}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-        out = Path(self.config.cache.mkdir("locos-runs")) / name
+        out = self._runs_dir() / name
         cfg = RunConfig(model=model, device=self.device, output_dir=out, **config)
         return run_benchmark(cfg, model=loaded)
+
+    def _runs_dir(self) -> Path:
+        """Where runs are kept: pytest's cache, so a later session reuses them; without the
+        cache (`-p no:cacheprovider`) this session's temporary folder."""
+        cache = getattr(self.config, "cache", None)
+        if cache is not None:
+            return Path(cache.mkdir("locos-runs"))
+        return self.request.getfixturevalue("tmp_path_factory").getbasetemp() / "locos-runs"
 
     def check(self, run_dir: Any, *, baseline_file: str | Path | None = None) -> None:
         """Compare `run_dir` with the baselines; fail this test on any regression/improvement.

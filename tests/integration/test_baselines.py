@@ -198,6 +198,8 @@ def test_plugin_replaces_a_cached_run_whose_tasks_changed(pytester):
     """)
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=2)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")  # before: AttributeError (no config.cache)
+    result.assert_outcomes(passed=2)
 
 
 def test_a_provided_model_serves_its_test_only(pytester):
