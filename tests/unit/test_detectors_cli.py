@@ -21,7 +21,7 @@ from locos_bench.models.planted import planted_ground_truth
 
 BUILTINS = {
     "locos", "locos-teacher-forced", "locos-argmax", "dla", "attention", "retrieval-head", "qrhead", "headkv", "echo",
-    "attention-knockout", "activation-patching", "path-patching", "attribution-patching", "eap-ig", "random",
+    "attention-knockout", "activation-patching", "path-patching", "attribution-patching", "eap-ig", "random", "razor-attention",
 }
 
 
@@ -47,7 +47,7 @@ def run(capsys, *argv):
 def test_detectors_json_lists_every_builtin(capsys):
     code, out, _ = run(capsys, "detectors", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert code == 0 and BUILTINS <= set(rows)
+    assert code == 0 and {name for name, row in rows.items() if row["source"] == "built-in"} == BUILTINS
     assert rows["eap-ig"]["presets"] == ["paper"] and rows["qrhead"]["presets"] == ["paper"]
     assert rows["dla"]["presets"] is None
     assert rows["locos"]["source"] == "built-in"
