@@ -56,16 +56,14 @@ def describe_task(task: str, *, limit: int | None = None, include_path: str | Pa
     import hashlib
     import json
 
-    from lm_eval.tasks import get_task_dict
-
     name, manager = _task_manager(task, include_path)
     try:
-        loaded = get_task_dict([name], manager)
+        loaded = manager.load([name])
     except Exception as exc:
         raise _task_error(name, exc, manager) from None
-    if name not in loaded or isinstance(loaded[name], dict):
+    if name in loaded["groups"] or name not in loaded["tasks"]:
         raise LocosError(f"lm-eval task {name!r} is a group; name its tasks one by one")
-    obj = loaded[name]
+    obj = loaded["tasks"][name]
     docs = list(obj.eval_docs)
     docs = docs[: limit] if limit else docs
     filters = [f["name"] for f in getattr(obj.config, "filter_list", None) or []] or ["none"]
