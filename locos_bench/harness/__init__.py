@@ -6,9 +6,9 @@ The face::
 
     from locos_bench.harness import run_benchmark
 
-Resume after a kill: the driver asks the plan for what is still to do
-(`run.plan.RunPlan.todo`) against the units the run directory reads back
-(`run.rundir.RunDir`), and appends each unit as it finishes.
+Resume after a kill: the driver opens the run directory (`run.opening.Opening`), which
+reads back its finished units and asks the plan for what is still to do
+(`run.plan.RunPlan.todo`), and appends each unit as it finishes.
 """
 
 from locos_bench.harness.driver import run_benchmark

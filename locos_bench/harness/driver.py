@@ -15,16 +15,13 @@ owns timing, parameters and validation: a detector only scores.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import shlex
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from locos_bench.errors import LocosError
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.interrupts import watching
 from locos_bench.harness.progress import Progress
@@ -32,11 +29,10 @@ from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, time
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.manifest import build_manifest, resumed
+from locos_bench.run.manifest import build_manifest
+from locos_bench.run.opening import Found, Opening
 from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
-from locos_bench.run.resume import Comparison, compare, merged, records_disagree
-from locos_bench.run.rundir import DamagedManifest
 from locos_bench.run.splits import RunTask, check_tasks_fit
 
 RECORD_BYTES_PER_EXAMPLE = 208
@@ -86,8 +82,6 @@ class Run:
         self._earlier: dict[str, float] = {}
         self.started: float | None = None
         """`time.perf_counter()` when this session began (`run_benchmark`); None: no `total`."""
-        self._rebuilt: str | None = None
-        self._own: set[UnitKey] | None = None
         self.done: dict[UnitKey, UnitRecord] = {}
         self._evaluated: dict[tuple, UnitRecord] = {}
         """(kind, task, head set) -> the unit that evaluated it first."""
@@ -105,149 +99,13 @@ class Run:
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
 
-    def _choose_dir(self) -> None:
-        """Where a run without `--output-dir` goes: its default directory when that is new or
-        holds a run this one resumes or extends (`run.resume.compare`); else a directory of
-        its own beside it, named by a digest of its configuration, so a second experiment
-        never overwrites or blocks the first (a directory of that name that this run fits is
-        taken again, so the same command resumes it)."""
-        base = self.dir.path
-        if self.config.force or not self.config.default_dir or not self.dir.exists():
-            return
-        candidates = [base, *sorted(base.parent.glob(f"{base.name}-" + "[0-9a-f]" * 8))]
-        fits = {}
-        for path in candidates:
-            try:
-                fits[path] = compare(RunDir(path).read_manifest(), self.manifest)
-            except LocosError:
-                if path == base:
-                    return  # an unreadable manifest: `_open` says what is wrong with it
-        same = [p for p, c in fits.items() if c.same]
-        fitting = [p for p, c in fits.items() if c.fits]
-        digest = hashlib.sha256(json.dumps(self.manifest.config_key(), sort_keys=True, default=str).encode())
-        target = (same or fitting or [base.with_name(f"{base.name}-{digest.hexdigest()[:8]}")])[0]
-        if target != base:
-            differences = "; ".join(fits[base].differences)
-            self.progress.note(f"{base} holds another run ({differences}); this run goes to {target}")
-            self.dir = RunDir(target)
+    def previous(self) -> Found:
+        """What the run directory already holds and how this run stands to it
+        (`run.opening.Opening.previous`): reads only (`--dry-run` makes the run's check)."""
+        return Opening(self.config, self.manifest, self._say).previous()
 
-    def previous(self) -> tuple[Any, Comparison | None]:
-        """The manifest the run directory already holds (None: none) and how this run stands to
-        it (`run.resume.compare`): one it can neither resume nor extend is refused, naming
-        what differs, unless `force`. Reads only (`--dry-run` makes the same check)."""
-        self._choose_dir()
-        return self._previous()
-
-    def _previous(self) -> tuple[Any, Comparison | None]:
-        """`previous` in the directory already chosen; a directory whose manifest is lost or
-        damaged but whose records agree with this run is taken as this run's (`_rebuilt`)."""
-        try:
-            old = self.dir.read_manifest() if self.dir.exists() else None
-        except DamagedManifest as exc:
-            return self._without_manifest(str(exc))
-        except LocosError:
-            if not self.config.force:
-                raise
-            return None, None
-        if old is None:
-            return self._without_manifest(None)
-        comparison = compare(old, self.manifest)
-        if not comparison.fits and not self.config.force:
-            raise LocosError(
-                f"{self.dir.path} holds a run with another configuration ({'; '.join(comparison.differences)}); "
-                "use another --output-dir, rerun the original command to resume it, or pass --force to overwrite"
-            )
-        return old, comparison
-
-    def _without_manifest(self, damage: str | None) -> tuple[Any, Comparison | None]:
-        """A directory without a readable manifest: its records, if any, are this run's when
-        they agree with it (`run.resume.records_disagree`); otherwise one line says what
-        disagrees and how to keep them. `force` starts afresh."""
-        self._rebuilt = None
-        units = self.dir.valid_units() if not self.config.force else []
-        if not units:
-            return None, None
-        what = f"{self.dir.manifest_path} is damaged" if damage else f"{self.dir.path} has no {RunDir.MANIFEST}"
-        problems = records_disagree(self.manifest, units)
-        if problems:
-            raise LocosError(
-                f"{what} and its {len(units)} records do not fit this command ({'; '.join(problems[:3])}); rerun "
-                "the command that made them to rebuild the manifest, or give this run another --output-dir (the "
-                "records stay; --force would discard them)")
-        self._rebuilt = f"{what}: rebuilt from this command, which its {len(units)} records agree with"
-        return self.manifest, Comparison()
-
-    def _open(self) -> None:
-        """Start the directory, or resume it when it holds the same configuration, or extend it
-        when this one only adds to it (its finished units kept, a replaced detector's dropped),
-        keeping what it holds beyond this run; a lost manifest is rebuilt when the records
-        agree (`_without_manifest`)."""
-        old, comparison = self._previous()
-        if comparison is not None and comparison.fits:
-            if self._rebuilt is not None:
-                aside = self.dir.set_manifest_aside()
-                where = f" (the damaged one is in {aside})" if aside else ""
-                self.progress.warn(f"{self._rebuilt}{where}")
-            else:
-                if comparison.kept:  # what this command computes itself (`_ours`)
-                    self._own = set(self.plan.units())
-                self.manifest = resumed(merged(self.manifest, old), old)
-                self.plan = RunPlan.from_manifest(self.manifest)  # bottom-k detectors the directory already holds
-                self._earlier = dict(old.timings)
-            self._resume(comparison)
-        elif self.dir.exists() or self.dir.results_path.exists():
-            self.dir.clear()
-        self._write_manifest()
-        for unit in self.done.values():  # resumed units seed the identical-head-set cache
-            if unit.kind != UnitKind.SCORES and not unit.error:
-                self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
-
-    def _resume(self, comparison: Comparison) -> None:
-        """Keep the directory's finished units, but a replaced detector's (and, with
-        `retry_failed`, those recorded with an error), which are discarded and computed again."""
-        units = self.dir.read_units(repair=True)
-        if self.dir.set_aside:
-            lines = ", ".join(map(str, self.dir.set_aside))
-            self.progress.warn(  # shown under --quiet too: records were set aside
-                f"{len(self.dir.set_aside)} mangled line(s) of {self.dir.results_path} "
-                f"(line {lines}) set aside in {self.dir.corrupt_path}; their units are recomputed")
-        if self.dir.torn_line:
-            self.progress.log(f"line {self.dir.torn_line} of {self.dir.results_path} is torn (a write cut short): "
-                              "its unit is computed again")
-        replaced = {name for name, _ in comparison.replaced}
-        stale = {u.key for u in units if u.detector in replaced or (self.config.retry_failed and u.error)}
-        self.done = {u.key: u for u in units if u.key not in stale}
-        unfinished = [k for k in self.plan.missing(self.done) if not self._ours(k)]
-        if unfinished:
-            shown = ", ".join(self.plan.describe(unfinished)[:4])
-            raise LocosError(f"{self.dir.path} also holds {', '.join(comparison.kept)}, with {len(unfinished)} unit(s) "
-                             f"not finished ({shown}): rerun the command that added them to finish them, or give this "
-                             "run another --output-dir (the records stay)")
-        self.dir.discard(stale)
-        kept = ", ".join(comparison.kept)
-        if comparison.same:
-            self.progress.log(f"resuming {self.dir.path}: {len(self.done)} finished units kept")
-            if kept:
-                self.progress.note(f"{self.dir.path} also holds {kept}: kept, with its records")
-            if stale:
-                self.progress.note(f"retrying {len(stale)} failed unit(s) in {self.dir.path}")
-            return
-        changes = [f"+ {text}" for text in comparison.additions]
-        changes += [f"detector {name} replaced ({why})" for name, why in comparison.replaced]
-        dropped = f", {len(stale)} computed again" if stale else ""
-        also = f"; it also holds {kept}: kept, with its records" if kept else ""
-        self.progress.note(f"extending {self.dir.path} ({'; '.join(changes)}): {len(self.done)} finished "
-                           f"units kept{dropped}{also}")
-
-    def _ours(self, key: UnitKey) -> bool:
-        """Whether this command computes `key`: a unit of its own, or, in a directory that holds
-        more than it (`Comparison.kept`), an evaluation of kept heads on one of its tasks (a
-        kept detector's scores, a kept task's examples or streaming heads are not its to make)."""
-        if self._own is None or key in self._own:
-            return True
-        tasks = {k.task for k in self._own}
-        return (key.kind != UnitKind.SCORES and key.task in tasks
-                and (key.kind != UnitKind.SUFF or self.config.sufficiency))
+    def _say(self, level: str, line: str) -> None:
+        getattr(self.progress, level)(line)
 
     def timings_now(self) -> dict[str, float]:
         """Wall seconds per phase over every session of the run directory: those its manifest
@@ -280,11 +138,17 @@ class Run:
         tasks = self.prepare()
         executor = self.executor or LocalExecutor(Worker(self.config, self.model, tasks, self.progress.log))
         command = " ".join(shlex.quote(a) for a in ["locos-bench", *sys.argv[1:]])
-        self._choose_dir()
+        opening = Opening(self.config, self.manifest, self._say)  # which directory: reads only
+        self.dir = opening.dir
         with self.dir.lock(command), watching():
-            self._open()
+            opened = opening.open()
+            self.manifest, self.plan, self.done, self._earlier = opened.manifest, opened.plan, opened.done, opened.earlier
+            self._write_manifest()
+            for unit in self.done.values():  # resumed units seed the identical-head-set cache
+                if unit.kind != UnitKind.SCORES and not unit.error:
+                    self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
             executor.start(self.config)
-            todo = [k for k in self.plan.todo(self.done) if self._ours(k)]
+            todo = opened.todo
             self._announce(todo)
             for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
                 keys = [k for k in group if not self.plan.blocked(k, self.done)]

@@ -9,8 +9,8 @@ Modules: `config` (the flags, `RunConfig`, and the frozen `ResolvedConfig` a run
 torch on import), `plan` (every unit a run needs, each of a `UnitKind`), `splits` (disjoint
 calibration / reference / evaluation examples), `manifest` (the manifest's schema, made from
 the resolved configuration), `records` (the unit records' schema), `resume` (what a rerun must
-match), `commands` (a manifest as its command line), `provenance`, `rundir` (atomic I/O, lock,
-resume, repair).
+match), `opening` (a run directory opened for a run: which one, what the run keeps of it),
+`commands` (a manifest as its command line), `provenance`, `rundir` (atomic I/O, lock, repair).
 """
 
 from locos_bench.presets import PRESETS

@@ -160,6 +160,16 @@ class UnitKey:
         return cls(UnitKind.BOTTOM, task, detector, draw, k)
 
 
+def unit_label(key: UnitKey) -> str:
+    """A unit named without its run's plan: `eval planted-kv/locos k=4`, `scores t/random draw 1`."""
+    source = f" heads from {key.source}" if key.source else ""
+    draw = f" draw {key.draw}" if key.draw else ""
+    alpha = f" x{key.alpha:g}" if key.kind == UnitKind.STEER else ""
+    split = f" on {key.split}" if key.split else ""
+    index = f" r={key.index}" if key.kind == UnitKind.RANK else f" k={key.index}" if key.kind.budgeted else ""
+    return f"{key.kind} {key.task}/{key.detector}{source}{draw}{alpha}{split}{index}"
+
+
 def detector_rng(seed: int, key: UnitKey) -> Any:
     """The random generator a scores unit's detector gets: a function of the run's seed and the
     unit's identity alone, so any process that computes the unit draws the same numbers."""

@@ -13,7 +13,7 @@ A run directory holds:
   in `results.corrupt.jsonl` and recomputes its unit;
 * `.lock` - held (flock) by the run writing the directory.
 
-What is still to do is `RunPlan.todo` against the units read back here (`run.plan`); the
+What is still to do is `RunPlan.todo` against the units read back here (`run.opening`); the
 driver (`harness.driver`) appends each unit as it finishes.
 """
 
@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from locos_bench.errors import LocosError
 from locos_bench.run.manifest import Manifest
-from locos_bench.run.plan import RunPlan, UnitKey, UnitKind
+from locos_bench.run.plan import RunPlan, UnitKey, unit_label
 from locos_bench.run.records import UnitRecord, unit_from_json
 
 _UMASK = os.umask(0)
@@ -77,16 +77,6 @@ class DamagedManifest(LocosError):
 def _one_line(text: str, limit: int = 200) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def unit_label(key: UnitKey) -> str:
-    """A unit named without its run's plan: `eval planted-kv/locos k=4`, `scores t/random draw 1`."""
-    source = f" heads from {key.source}" if key.source else ""
-    draw = f" draw {key.draw}" if key.draw else ""
-    alpha = f" x{key.alpha:g}" if key.kind == UnitKind.STEER else ""
-    split = f" on {key.split}" if key.split else ""
-    index = f" r={key.index}" if key.kind == UnitKind.RANK else f" k={key.index}" if key.kind.budgeted else ""
-    return f"{key.kind} {key.task}/{key.detector}{source}{draw}{alpha}{split}{index}"
 
 
 def _parses(line: bytes) -> bool:
