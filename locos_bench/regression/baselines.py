@@ -22,7 +22,7 @@ from tabulate import tabulate
 
 from locos_bench._package_data import BASELINES, folder
 from locos_bench.errors import LocosError
-from locos_bench.run import BASELINE, Manifest, RunDir
+from locos_bench.run import BASELINE, Manifest, RunDir, RunPlan
 
 BASELINES_DIR = folder(BASELINES)  # <checkout>/baselines, or the wheel's copy of it
 
@@ -166,9 +166,31 @@ def run_figures(run_dir: RunDir | Path | str, *, n_resamples: int = 2000) -> tup
             for metric, curve in result.curves.items():
                 points = {0: next(iter(curve.values.values()))} if name == BASELINE else curve.values
                 for k, est in points.items():
-                    key = (manifest.model, task.name, name, k, manifest.ablation, metric)
-                    figures[key] = Figure(est.value, est.low, est.high)
+                    figures[figure_key(manifest, task.name, name, k, metric)] = Figure(est.value, est.low, est.high)
     return manifest, figures
+
+
+def figure_key(manifest: Manifest, task: str, detector: str, k: int, metric: str) -> tuple:
+    """A figure's key in a run of `manifest`: what `BaselineRecord.key` must equal for the
+    record to be checked against it (the run's model name and ablation included)."""
+    return (manifest.model, task, detector, k, manifest.ablation, metric)
+
+
+def planned_figures(manifest: Manifest) -> set[tuple]:
+    """The figure keys a complete run of `manifest` has, known before it runs (no model, no
+    units): whether a baseline record will find its figure can be checked without running it
+    (a GPU-only run, say). Its tasks' recorded metrics only: the analysis may add a metric a
+    unit records beyond them; a failed unit leaves its figures out."""
+    plan = RunPlan.from_manifest(manifest)
+    keys: set[tuple] = set()
+    for entry in manifest.tasks:
+        if entry.kind == "variant":  # evaluated only unablated and steered: no ablation figures
+            continue
+        for metric in entry.metrics:
+            keys.add(figure_key(manifest, entry.name, BASELINE, 0, metric))
+            keys.update(figure_key(manifest, entry.name, det.name, k, metric)
+                        for det in plan.detectors for k in plan.budgets_of(entry.name))
+    return keys
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from locos_bench.regression.baselines import (
     compare,
     judge,
     load_baselines,
+    planned_figures,
     run_figures,
     update_records,
 )
@@ -86,6 +87,12 @@ def test_run_passes_against_its_own_baselines(planted_run, baseline_file):
     manifest, figures = run_figures(RunDir(planted_run))
     verdicts = compare(load_baselines([baseline_file]), manifest, figures)
     assert verdicts and all(v.status == "pass" for v in verdicts)
+
+
+def test_a_runs_figures_are_those_planned_from_its_manifest(planted_run):
+    # what lets a record's key be checked before a run (tests/regression/test_paper.py)
+    manifest, figures = run_figures(RunDir(planted_run))
+    assert planned_figures(manifest) == set(figures)
 
 
 def test_check_cli_fails_on_a_value_outside_its_ci(planted_run, baseline_file):

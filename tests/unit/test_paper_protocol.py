@@ -87,6 +87,16 @@ def test_the_preset_is_the_documented_protocol():
     assert sorted(v for vs in documented.values() for v in vs if v in (100, 50)) == [50, 50, 100]
 
 
+def test_the_methodology_states_the_presets_draws():
+    text = " ".join((ROOT / "docs" / "methodology.md").read_text().split())
+    stated = re.findall(r"The paper preset uses (\w+) calibration draws?\b.*? and (\d+) random draws", text)
+    assert len(stated) == 1, "docs/methodology.md no longer states the paper preset's draws in one sentence"
+    calibration, random_draws = stated[0]
+    words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+    assert (words.get(calibration, calibration), int(random_draws)) == \
+        (PRESETS["paper"]["calibration_draws"], PRESETS["paper"]["random_draws"])
+
+
 def test_paper_preset_resolves_the_authors_tasks_where_their_data_is(tmp_path):
     write_parametric(tmp_path / "parametric-arithmetic")
     specs, fallbacks = resolve_tasks(PRESETS["paper"]["tasks"], data=tmp_path, prefer_real=True)
