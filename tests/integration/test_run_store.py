@@ -209,3 +209,21 @@ def test_a_line_set_aside_is_a_warning_under_quiet(tmp_path, planted, capsys):
     assert (f"warning: 1 mangled line(s) of {run_dir.results_path} (line 2) set aside in {run_dir.corrupt_path}"
             in capsys.readouterr().err)  # before: hidden by --quiet
     assert _lines(run_dir) == lines
+
+
+def test_a_kept_tasks_unfinished_units_are_not_the_commands_to_compute(tmp_path, planted):
+    """A command that leaves out a task its directory holds keeps that task's records, and
+    computes none of its units: where some are missing, it is refused, naming them."""
+    from locos_bench.run.records import unit_from_json
+
+    run_dir = _execute(_cfg(tmp_path, tasks=["planted-kv", "planted-assoc"]), planted)
+    lines = _lines(run_dir)
+    assert _lines(_execute(_cfg(tmp_path), planted)) == lines  # kept, nothing computed
+    kept = [line for line in lines if not (unit_from_json(line).task == "planted-assoc"
+                                           and unit_from_json(line).kind == "eval")]
+    assert len(kept) < len(lines)
+    run_dir.results_path.write_bytes(b"".join(kept))
+    with pytest.raises(LocosError, match=r"also holds task planted-assoc, with 3 unit\(s\) not finished \(eval "
+                                         r"planted-assoc/baseline, .*\): rerun the command that added them"):
+        _execute(_cfg(tmp_path), planted)
+    assert _lines(run_dir) == kept
