@@ -9,7 +9,9 @@ reach past one head, so:
   `k_max`, each step trying only the `prune` heads with the strongest single-head effect not yet
   in the set (`prune=None`: every head). The greedy criterion is the gold log-prob (continuous:
   on a half of 8 binary outcomes the headline metric ties most sets); each set's headline
-  metric is kept beside it.
+  metric is kept beside it. A candidate is measured on its fold's fit half only, which is all
+  its choice reads; a chosen set is then measured on the half it is read on (a search is
+  prefill-bound, and this halves the greedy's prefills).
 * **Two folds.** The examples split in two halves by item (`halves`). Fold 0 chooses on the
   first half and is read on the second, fold 1 the reverse, so every example is read once, by
   the set chosen without it: the oracle's effect carries no winner's curse.
@@ -43,26 +45,42 @@ DIGITS = 5
 
 @dataclass(frozen=True)
 class Outcome:
-    """One head set's per-example values, in the examples' order."""
+    """One head set's per-example values, in the examples' order (None: an example this set
+    was not measured on)."""
 
-    metric: tuple[float, ...]
-    gold: tuple[float, ...]
+    metric: tuple[float | None, ...]
+    gold: tuple[float | None, ...]
 
     @classmethod
-    def from_rows(cls, rows: Sequence[dict[str, Any]]) -> Outcome:
-        """From `evaluate_task` rows: `score` (the headline metric) and `gold_logprob`."""
-        return cls(tuple(round(float(r["score"]), DIGITS) for r in rows),
-                   tuple(round(float(r["gold_logprob"]), DIGITS) for r in rows))
+    def from_rows(cls, rows: Sequence[dict[str, Any]], idx: Sequence[int] | None = None, n: int | None = None) -> Outcome:
+        """From `evaluate_task` rows: `score` (the headline metric) and `gold_logprob`; with
+        `idx`, the rows are those examples' of `n`, the others None."""
+        idx = range(len(rows)) if idx is None else idx
+        metric: list[float | None] = [None] * (len(rows) if n is None else n)
+        gold = list(metric)
+        for i, r in zip(idx, rows, strict=True):
+            metric[i], gold[i] = round(float(r["score"]), DIGITS), round(float(r["gold_logprob"]), DIGITS)
+        return cls(tuple(metric), tuple(gold))
 
-    def figure(self, name: str) -> tuple[float, ...]:
+    def figure(self, name: str) -> tuple[float | None, ...]:
         return self.metric if name == "metric" else self.gold
+
+    def lacks(self, idx: Sequence[int]) -> list[int]:
+        """The examples of `idx` this outcome has no values for."""
+        return [i for i in idx if self.metric[i] is None]
+
+    def merged(self, other: Outcome) -> Outcome:
+        """This outcome with `other`'s values where it has none."""
+        pick = lambda a, b: tuple(x if x is not None else y for x, y in zip(a, b, strict=True))  # noqa: E731
+        return Outcome(pick(self.metric, other.metric), pick(self.gold, other.gold))
 
     def to_json(self) -> dict[str, list[float]]:
         return {"metric": list(self.metric), "gold": list(self.gold)}
 
 
-Measure = Callable[[list[tuple[Head, ...]]], list[Outcome]]
-"""Evaluates head sets in one mode: one `Outcome` per set."""
+Measure = Callable[[list[tuple[Head, ...]], Sequence[int]], list[Outcome]]
+"""Evaluates head sets in one mode on the examples given (their indices): one `Outcome` per
+set, None at the other examples."""
 
 
 def halves(items: Sequence[str], seed: int) -> tuple[list[int], list[int]]:
@@ -95,6 +113,7 @@ class SetStore:
     def __init__(self, path: Path | None, identity: dict[str, Any]) -> None:
         self.path, self.identity = path, identity
         self.sets: dict[str, dict[str, Outcome]] = {mode: {} for mode in ("unablated", *MODES)}
+        self.puts = 0
         if path is None:
             return
         if path.exists() and path.stat().st_size:
@@ -129,8 +148,13 @@ class SetStore:
         return self.sets[mode].get(set_name(heads))
 
     def put(self, mode: str, heads: Sequence[Head], outcome: Outcome) -> None:
+        """Keep `outcome`, merged into what the store holds of the set (a later line of a set
+        holds every value of the earlier ones)."""
         name = set_name(heads)
+        held = self.sets[mode].get(name)
+        outcome = outcome if held is None else outcome.merged(held)
         self.sets[mode][name] = outcome
+        self.puts += 1
         if self.path is not None:
             with self.path.open("a") as f:
                 f.write(json.dumps({"mode": mode, "set": name, **outcome.to_json()}) + "\n")
@@ -141,14 +165,21 @@ PASS = 16
 are stored before the next, so a killed search loses at most one call's work."""
 
 
-def measured(store: SetStore, mode: str, sets: Sequence[tuple[Head, ...]], measure: Measure) -> list[Outcome]:
-    """Each set's outcome, measuring only those the store lacks, `PASS` sets a call, and
-    storing them as they come."""
-    todo = [s for s in dict.fromkeys(sets) if store.get(mode, s) is None]
-    for start in range(0, len(todo), PASS):
-        chunk = todo[start:start + PASS]
-        for s, outcome in zip(chunk, measure(chunk), strict=True):
-            store.put(mode, s, outcome)
+def measured(store: SetStore, mode: str, sets: Sequence[tuple[Head, ...]], measure: Measure,
+             idx: Sequence[int]) -> list[Outcome]:
+    """Each set's outcome on the examples `idx` at least, measuring only the examples the
+    store lacks, `PASS` sets a call, and storing them as they come."""
+    todo: dict[tuple[int, ...], list[tuple[Head, ...]]] = {}
+    for s in dict.fromkeys(sets):
+        held = store.get(mode, s)
+        lacking = tuple(idx) if held is None else tuple(held.lacks(idx))
+        if lacking:
+            todo.setdefault(lacking, []).append(s)
+    for lacking, group in todo.items():
+        for start in range(0, len(group), PASS):
+            chunk = group[start:start + PASS]
+            for s, outcome in zip(chunk, measure(chunk, lacking), strict=True):
+                store.put(mode, s, outcome)
     return [store.get(mode, s) for s in sets]  # type: ignore[misc]
 
 
@@ -163,7 +194,7 @@ def grow(mode: str, base: Outcome, singles: dict[Head, Outcome], fit: Sequence[i
         current = path[-1]
         pool = [h for h in ranked if h not in current][:prune]
         candidates = [tuple(sorted((*current, h))) for h in pool]
-        outcomes = measured(store, mode, candidates, measure)
+        outcomes = measured(store, mode, candidates, measure, fit)
         values = [effect(mode, base, o, "gold", fit) for o in outcomes]
         path.append(candidates[values.index(max(values))])
     return path
@@ -193,6 +224,7 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
     """
     store = store or SetStore(None, {})
     say = log or (lambda line: None)
+    every = range(len(items))
     if not 1 <= k_max <= len(heads):
         raise LocosError(f"k_max must be 1..{len(heads)}, got {k_max}")
     base = store.get("unablated", ()) or base_measure()
@@ -203,13 +235,14 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
                            "prune": prune, "seed": seed}
     for mode, measure in measures.items():
         started = time.perf_counter()
-        before = len(store.sets[mode])
-        floor = measured(store, mode, [()], measure)[0] if mode == "sufficiency" else None
-        singles = dict(zip(heads, measured(store, mode, [(h,) for h in heads], measure), strict=True))
+        before = store.puts
+        floor = measured(store, mode, [()], measure, every)[0] if mode == "sufficiency" else None
+        singles = dict(zip(heads, measured(store, mode, [(h,) for h in heads], measure, every), strict=True))
         say(f"{mode}: {len(heads)} single heads in {time.perf_counter() - started:.0f} s")
         folds = []
         for fit, read in (split, split[::-1]):
             path = grow(mode, base, singles, fit, k_max=k_max, prune=prune, store=store, measure=measure)
+            measured(store, mode, path, measure, read)  # the chosen sets, on the half they are read on
             folds.append({"fit": list(fit), "read": list(read), "path": [set_name(s) for s in path]})
         chosen = {}
         for k in range(1, k_max + 1):
@@ -224,7 +257,7 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
         out[mode] = {**({"floor": floor.to_json()} if floor is not None else {}),
                      "singles": {head_name(h): o.to_json() for h, o in singles.items()}, "folds": folds,
                      "chosen": chosen, "sets": extra, "evaluated": len(store.sets[mode]),
-                     "measured_now": len(store.sets[mode]) - before,
+                     "measured_now": store.puts - before,
                      "seconds": round(time.perf_counter() - started, 1)}
         best = {k: round(effect(mode, base, Outcome(tuple(v["metric"]), tuple(v["gold"])), "gold", range(len(items))), 3)
                 for k, v in chosen.items()}
@@ -244,10 +277,11 @@ def necessity_measure(model: Any, spec: Any, examples: Sequence[Any], means: Any
 
     prefix = CleanPrefix()
 
-    def measure(sets: list[tuple[Head, ...]]) -> list[Outcome]:
-        results = evaluate_head_sets(model, spec, examples, HeadSetAblation([list(s) for s in sets], ablation, means),
+    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int]) -> list[Outcome]:
+        results = evaluate_head_sets(model, spec, [examples[i] for i in idx],
+                                     HeadSetAblation([list(s) for s in sets], ablation, means),
                                      batch_size=batch_size, prefix=prefix)
-        return [Outcome.from_rows(rows) for rows in results]
+        return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
     return measure
 
 
@@ -258,8 +292,9 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
 
     Below a set's lowest layer every head streams, as in the floor (every head streaming), so
     each prefill starts at that layer from the floor's kept prefill (`CleanPrefix`, warmed by
-    one floor evaluation under `only_full([])`): the same kernels on the same inputs below it.
-    A no-op hook on the set's lowest layer tells the prefix where to start.
+    one floor evaluation under `only_full([])` of each subset of examples measured, before any
+    set of it: a prefix captured under a set would poison the others). A no-op hook on the
+    set's lowest layer tells the prefix where to start.
     """
     from locos_bench.evaluation.clean_prefix import CleanPrefix
     from locos_bench.evaluation.task_eval import evaluate_task
@@ -267,16 +302,20 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
     from locos_bench.names import hook_z
 
     floor = CleanPrefix()
-    with only_full(model.bridge, [], sink=sink, window=window):
-        evaluate_task(model, spec, examples, batch_size=batch_size, prefix=floor)
+    warmed: set[tuple[int, ...]] = set()
 
-    def measure(sets: list[tuple[Head, ...]]) -> list[Outcome]:
+    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int]) -> list[Outcome]:
+        chosen = [examples[i] for i in idx]
+        if tuple(idx) not in warmed:
+            with only_full(model.bridge, [], sink=sink, window=window):
+                evaluate_task(model, spec, chosen, batch_size=batch_size, prefix=floor)
+            warmed.add(tuple(idx))
         out = []
         for heads in sets:  # the empty set: the floor itself, read from its kept prefill
             start = [(hook_z(min(layer for layer, _ in heads)), _unchanged)] if heads else []
             with only_full(model.bridge, list(heads), sink=sink, window=window):
-                rows = evaluate_task(model, spec, examples, hooks=start, batch_size=batch_size, prefix=floor)
-            out.append(Outcome.from_rows(rows))
+                rows = evaluate_task(model, spec, chosen, hooks=start, batch_size=batch_size, prefix=floor)
+            out.append(Outcome.from_rows(rows, idx, len(examples)))
         return out
     return measure
 

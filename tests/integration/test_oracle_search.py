@@ -94,7 +94,7 @@ def test_a_sets_outcome_is_the_runs_evaluation_of_it(setting):
     harness evaluates it (another batching of sets: a stated tolerance on the log-prob)."""
     model, spec, data, means, ablation, measures, _, _ = setting
     sets = [((1, 0),), ((0, 2), (2, 1))]
-    through_search = measures["necessity"](sets)
+    through_search = measures["necessity"](sets, range(len(data.evaluation)))
     for heads, outcome in zip(sets, through_search):
         rows = evaluate_head_sets(model, spec, data.evaluation, HeadSetAblation([list(heads)], ablation, means))[0]
         alone = osr.Outcome.from_rows(rows)
@@ -107,7 +107,7 @@ def test_a_killed_search_resumes_without_measuring_a_finished_set(setting, tmp_p
     path = tmp_path / "resume.jsonl"
     full = _search(setting, osr.SetStore(path, identity))
     lines = path.read_text().splitlines()
-    assert len(lines) - 1 == sum(full[m]["evaluated"] for m in osr.MODES) + 1  # + the unablated outcome
+    assert len(lines) - 1 == sum(full[m]["measured_now"] for m in osr.MODES) + 1  # + the unablated outcome
     # A kill: the last 5 sets lost, the line before them torn mid-write.
     path.write_text("\n".join(lines[:-6]) + "\n" + lines[-6][:17])
     resumed = _search(setting, osr.SetStore(path, identity))
@@ -149,8 +149,44 @@ def test_sufficiency_started_late_from_the_floor_equals_a_whole_forward(setting)
 
     model, spec, data, _, _, measures, _, _ = setting
     sets = [((1, 0),), ((2, 3),), ((1, 3), (2, 0)), ()]  # the first would poison a prefix captured under it; () the floor
-    for heads, outcome in zip(sets, measures["sufficiency"](sets)):
+    for heads, outcome in zip(sets, measures["sufficiency"](sets, range(len(data.evaluation)))):
         with only_full(model.bridge, list(heads), sink=SINK, window=WINDOW):
             whole = osr.Outcome.from_rows(evaluate_task(model, spec, data.evaluation))
         assert outcome.metric == whole.metric
         torch.testing.assert_close(torch.tensor(outcome.gold), torch.tensor(whole.gold), rtol=1e-5, atol=1e-5)
+
+
+def test_candidates_are_measured_on_their_fit_half_and_chosen_sets_on_every_example(setting):
+    """A greedy candidate is measured on the examples its choice reads (its fold's fit half)
+    and a chosen set on the half it is read on too: the search chooses the sets, and reads
+    the values, of a search that measures every set on every example (a tolerance on the
+    log-prob: other batches of examples), with fewer example evaluations (few fewer on 12
+    heads, where the two folds try mostly the same candidates; on 72, most are tried once)."""
+    model, _, _, _, _, measures, items, base = setting
+    counted = {"half": 0, "whole": 0}
+
+    def counting(measure, key, whole):
+        def wrapped(sets, idx):
+            idx = range(len(items)) if whole else idx
+            counted[key] += len(sets) * len(idx)
+            return measure(sets, idx)
+        return wrapped
+
+    store, whole_store = osr.SetStore(None, {}), osr.SetStore(None, {})
+    half = osr.search(all_heads(model), items, {m: counting(f, "half", False) for m, f in measures.items()}, base,
+                      k_max=3, prune=4, store=store)
+    whole = osr.search(all_heads(model), items, {m: counting(f, "whole", True) for m, f in measures.items()}, base,
+                       k_max=3, prune=4, store=whole_store)
+    for mode in osr.MODES:
+        assert [f["path"] for f in half[mode]["folds"]] == [f["path"] for f in whole[mode]["folds"]]
+        for k, values in half[mode]["chosen"].items():
+            assert values["metric"] == whole[mode]["chosen"][k]["metric"]
+            torch.testing.assert_close(torch.tensor(values["gold"]), torch.tensor(whole[mode]["chosen"][k]["gold"]),
+                                       rtol=1e-5, atol=1e-4)
+        for fold in half[mode]["folds"]:
+            for name in fold["path"]:
+                assert None not in store.sets[mode][name].gold  # chosen: every example
+        partial = [name for name, o in store.sets[mode].items() if None in o.gold]
+        chosen = {name for fold in half[mode]["folds"] for name in fold["path"]}
+        assert all("+" in name and name not in chosen for name in partial)  # candidates not chosen: a fit half
+    assert counted["half"] < counted["whole"], counted  # 504 < 564 example evaluations here
