@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from locos_bench._compat.transformer_lens import replace_forward, restore_forward
+from locos_bench.errors import LocosError
 from locos_bench.interventions.positions import positions_from_mask, token_positions
 from locos_bench.names import Hook
 
@@ -33,8 +34,13 @@ class CleanPrefix:
             `benchmarks/run.py`).
     """
 
-    def __init__(self, max_bytes: int = 2 * 1024 ** 3) -> None:
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int = 2 * 1024 ** 3, *, under: Callable[[int], Sequence[Hook]] | None = None) -> None:
+        """`under`: hooks for a batch of that many rows, active while a prefill is captured (the
+        prefill of one head set, from which sets holding it start late: `evaluate_head_sets`'s
+        `prefill_from`). Such a prefix keeps every batch, whatever `max_bytes` says: a set
+        started late from it has no hooks below its start, so it cannot run whole."""
+        self.max_bytes = max_bytes if under is None else float("inf")
+        self.under = under
         self.bytes = 0
         self.layers_run = 0
         self.layers_skipped = 0
@@ -42,14 +48,16 @@ class CleanPrefix:
 
     def get(self, model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: bool,
             logits_to_keep: Any) -> _Prefill | None:
-        """The batch's clean prefill, computed now (without hooks) if new and room is left."""
+        """The batch's clean prefill (under `under`'s hooks, if given), computed now if new and room
+        is left."""
         keep = logits_to_keep.tolist() if hasattr(logits_to_keep, "tolist") else logits_to_keep
         key = (with_cache, str(keep), tuple(ids.shape), ids.cpu().numpy().tobytes(), mask.cpu().numpy().tobytes())
         if key not in self._batches:
             size = _prefill_bytes(model, ids, with_cache)
             if self.bytes + size > self.max_bytes:
                 return None  # checked before capturing: keeping one batch must not overrun the budget
-            clean = _capture(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
+            with model.bridge.hooks(fwd_hooks=list(self.under(ids.shape[0]) if self.under else [])):
+                clean = _capture(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
             self.layers_run += len(clean.outputs)
             self.bytes += size
             self._batches[key] = clean
@@ -116,6 +124,15 @@ def _forward_kwargs(mask: Any, positions: Any, logits_to_keep: Any) -> dict[str,
     if positions is not None:
         kwargs["position_ids"] = positions
     return kwargs
+
+
+def block_layer(name: Any) -> int:
+    """The block a hook name sits in (`blocks.4.attn.hook_z` -> 4); one clear error for a name
+    outside the blocks."""
+    parts = name.split(".") if isinstance(name, str) else []
+    if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
+        raise LocosError(f"hook {name!r} is not inside a block: a prefill cannot start late around it")
+    return int(parts[1])
 
 
 def _first_hooked_layer(hooks: Sequence[Hook], n_layers: int) -> int:

@@ -78,9 +78,10 @@ class Outcome:
         return {"metric": list(self.metric), "gold": list(self.gold)}
 
 
-Measure = Callable[[list[tuple[Head, ...]], Sequence[int]], list[Outcome]]
-"""Evaluates head sets in one mode on the examples given (their indices): one `Outcome` per
-set, None at the other examples."""
+Measure = Callable[..., list[Outcome]]
+"""`measure(sets, idx, common=())` evaluates head sets in one mode on the examples `idx` (their
+indices): one `Outcome` per set, None at the other examples. `common`: heads every set holds
+(a greedy step's current set), which a measure may use to start the sets late."""
 
 
 def halves(items: Sequence[str], seed: int) -> tuple[list[int], list[int]]:
@@ -166,7 +167,7 @@ are stored before the next, so a killed search loses at most one call's work."""
 
 
 def measured(store: SetStore, mode: str, sets: Sequence[tuple[Head, ...]], measure: Measure,
-             idx: Sequence[int]) -> list[Outcome]:
+             idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
     """Each set's outcome on the examples `idx` at least, measuring only the examples the
     store lacks, `PASS` sets a call, and storing them as they come."""
     todo: dict[tuple[int, ...], list[tuple[Head, ...]]] = {}
@@ -178,7 +179,7 @@ def measured(store: SetStore, mode: str, sets: Sequence[tuple[Head, ...]], measu
     for lacking, group in todo.items():
         for start in range(0, len(group), PASS):
             chunk = group[start:start + PASS]
-            for s, outcome in zip(chunk, measure(chunk, lacking), strict=True):
+            for s, outcome in zip(chunk, measure(chunk, lacking, common), strict=True):
                 store.put(mode, s, outcome)
     return [store.get(mode, s) for s in sets]  # type: ignore[misc]
 
@@ -194,7 +195,7 @@ def grow(mode: str, base: Outcome, singles: dict[Head, Outcome], fit: Sequence[i
         current = path[-1]
         pool = [h for h in ranked if h not in current][:prune]
         candidates = [tuple(sorted((*current, h))) for h in pool]
-        outcomes = measured(store, mode, candidates, measure, fit)
+        outcomes = measured(store, mode, candidates, measure, fit, current)
         values = [effect(mode, base, o, "gold", fit) for o in outcomes]
         path.append(candidates[values.index(max(values))])
     return path
@@ -270,17 +271,35 @@ def necessity_measure(model: Any, spec: Any, examples: Sequence[Any], means: Any
                       batch_size: int = 4) -> Measure:
     """Sets ablated as a run ablates them (`HeadSetAblation` with the run's means), the sets of
     one call sharing each batch's decoding and every prefill starting at its set's lowest
-    ablated layer (`CleanPrefix`): each outcome equals the run's evaluation of that set."""
+    ablated layer (`CleanPrefix`): each outcome equals the run's evaluation of that set.
+
+    Sets that all hold `common` (a greedy step's current set plus one head each) start at
+    their added head's layer, from the prefill of `common` alone (`CleanPrefix(under=)`): below
+    that layer they ablate what `common` does. A greedy candidate's set holds a strong late head
+    and earlier ones, so from the clean prefill it would start early."""
     from locos_bench.evaluation.clean_prefix import CleanPrefix
     from locos_bench.evaluation.task_eval import evaluate_head_sets
     from locos_bench.interventions import HeadSetAblation
 
     prefix = CleanPrefix()
+    under: dict[tuple, CleanPrefix] = {}  # the current set's prefill, one set at a time
 
-    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int]) -> list[Outcome]:
-        results = evaluate_head_sets(model, spec, [examples[i] for i in idx],
-                                     HeadSetAblation([list(s) for s in sets], ablation, means),
-                                     batch_size=batch_size, prefix=prefix)
+    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
+        heads = HeadSetAblation([list(s) for s in sets], ablation, means)
+        chosen = [examples[i] for i in idx]
+        if not common:
+            results = evaluate_head_sets(model, spec, chosen, heads, batch_size=batch_size, prefix=prefix)
+            return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
+        key = (tuple(common), tuple(idx))
+        if key not in under:
+            current = HeadSetAblation([list(common)], ablation, means)
+            under.clear()
+            under[key] = CleanPrefix(under=lambda rows: current.hooks([0] * rows))
+        if not all(set(common) < set(s) for s in sets):
+            raise LocosError(f"every set must hold {set_name(common)} and one head more")
+        starts = [min(layer for layer, _ in set(s) - set(common)) for s in sets]
+        results = evaluate_head_sets(model, spec, chosen, heads, batch_size=batch_size, prefix=under[key],
+                                     prefill_from=starts)
         return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
     return measure
 
@@ -304,7 +323,7 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
     floor = CleanPrefix()
     warmed: set[tuple[int, ...]] = set()
 
-    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int]) -> list[Outcome]:
+    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
         chosen = [examples[i] for i in idx]
         if tuple(idx) not in warmed:
             with only_full(model.bridge, [], sink=sink, window=window):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from locos_bench.errors import LocosError
 from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch
-from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
+from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward, block_layer
 from locos_bench.evaluation.generation import _greedy
 from locos_bench.evaluation.logprobs import token_logprobs
 from locos_bench.interventions import token_positions
@@ -158,20 +159,34 @@ def evaluate_head_sets(
     batch_size: int = 4,
     max_new_tokens: int | None = None,
     prefix: CleanPrefix | None = None,
+    prefill_from: Sequence[int] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """`evaluate_task` for every head set of `ablation` (a `HeadSetAblation`), sharing the
     decoding: each batch of `batch_size` examples is prefilled under each head set (late,
     with `prefix`), then generated for all head sets at once. Each row's values equal
     `evaluate_task` with that head set alone (tested).
 
+    `prefill_from[s]`: set s's prefill starts at that layer from `prefix`, a prefix captured
+    under a set that ablates, below that layer, exactly what set s does (`CleanPrefix(under=)`);
+    its hooks below the layer are the prefix's and are left out.
+
     Returns:
         One `evaluate_task` result per head set, in `ablation.head_sets` order.
     """
     tokenized = _tokenize_all(model, examples)
     n_sets = len(ablation.head_sets)
+
+    def prefill_hooks(s: int, rows: int) -> Sequence[Hook]:
+        hooks = ablation.hooks([s] * rows)
+        if prefill_from is None:
+            return hooks
+        if prefix is None or prefix.under is None:
+            raise LocosError("prefill_from needs a prefix captured under a head set (CleanPrefix(under=...))")
+        return [hook for hook in hooks if block_layer(hook[0]) >= prefill_from[s]]
+
     predictions, logprobs = _answers_and_logprobs(
         model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, batch_size=batch_size,
-        n_sets=n_sets, prefix=prefix, prefill_hooks=lambda s, rows: ablation.hooks([s] * rows),
+        n_sets=n_sets, prefix=prefix, prefill_hooks=prefill_hooks,
         decode_hooks=lambda rows: ablation.hooks([r * n_sets // rows for r in range(rows)]),
     )
     return [_metric_rows(spec, examples, tokenized, predictions[s], logprobs[s]) for s in range(n_sets)]

@@ -166,10 +166,10 @@ def test_candidates_are_measured_on_their_fit_half_and_chosen_sets_on_every_exam
     counted = {"half": 0, "whole": 0}
 
     def counting(measure, key, whole):
-        def wrapped(sets, idx):
+        def wrapped(sets, idx, common=()):
             idx = range(len(items)) if whole else idx
             counted[key] += len(sets) * len(idx)
-            return measure(sets, idx)
+            return measure(sets, idx, common)
         return wrapped
 
     store, whole_store = osr.SetStore(None, {}), osr.SetStore(None, {})
@@ -190,3 +190,24 @@ def test_candidates_are_measured_on_their_fit_half_and_chosen_sets_on_every_exam
         chosen = {name for fold in half[mode]["folds"] for name in fold["path"]}
         assert all("+" in name and name not in chosen for name in partial)  # candidates not chosen: a fit half
     assert counted["half"] < counted["whole"], counted  # 504 < 564 example evaluations here
+
+
+def test_sets_holding_the_current_set_start_at_their_added_head_from_its_prefill(setting):
+    """A greedy step's candidates (the current set plus one head) start at the added head's
+    layer from the current set's own prefill: each equals the set's whole evaluation, whether
+    the added head sits below the current set's heads, beside one in its layer, above, or at
+    layer 0 (the whole forward)."""
+    model, spec, data, means, ablation, measures, _, _ = setting
+    common = ((1, 2), (2, 1))
+    sets = [tuple(sorted((*common, h))) for h in ((0, 0), (1, 0), (2, 3), (1, 3), (0, 2))]
+    idx = [0, 2, 3, 5, 6, 9]
+    late = measures["necessity"](sets, idx, common)
+    whole = evaluate_head_sets(model, spec, [data.evaluation[i] for i in idx],
+                               HeadSetAblation([list(s) for s in sets], ablation, means))
+    for outcome, rows in zip(late, whole, strict=True):
+        alone = osr.Outcome.from_rows(rows, idx, len(data.evaluation))
+        assert outcome.metric == alone.metric
+        torch.testing.assert_close(torch.tensor([outcome.gold[i] for i in idx]), torch.tensor([alone.gold[i] for i in idx]),
+                                   rtol=1e-5, atol=1e-4)
+    with pytest.raises(LocosError, match="must hold L1H2\\+L2H1 and one head more"):
+        measures["necessity"]([common], idx, common)
