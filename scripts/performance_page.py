@@ -204,12 +204,23 @@ def sharing_figures(body: str) -> list[tuple[str, str]]:
             ("scores identical with and without sharing", same.group(1).lower())]
 
 
+def oracle_step_figures(body: str) -> list[tuple[str, str]]:
+    match = re.search(r"^- now / before: ([0-9.]+); gold log-probs agree to ([0-9.e+-]+)", body, re.M)
+    rows = {row[0]: row for row in table_rows(body) if len(row) == 4}
+    if not (match and {"before", "now"} <= set(rows)):
+        raise PageError("RESULTS.md's oracle-step table lacks its 'before' / 'now' rows or 'now / before' line")
+    return [("a greedy step of the oracle search, now over before",
+             f"{match.group(1)} ({rows['now'][3]} s against {rows['before'][3]} s; gold agrees to {match.group(2)})")]
+
+
 FIGURES: list[tuple[str, str, str, Callable[[str], list[tuple[str, str]]]]] = [
     ("Benchmark results", "LOCOS, patching and evaluation against a forward", "gemma3", ratio_figures),
     ("Streaming heads", "Streaming heads", "gemma3, one forward", streaming_figures),
     ("Head count scaling", "Head count scaling", "a random Qwen3-8B geometry at a tiny width", scaling_figures),
     ("Shared detection work", "Shared detection work", "gemma3, the default run's calibration sets",
      sharing_figures),
+    ("One greedy step of the oracle search", "The oracle search's greedy step", "gemma3, kv-retrieval, 8 candidates",
+     oracle_step_figures),
 ]
 """Each RESULTS.md table by the start of its title: the page's heading, what it ran on, the figures shown."""
 
