@@ -310,30 +310,44 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
     as a run's `--sufficiency` units evaluate it.
 
     Below a set's lowest layer every head streams, as in the floor (every head streaming), so
-    each prefill starts at that layer from the floor's kept prefill (`CleanPrefix`, warmed by
+    each prefill starts at that layer from the floor's kept prefill (`CleanPrefix`, captured by
     one floor evaluation under `only_full([])` of each subset of examples measured, before any
-    set of it: a prefix captured under a set would poison the others). A no-op hook on the
-    set's lowest layer tells the prefix where to start.
+    set of it: a prefix captured under a set would poison the others). Sets that all hold
+    `common` (a greedy step's candidates) start at their added head's layer from the prefill
+    with only `common` full, captured the same way: below that layer they keep what it keeps.
+    A no-op hook on the start layer tells the prefix where to start.
     """
     from locos_bench.evaluation.clean_prefix import CleanPrefix
     from locos_bench.evaluation.task_eval import evaluate_task
     from locos_bench.interventions import only_full
     from locos_bench.names import hook_z
 
-    floor = CleanPrefix()
-    warmed: set[tuple[int, ...]] = set()
+    floors: dict[tuple[int, ...], CleanPrefix] = {}  # every subset of examples measured
+    current: dict[tuple, CleanPrefix] = {}  # one greedy step's at a time
+
+    def kept(full: tuple[Head, ...], idx: Sequence[int], chosen: list[Any]) -> CleanPrefix:
+        """The prefill of `chosen` with only `full` full, captured on first use."""
+        held = floors if not full else current
+        key = tuple(idx) if not full else (full, tuple(idx))
+        if key not in held:
+            if full:
+                current.clear()
+            held[key] = CleanPrefix()
+            with only_full(model.bridge, list(full), sink=sink, window=window):
+                evaluate_task(model, spec, chosen, batch_size=batch_size, prefix=held[key])
+        return held[key]
 
     def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
+        if common and not all(set(common) < set(s) for s in sets):
+            raise LocosError(f"every set must hold {set_name(common)} and one head more")
         chosen = [examples[i] for i in idx]
-        if tuple(idx) not in warmed:
-            with only_full(model.bridge, [], sink=sink, window=window):
-                evaluate_task(model, spec, chosen, batch_size=batch_size, prefix=floor)
-            warmed.add(tuple(idx))
+        prefix = kept(tuple(common), idx, chosen)
         out = []
         for heads in sets:  # the empty set: the floor itself, read from its kept prefill
-            start = [(hook_z(min(layer for layer, _ in heads)), _unchanged)] if heads else []
+            added = set(heads) - set(common)
+            start = [(hook_z(min(layer for layer, _ in added)), _unchanged)] if added else []
             with only_full(model.bridge, list(heads), sink=sink, window=window):
-                rows = evaluate_task(model, spec, chosen, hooks=start, batch_size=batch_size, prefix=floor)
+                rows = evaluate_task(model, spec, chosen, hooks=start, batch_size=batch_size, prefix=prefix)
             out.append(Outcome.from_rows(rows, idx, len(examples)))
         return out
     return measure

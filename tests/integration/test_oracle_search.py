@@ -211,3 +211,23 @@ def test_sets_holding_the_current_set_start_at_their_added_head_from_its_prefill
                                    rtol=1e-5, atol=1e-4)
     with pytest.raises(LocosError, match="must hold L1H2\\+L2H1 and one head more"):
         measures["necessity"]([common], idx, common)
+
+
+def test_sufficiency_candidates_start_at_their_added_head_from_the_current_sets_prefill(setting):
+    """Sufficiency's greedy candidates start at the added head's layer from the prefill with
+    only the current set full: each equals the run's whole `--sufficiency` evaluation of it."""
+    from locos_bench.interventions import only_full
+
+    model, spec, data, _, _, measures, _, _ = setting
+    common = ((1, 2), (2, 1))
+    sets = [tuple(sorted((*common, h))) for h in ((0, 0), (1, 0), (2, 3), (1, 3))]
+    idx = [1, 2, 4, 7, 8, 11]
+    chosen = [data.evaluation[i] for i in idx]
+    for heads, outcome in zip(sets, measures["sufficiency"](sets, idx, common), strict=True):
+        with only_full(model.bridge, list(heads), sink=SINK, window=WINDOW):
+            whole = osr.Outcome.from_rows(evaluate_task(model, spec, chosen), idx, len(data.evaluation))
+        assert outcome.metric == whole.metric
+        torch.testing.assert_close(torch.tensor([outcome.gold[i] for i in idx]), torch.tensor([whole.gold[i] for i in idx]),
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(LocosError, match="must hold L1H2\\+L2H1 and one head more"):
+        measures["sufficiency"]([common], idx, common)
