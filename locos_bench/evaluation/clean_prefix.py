@@ -137,13 +137,10 @@ def block_layer(name: Any) -> int:
 
 def _first_hooked_layer(hooks: Sequence[Hook], n_layers: int) -> int:
     """The lowest layer any hook sits on (`n_layers` for none; 0 when a name is not a block's)."""
-    first = n_layers
-    for name, _ in hooks:
-        parts = name.split(".") if isinstance(name, str) else []
-        if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
-            return 0
-        first = min(first, int(parts[1]))
-    return first
+    try:
+        return min((block_layer(name) for name, _ in hooks), default=n_layers)
+    except LocosError:
+        return 0
 
 
 def _forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Hook],

@@ -290,14 +290,12 @@ def necessity_measure(model: Any, spec: Any, examples: Sequence[Any], means: Any
         if not common:
             results = evaluate_head_sets(model, spec, chosen, heads, batch_size=batch_size, prefix=prefix)
             return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
+        starts = _start_layers(sets, common)
         key = (tuple(common), tuple(idx))
         if key not in under:
             current = HeadSetAblation([list(common)], ablation, means)
             under.clear()
             under[key] = CleanPrefix(under=lambda rows: current.hooks([0] * rows))
-        if not all(set(common) < set(s) for s in sets):
-            raise LocosError(f"every set must hold {set_name(common)} and one head more")
-        starts = [min(layer for layer, _ in set(s) - set(common)) for s in sets]
         results = evaluate_head_sets(model, spec, chosen, heads, batch_size=batch_size, prefix=under[key],
                                      prefill_from=starts)
         return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
@@ -338,19 +336,25 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
         return held[key]
 
     def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
-        if common and not all(set(common) < set(s) for s in sets):
-            raise LocosError(f"every set must hold {set_name(common)} and one head more")
+        starts = _start_layers(sets, common)
         chosen = [examples[i] for i in idx]
         prefix = kept(tuple(common), idx, chosen)
         out = []
-        for heads in sets:  # the empty set: the floor itself, read from its kept prefill
-            added = set(heads) - set(common)
-            start = [(hook_z(min(layer for layer, _ in added)), _unchanged)] if added else []
+        for heads, layer in zip(sets, starts, strict=True):  # the empty set: the floor, from its kept prefill
+            start = [(hook_z(layer), _unchanged)] if layer is not None else []
             with only_full(model.bridge, list(heads), sink=sink, window=window):
                 rows = evaluate_task(model, spec, chosen, hooks=start, batch_size=batch_size, prefix=prefix)
             out.append(Outcome.from_rows(rows, idx, len(examples)))
         return out
     return measure
+
+
+def _start_layers(sets: Sequence[tuple[Head, ...]], common: tuple[Head, ...]) -> list[int | None]:
+    """Each set's lowest layer among the heads it adds to `common` (None: it adds none, the
+    empty set); one clear error for a set that does not hold `common` and one head more."""
+    if common and not all(set(common) < set(s) for s in sets):
+        raise LocosError(f"every set must hold {set_name(common)} and one head more")
+    return [min((layer for layer, _ in set(s) - set(common)), default=None) for s in sets]
 
 
 def _unchanged(activation: Any, hook: Any) -> None:
