@@ -7,8 +7,9 @@ The splits are the run's own: `locos-bench run --model MODEL --preset PRESET --s
 the same reference (the means) and evaluation examples, checked by their hash. Per retrieval
 task of the preset: necessity under each `--ablations` ablation and sufficiency (every other
 head streaming, the preset's `--kv-sink` / `--kv-window`). Writes
-`locos_bench/data/oracle/MODEL.json` (shipped with the package; a run records its sha256) and
-prints the time it took. Every set's outcome is appended to `--resume-dir`/MODEL-TASK-MODE.jsonl
+one file per ablation, `locos_bench/data/oracle/MODEL-ABLATION.json` (shipped with the package:
+a run under that ablation records its sha256; sufficiency, which ablates nothing, goes into the
+first ablation's file), and prints the time it took. Every set's outcome is appended to `--resume-dir`/MODEL-TASK-MODE.jsonl
 as it is measured: a rerun of the same command measures only what is missing.
 """
 
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prune", type=int, default=8, help="candidates per greedy step (0: every head)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--resume-dir", type=Path, default=ROOT / "runs" / "oracle-search")
-    parser.add_argument("--out", type=Path, help="default: locos_bench/data/oracle/MODEL.json")
+    parser.add_argument("--out-dir", type=Path, default=ORACLE_DIR,
+                        help="where MODEL-ABLATION.json is written (default: locos_bench/data/oracle/)")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -94,13 +96,15 @@ def _run(args: argparse.Namespace) -> int:
     heads = all_heads(model)
     prune = args.prune or None
     command = " ".join(["python scripts/oracle_search.py", *map(shlex.quote, args.argv)])
-    out: dict[str, Any] = {
+    header: dict[str, Any] = {
         "model": args.model, "resolves_to": model.spec.resolves_to, "n_heads": len(heads),
         "splits_from": {"preset": args.preset, "seed": args.seed, "n_ref": config.n_ref, "n_eval": config.n_eval},
         "search": {"k_max": args.k_max, "prune": prune, "greedy_on": "gold", "folds": 2,
                    "sufficiency": {"kv_sink": config.kv_sink, "kv_window": config.kv_window}},
-        "command": command, "tasks": {},
+        "command": command,
     }
+    outs: dict[str, dict[str, Any]] = {str(a): {**header, "ablation": str(a), "positionwise": a.positionwise,
+                                                "sink": a.sink, "tasks": {}} for a in ablations}
     for name, data in tasks.items():
         examples = data.evaluation
         items = [ex.item for ex in examples]
@@ -108,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
                                                                      batch_size=config.batch_size))
         entry: dict[str, Any] = {"evaluation": [ex.index for ex in examples], "reference": [ex.index for ex in data.reference],
                                  "data_hash": data_hash(examples), "run_data_hash": data.entry.data_hash,
-                                 "version": data.spec.version, "ablations": {}}
+                                 "version": data.spec.version}
         identity = {"model": args.model, "task": name, "version": data.spec.version, "data_hash": entry["data_hash"],
                     "k_max": args.k_max, "prune": prune, "seed": args.seed}
         for ablation in ablations:
@@ -126,18 +130,19 @@ def _run(args: argparse.Namespace) -> int:
             store = osr.SetStore(args.resume_dir / f"{key}.jsonl", {**identity, "ablation": str(ablation)})
             result = osr.search(heads, items, measures, base, k_max=args.k_max, prune=prune, seed=args.seed,
                                 store=store, log=lambda line, key=key: print(f"{key}: {line}", flush=True))
-            entry["ablations"][str(ablation)] = result
-        out["tasks"][name] = entry
+            outs[str(ablation)]["tasks"][name] = {**entry, "ablations": {str(ablation): result}}
     seconds = round(time.perf_counter() - started, 1)
-    out["environment"] = {"cpu": _cpu(), "threads": args.threads, "torch": torch.__version__, "seconds": seconds,
-                          "load_average_start": load, "load_average_end": [round(x, 2) for x in os.getloadavg()]}
-    path = args.out or ORACLE_DIR / f"{args.model}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(out, separators=(",", ":"), sort_keys=True) + "\n"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    print(f"wrote {path} (sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}) in {seconds:.0f} s on {out['environment']['cpu']}")
+    environment = {"cpu": _cpu(), "threads": args.threads, "torch": torch.__version__, "seconds": seconds,
+                   "load_average_start": load, "load_average_end": [round(x, 2) for x in os.getloadavg()]}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for ablation, out in outs.items():
+        path = args.out_dir / f"{args.model}-{ablation}.json"
+        text = json.dumps({**out, "environment": environment}, separators=(",", ":"), sort_keys=True) + "\n"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        print(f"wrote {path} (sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]})")
+    print(f"searched in {seconds:.0f} s on {environment['cpu']}")
     return 0
 
 

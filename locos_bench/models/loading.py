@@ -98,11 +98,12 @@ class LoadedModel:
         }
 
 
-def describe_with_answer_key(model: LoadedModel) -> dict[str, Any]:
+def describe_with_answer_key(model: LoadedModel, ablation: str = "mean") -> dict[str, Any]:
     """`model.describe()` plus, for a built-in planted model, its answer key (`ground_truth`,
     `ground_truth_task`), looked up by the model's alias in `models.planted`, and for the
     organism its exhaustive search's best head sets (`oracle`, `models.organism`), and for a
-    model with a shipped oracle its file and sha256 (`oracle_search`, `models.oracle_files`): what a run's
+    model with a shipped oracle under `ablation` its file and sha256 (`oracle_search`,
+    `models.oracle_files`; a run passes its own ablation): what a run's
     manifest records and `locos-bench models NAME` prints. The key never rides on the model,
     so a detector, which only sees the model, cannot read it."""
     from locos_bench.models.oracle_files import oracle_info
@@ -114,7 +115,7 @@ def describe_with_answer_key(model: LoadedModel) -> dict[str, Any]:
         key = planted_ground_truth(model.spec.alias)
     elif model.spec.source == "shipped":
         key = organism_ground_truth(model.spec.alias)
-    return {**model._facts(), **(key or {}), **(oracle_info(model.spec.alias) or {}), **model.info}
+    return {**model._facts(), **(key or {}), **(oracle_info(model.spec.alias, ablation) or {}), **model.info}
 
 
 def _check_device_dtype(device: str, dtype: str) -> tuple[str, Any]:

@@ -2,8 +2,10 @@
 where each lives, and what a run's manifest records of it, so the leaderboard reads the file
 the run was made with (its sha256) and never recomputes it.
 
-Looked up by model alias, as the planted and organism answer keys are: the file never rides
-on the model a detector scores.
+Looked up by model alias and ablation (`<alias>-<ablation>.json`), as the planted and organism
+answer keys are by alias: the file never rides on the model a detector scores, and a run reads
+the search made under its own ablation (one file each, so adding an ablation's search leaves
+the runs made with another's file untouched).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 from locos_bench.errors import LocosError
 
 ORACLE_DIR = Path(__file__).resolve().parents[1] / "data" / "oracle"
-"""`locos_bench/data/oracle/`: one `<alias>.json` per searched model (package data)."""
+"""`locos_bench/data/oracle/`: one `<alias>-<ablation>.json` per searched model and ablation
+(package data)."""
 
 
 def oracle_path(name: str) -> Path:
@@ -25,9 +28,10 @@ def oracle_path(name: str) -> Path:
     return ORACLE_DIR / name
 
 
-def oracle_info(alias: str) -> dict[str, Any] | None:
-    """`{"oracle_search": {"file", "sha256"}}` for a model with a shipped oracle, else None."""
-    path = ORACLE_DIR / f"{alias}.json"
+def oracle_info(alias: str, ablation: str) -> dict[str, Any] | None:
+    """`{"oracle_search": {"file", "sha256"}}` for a model with a shipped oracle under
+    `ablation` (as `AblationSpec` prints it), else None."""
+    path = ORACLE_DIR / f"{alias}-{ablation}.json"
     if not path.is_file():
         return None
     return {"oracle_search": {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}

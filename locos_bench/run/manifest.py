@@ -211,7 +211,7 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
     """
     from locos_bench.models import describe_with_answer_key
 
-    model_info = describe_with_answer_key(model)
+    model_info = describe_with_answer_key(model, str(config.ablation))
     if config.batch_size_chosen is not None:
         model_info["batch_size_chosen"] = config.batch_size_chosen
     return Manifest(

@@ -40,7 +40,7 @@ def shipped(tmp_path_factory):
     `locos_bench/data/oracle/`."""
     folder = tmp_path_factory.mktemp("oracle")
     code = _search_main()(["--model", "planted", "--tasks", "planted-kv", *SIZES, "--k-max", "3", "--prune", "4",
-                           "--resume-dir", str(folder / "resume"), "--out", str(folder / "planted.json")])
+                           "--resume-dir", str(folder / "resume"), "--out-dir", str(folder)])
     assert code == 0
     return folder
 
@@ -56,7 +56,9 @@ def test_the_run_records_the_oracle_and_the_section_reads_it(run_dir, shipped, m
     monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
     manifest, units = RunDir(run_dir.path).read_manifest(), RunDir(run_dir.path).read_units()
     info = manifest.model_info["oracle_search"]
-    data = read_oracle(shipped / info["file"], info["sha256"])
+    assert info["file"] == "planted-mean.json"
+    data, sha256 = read_oracle(shipped / info["file"])
+    assert sha256 == info["sha256"]
     stats = analyze(manifest, units, n_resamples=200)
     assert not stats.oracle_notes
     assert {(s.task, s.figure) for s in stats.oracle_shares} == {("planted-kv", "metric"), ("planted-kv", "gold")}
@@ -85,7 +87,7 @@ def test_the_run_records_the_oracle_and_the_section_reads_it(run_dir, shipped, m
 def test_an_oracle_of_other_examples_or_ablation_is_left_out_in_one_line(run_dir, shipped, monkeypatch):
     monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
     manifest = RunDir(run_dir.path).read_manifest()
-    data = json.loads((shipped / "planted.json").read_text())
+    data = json.loads((shipped / "planted-mean.json").read_text())
     entry = manifest.tasks[0]
     assert misfit(data, manifest, entry) is None
     other = json.loads(json.dumps(data))
@@ -103,6 +105,11 @@ def test_an_oracle_of_other_examples_or_ablation_is_left_out_in_one_line(run_dir
     other = json.loads(json.dumps(data))
     other["tasks"]["planted-kv"]["run_data_hash"] = "0" * 64
     assert "data hash" in misfit(other, manifest, entry)
+    assert (data["positionwise"], data["sink"]) == (manifest.positionwise, manifest.sink)
+    for option, value in (("positionwise", True), ("sink", "keep" if manifest.sink != "keep" else "mean")):
+        # the same ablation's name, other means
+        other = {**data, option: value}
+        assert f"has {option} {value!r}, the run's" in misfit(other, manifest, entry)
 
 
 def test_a_run_of_other_examples_gets_no_section_and_says_why(shipped, tmp_path, monkeypatch):
@@ -119,18 +126,36 @@ def test_a_damaged_or_changed_oracle_file_is_one_line_naming_it(run_dir, shipped
     shutil.copytree(shipped, damaged)
     monkeypatch.setattr(oracle_files, "ORACLE_DIR", damaged)
     manifest, units = run_dir.read_manifest(), run_dir.read_units()
-    path = damaged / "planted.json"
+    path = damaged / "planted-mean.json"
     text = path.read_text()
+    changed = json.loads(text)
+    changed["command"] += " --again"  # another search's file: valid, but not the run's
+    path.write_text(json.dumps(changed))
+    stats = analyze(manifest, units, n_resamples=50)
+    assert stats.oracle_shares == [] and stats.oracle_notes == [
+        "the oracle file planted-mean.json changed since the run (its sha256 differs from the manifest's): "
+        "restore the file the run used, or rerun the run"]
     path.write_text(text[: len(text) // 2])
-    with pytest.raises(LocosError, match=r"planted.json changed since the run"):
+    with pytest.raises(LocosError, match=r"planted-mean.json is not valid JSON .* truncated or corrupted"):
         analyze(manifest, units, n_resamples=50)
-    with pytest.raises(LocosError, match=r"planted.json is not valid JSON .* truncated or corrupted"):
-        read_oracle(path)
     path.write_text(json.dumps({"tasks": {"planted-kv": {}}}))
-    with pytest.raises(LocosError, match="lacks the search's fields"):
+    with pytest.raises(LocosError, match="planted-mean.json lacks the search's fields"):
         read_oracle(path)
     path.unlink()
-    with pytest.raises(LocosError, match="planted.json is missing"):
+    with pytest.raises(LocosError, match="planted-mean.json is missing"):
         analyze(manifest, units, n_resamples=50)
     with pytest.raises(LocosError, match="by its file name"):
-        oracle_files.oracle_path("../planted.json")
+        oracle_files.oracle_path("../planted-mean.json")
+
+
+def test_a_damaged_oracle_file_is_one_line_from_the_cli(run_dir, shipped, tmp_path, monkeypatch, capsys):
+    from locos_bench.cli import main
+
+    damaged = tmp_path / "oracle"
+    shutil.copytree(shipped, damaged)
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", damaged)
+    path = damaged / "planted-mean.json"
+    path.write_text(path.read_text()[:100])
+    assert main(["leaderboard", str(run_dir.path), "--out", str(tmp_path / "board")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "planted-mean.json is not valid JSON" in err[0] and "Traceback" not in err[0]

@@ -111,8 +111,8 @@ def _oracle_shares(manifest: Manifest, plan: RunPlan, done: dict, *, level: floa
         return [], []
     from locos_bench.models.oracle_files import oracle_path
 
-    data = read_oracle(oracle_path(found["file"]), found.get("sha256"))
-    return oracle_shares(manifest, plan, done, data, level=level, n_resamples=n_resamples)
+    data, sha256 = read_oracle(oracle_path(found["file"]))
+    return oracle_shares(manifest, plan, done, data, sha256=sha256, level=level, n_resamples=n_resamples)
 
 
 def _scores(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, dict[str, list[Any]]]:

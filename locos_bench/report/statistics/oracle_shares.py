@@ -94,19 +94,16 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def read_oracle(path: Path, sha256: str | None = None) -> dict[str, Any]:
-    """The oracle file a run recorded (its sha256 checked when given).
+def read_oracle(path: Path) -> tuple[dict[str, Any], str]:
+    """The oracle file a run recorded, and its sha256 (`misfit` compares it with the manifest's).
 
     Raises:
-        LocosError: missing, not JSON (a truncated file), without the search's fields, or
-            changed since the run: one line naming the file.
+        LocosError: missing, not JSON (a truncated file) or without the search's fields: one
+            line naming the file.
     """
     if not path.is_file():
         raise LocosError(f"the oracle file {path} is missing; restore it from git or rerun scripts/oracle_search.py")
     text = path.read_text()
-    if sha256 and sha256_text(text) != sha256:
-        raise LocosError(f"the oracle file {path} changed since the run (its sha256 differs from the manifest's); "
-                         "restore the file the run used, or rerun the run")
     try:
         data = json.loads(text)
         for entry in data["tasks"].values():
@@ -118,7 +115,7 @@ def read_oracle(path: Path, sha256: str | None = None) -> dict[str, Any]:
     except (KeyError, TypeError, AttributeError):
         raise LocosError(f"the oracle file {path} lacks the search's fields (tasks, ablations, necessity): "
                          "rerun scripts/oracle_search.py") from None
-    return data
+    return data, sha256_text(text)
 
 
 def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
@@ -138,6 +135,10 @@ def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
     if str(manifest.ablation) not in task["ablations"]:
         return (f"{entry.name}: the oracle searched under {', '.join(sorted(task['ablations']))}, "
                 f"the run ablates {manifest.ablation}")
+    for option in ("positionwise", "sink"):
+        if option in data and data[option] != getattr(manifest, option):
+            return (f"the oracle's {manifest.ablation} ablation has {option} {data[option]!r}, "
+                    f"the run's {getattr(manifest, option)!r}")
     return None
 
 
@@ -189,9 +190,14 @@ def _agreement(scores: np.ndarray, effects: np.ndarray, boot: Bootstrap, level: 
 
 
 def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any], *,
-                  level: float = LEVEL, n_resamples: int = N_RESAMPLES) -> tuple[list[OracleShares], list[str]]:
+                  sha256: str | None = None, level: float = LEVEL,
+                  n_resamples: int = N_RESAMPLES) -> tuple[list[OracleShares], list[str]]:
     """Every retrieval task of the run the oracle covers, per figure; and a line for each task
     left out (`misfit`, or a run's unablated values unlike the oracle's)."""
+    info = manifest.model_info.get("oracle_search", {})
+    if sha256 is not None and info.get("sha256") and sha256 != info["sha256"]:
+        return [], [f"the oracle file {info.get('file')} changed since the run (its sha256 differs from the "
+                    "manifest's): restore the file the run used, or rerun the run"]
     out, notes = [], []
     draw_sets = DrawSets(manifest.seed, n_resamples)
     ablation = str(manifest.ablation)
