@@ -24,6 +24,7 @@ from typing import Any
 
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.interrupts import watching
+from locos_bench.harness.oracle_scan import SingleHeadScan
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, timed
 from locos_bench.names import rank_heads
@@ -84,6 +85,7 @@ class Run:
         """`time.perf_counter()` when this session began (`run_benchmark`); None: no `total`."""
         self.done: dict[UnitKey, UnitRecord] = {}
         self._evaluated: dict[tuple, UnitRecord] = {}
+        self._scan: SingleHeadScan | None = None
         """(kind, task, head set) -> the unit that evaluated it first."""
 
     # -- setup -----------------------------------------------------------------------------
@@ -144,6 +146,7 @@ class Run:
             opened = opening.open()
             self.manifest, self.plan, self.done, self._earlier = opened.manifest, opened.plan, opened.done, opened.earlier
             self._write_manifest()
+            self._scan = SingleHeadScan(self.manifest, self._say)
             for unit in self.done.values():  # resumed units seed the identical-head-set cache
                 if unit.kind != UnitKind.SCORES and not unit.error:
                     self._evaluated.setdefault(_job_key(unit.key, _unit_heads(unit)), unit)
@@ -199,8 +202,12 @@ class Run:
 
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
         """Dispatch the group's distinct head sets; copy the evaluation of a repeated one (a
-        rank unit's gold log-prob also from an evaluation that ablated its one head)."""
+        rank unit's gold log-prob also from an evaluation that ablated its one head, or from
+        the shipped oracle's single-head scan)."""
         fresh, seen = [], set()
+        scanned = {job.key for job in jobs if self._from_scan(job)}
+        advance(len(scanned))
+        jobs = [job for job in jobs if job.key not in scanned]
         for job in jobs:
             jk = _job_key(job.key, job.heads)
             if job.key.kind == UnitKind.SCORES or (self._copy_from(job) is None and jk not in seen):
@@ -221,6 +228,16 @@ class Run:
             else:  # an identical head set was evaluated: copy its values
                 self._save(source.reused_as(job.key, job.heads, job.heads_from))
             advance(1)
+
+    def _from_scan(self, job: Job) -> bool:
+        """Save a rank unit read from the oracle's single-head scan (`SingleHeadScan`), if it can be."""
+        if job.key.kind != UnitKind.RANK or self._scan is None:
+            return False
+        values = self._scan.values(job.key.task, job.heads[0], self.done.get(self.plan.baseline_key(job.key.task)))
+        if values is None:
+            return False
+        self._save(UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: values}, from_oracle=True))
+        return True
 
     def _copy_from(self, job: Job) -> UnitRecord | None:
         """A finished unit whose values this job's would repeat: the same evaluation of the

@@ -217,6 +217,9 @@ class RankUnit(UnitRecord):
     """1-based rank in the detector's ranking."""
     head: list[int]
     values: dict[str, list[float]] = Field(default_factory=dict)
+    from_oracle: bool = False
+    """Read from the shipped oracle's single-head scan of the same examples and ablation
+    (`harness.oracle_scan`), not computed by this run."""
 
     @property
     def key(self) -> UnitKey:

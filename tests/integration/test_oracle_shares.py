@@ -24,7 +24,7 @@ from locos_bench.run import RunConfig, RunDir, RunPlan
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = ["--n-calib", "4", "--n-ref", "8", "--n-eval", "12"]
 RUN = dict(model="planted", tasks=["planted-kv"], detectors=["locos,attention,random"], budgets=[1, 2, 3],
-           n_calib=4, n_ref=8, n_eval=12, random_draws=2, rank_diagnostic=1, quiet=True)
+           n_calib=4, n_ref=8, n_eval=12, random_draws=2, rank_diagnostic=1, sufficiency=True, quiet=True)
 
 
 def _search_main():
@@ -61,8 +61,9 @@ def test_the_run_records_the_oracle_and_the_section_reads_it(run_dir, shipped, m
     assert sha256 == info["sha256"]
     stats = analyze(manifest, units, n_resamples=200)
     assert not stats.oracle_notes
-    assert {(s.task, s.figure) for s in stats.oracle_shares} == {("planted-kv", "metric"), ("planted-kv", "gold")}
-    gold = next(s for s in stats.oracle_shares if s.figure == "gold")
+    assert {(s.task, s.mode, s.figure) for s in stats.oracle_shares} == {
+        ("planted-kv", mode, figure) for mode in ("necessity", "sufficiency") for figure in ("metric", "gold")}
+    gold = next(s for s in stats.oracle_shares if s.figure == "gold" and s.mode == "necessity")
     result = data["tasks"]["planted-kv"]["ablations"]["mean"]["necessity"]
     base = np.asarray(data["tasks"]["planted-kv"]["ablations"]["mean"]["unablated"]["gold"])
     plan, done = RunPlan.from_manifest(manifest), {u.key: u for u in units}
@@ -82,6 +83,78 @@ def test_the_run_records_the_oracle_and_the_section_reads_it(run_dir, shipped, m
     assert next(r for r in gold.rows if r.detector == "random").spearman is None  # several draws
     page = render_markdown([stats])
     assert "# Against the oracle (cross-fitted causal search)" in page and "| share k=3" in page
+
+
+def test_the_kept_share_reads_the_oracles_sufficiency_above_the_floor(run_dir, shipped, monkeypatch):
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
+    manifest, units = run_dir.read_manifest(), run_dir.read_units()
+    stats = analyze(manifest, units, n_resamples=200)
+    kept = next(s for s in stats.oracle_shares if s.figure == "gold" and s.mode == "sufficiency")
+    data, _ = read_oracle(shipped / "planted-mean.json")
+    search = data["tasks"]["planted-kv"]["ablations"]["mean"]["sufficiency"]
+    oracle_floor = np.asarray(search["floor"]["gold"])
+    floor = next(u for u in units if u.kind == "suff" and u.detector == "baseline")
+    run_floor = np.asarray(floor.values["gold_logprob"])
+    np.testing.assert_allclose(run_floor, oracle_floor, atol=1e-3)
+    for k in (1, 2, 3):
+        oracle_kept = np.asarray(search["chosen"][str(k)]["gold"]) - oracle_floor
+        assert kept.oracle[k].value == pytest.approx(oracle_kept.mean())
+        unit = next(u for u in units if u.kind == "suff" and u.detector == "locos" and u.k == k)
+        row = next(r for r in kept.rows if r.detector == "locos")
+        assert row.share[k].value == pytest.approx((np.asarray(unit.values["gold_logprob"]) - run_floor).mean()
+                                                   / oracle_kept.mean())
+    singles = np.stack([np.asarray(v["gold"]) - oracle_floor for v in search["singles"].values()])
+    assert kept.random_single.value == pytest.approx(singles.mean())
+
+
+def test_random_at_k1_is_the_mean_over_every_single_head(run_dir, shipped, monkeypatch):
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
+    manifest, units = run_dir.read_manifest(), run_dir.read_units()
+    data, _ = read_oracle(shipped / "planted-mean.json")
+    singles = data["tasks"]["planted-kv"]["ablations"]["mean"]["necessity"]["singles"].values()
+    task = next(t for t in analyze(manifest, units, n_resamples=200).tasks if t.name == "planted-kv")
+    random = task.detectors["random"]
+    assert sorted(random.exact_k1) == sorted([task.headline, "gold_logprob"])
+    for metric, figure in ((task.headline, "metric"), ("gold_logprob", "gold")):
+        exact = np.mean([np.mean(s[figure]) for s in singles])
+        assert random.curves[metric].values[1].value == pytest.approx(exact)
+        drawn = np.mean([np.mean(u.values[metric]) for u in units
+                         if u.kind == "eval" and u.detector == "random" and u.k == 1])
+        assert drawn != pytest.approx(exact)  # two draws of 16 heads would not give it
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped.parent / "none")
+    assert analyze(manifest.model_copy(update={"model_info": {}}), units, n_resamples=50).tasks[0] \
+        .detectors["random"].exact_k1 == []
+
+
+def test_the_share_verdicts_are_one_family_of_pairs_and_say_what_they_cannot_separate(run_dir, shipped, monkeypatch):
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
+    stats = analyze(run_dir.read_manifest(), run_dir.read_units(), n_resamples=200)
+    gold = next(s for s in stats.oracle_shares if s.figure == "gold" and s.mode == "necessity")
+    ks = gold.family["budgets"]
+    assert ks and all(k <= 4 for k in ks)
+    assert gold.family["size"] == len(gold.verdicts) == len(ks)  # locos and attention: one pair per budget
+    for v in gold.verdicts:
+        assert {v.a, v.b} == {"locos", "attention"} and v.difference.value >= 0
+        assert v.separable == (v.difference.low > 0) and np.isfinite(v.mde)
+        a = next(r for r in gold.rows if r.detector == v.a)
+        b = next(r for r in gold.rows if r.detector == v.b)
+        assert v.difference.value == pytest.approx(a.share[v.k].value - b.share[v.k].value)
+    page = render_markdown([stats])
+    assert "Against the oracle, the pairs separable on the share of its effect (k ≤ 4): on planted-kv necessity" in page
+    assert f"Pairs ({len(gold.verdicts)} comparisons at k = {', '.join(map(str, ks))}" in page
+    assert "sufficiency, 12 examples. The oracle's kept above the floor" in page
+
+
+def test_the_rank_diagnostic_is_read_from_the_scan_and_equals_its_computation(run_dir, tmp_path, monkeypatch):
+    read = [u for u in run_dir.read_units() if u.kind == "rank"]
+    assert read and all(u.from_oracle and u.seconds == 0 for u in read)
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", tmp_path / "none")  # no oracle: computed
+    config = RunConfig(**{**RUN, "sufficiency": False}, output_dir=tmp_path / "run")
+    computed = {u.key: u for u in run_benchmark(config).read_units() if u.kind == "rank"}
+    assert set(computed) == {u.key for u in read}
+    for unit in read:
+        assert not computed[unit.key].from_oracle and unit.head == computed[unit.key].head
+        np.testing.assert_allclose(unit.values["gold_logprob"], computed[unit.key].values["gold_logprob"], atol=1e-4)
 
 
 def test_an_oracle_of_other_examples_or_ablation_is_left_out_in_one_line(run_dir, shipped, monkeypatch):
@@ -114,7 +187,8 @@ def test_an_oracle_of_other_examples_or_ablation_is_left_out_in_one_line(run_dir
 
 def test_a_run_of_other_examples_gets_no_section_and_says_why(shipped, tmp_path, monkeypatch):
     monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
-    run = run_benchmark(RunConfig(**{**RUN, "n_eval": 10, "budgets": [1]}, output_dir=tmp_path / "other"))
+    run = run_benchmark(RunConfig(**{**RUN, "n_eval": 10, "budgets": [1], "sufficiency": False},
+                                  output_dir=tmp_path / "other"))
     stats = analyze(run.read_manifest(), run.read_units(), n_resamples=100)
     assert stats.oracle_shares == [] and len(stats.oracle_notes) == 1
     assert "evaluation examples are not the run's" in stats.oracle_notes[0]

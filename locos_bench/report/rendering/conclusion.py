@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from locos_bench.report.rendering.display import fmt, fmt_ci, fmt_p, table
+from locos_bench.report.rendering.oracle_shares import oracle_sentence
 from locos_bench.report.statistics.results import FamilyStats, RunStats, Verdict
 
 FIGURES = {"headline": "headline drop-area", "gold_logprob": "gold log-prob drop-area (nats)"}
@@ -101,6 +102,9 @@ def conclusion(run: RunStats) -> str:
                  if f"ablation:{key}" in run.verdicts]
     if not sentences:
         sentences = ["No pre-specified comparison has data (no `locos` or `random` row)."]
+    oracle = oracle_sentence(run)
+    if oracle:
+        sentences.append(oracle)
     if run.manifest.calibration_draws <= 1:
         sentences.append("Each detector chose its heads once: its figures are conditional on those heads.")
     return " ".join([head, *sentences])

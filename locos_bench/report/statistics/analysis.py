@@ -25,7 +25,7 @@ from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstra
 from locos_bench.report.statistics.bottom_k import bottom_k
 from locos_bench.report.statistics.curves import add_versus, curve, detector_result
 from locos_bench.report.statistics.oracle import against_oracle
-from locos_bench.report.statistics.oracle_shares import oracle_shares, read_oracle
+from locos_bench.report.statistics.oracle_shares import oracle_shares, random_single, read_oracle
 from locos_bench.report.statistics.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.statistics.separability import rank_key, separability, truth_key
 from locos_bench.report.statistics.stability import fill_stability
@@ -35,6 +35,9 @@ from locos_bench.report.statistics.summary import summary as summarise
 from locos_bench.report.statistics.truth import ground_truth, truth_sets
 from locos_bench.report.statistics.units import DrawSets, Unit, first_line, unit_label, vector
 from locos_bench.run import BASELINE, Manifest, RunPlan
+
+RANDOM = "random"
+"""The detector whose k = 1 mean the oracle's single-head scan gives exactly (uniform heads)."""
 
 
 def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_RESAMPLES,
@@ -56,6 +59,8 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     sets = truth_sets(manifest)
     tasks: list[TaskResult] = []
     draw_sets = DrawSets(manifest.seed, n_resamples)
+    shipped = _shipped_oracle(manifest)
+    exact = random_single(manifest, plan, done, *shipped) if shipped else {}
 
     for entry in manifest.tasks:
         if entry.kind == "variant":  # evaluated only unablated and steered (`report.statistics.steering`)
@@ -83,14 +88,16 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                 baseline.curves[m] = curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
         for source in plan.sources(entry.name):
             tasks.append(_task_result(plan, manifest, entry, source, n, done, boot, weights, base, metrics,
-                                      headline, sizes, baseline, sets, draw_sets, n_resamples))
+                                      headline, sizes, baseline, sets, draw_sets, n_resamples,
+                                      exact.get(entry.name) if source == entry.name else None))
     summary = summarise(plan, tasks)
     suff, suff_summary, suff_verdicts = sufficiency(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
     steer, steer_summary, steer_verdicts = steering(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples,
                                                     method=method, level=level)
     bottom, bottom_verdicts = bottom_k(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
     oracle = against_oracle(manifest, _scores(plan, manifest, done), level=level)
-    shares, notes = _oracle_shares(manifest, plan, done, level=level, n_resamples=n_resamples)
+    shares, notes = oracle_shares(manifest, plan, done, shipped[0], sha256=shipped[1], level=level,
+                                  n_resamples=n_resamples) if shipped else ([], [])
     run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
                    failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
                    truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
@@ -101,18 +108,15 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     return run
 
 
-def _oracle_shares(manifest: Manifest, plan: RunPlan, done: dict, *, level: float,
-                   n_resamples: int) -> tuple[list[Any], list[str]]:
-    """The section against a real model's shipped oracle (`oracle_shares`), when the run's
-    manifest names one (`model_info["oracle_search"]`): read, its sha256 checked, never
-    recomputed."""
+def _shipped_oracle(manifest: Manifest) -> tuple[dict, str] | None:
+    """The shipped oracle file the run's manifest names (`model_info["oracle_search"]`) and its
+    sha256, read and never recomputed; None when it names none."""
     found = manifest.model_info.get("oracle_search")
     if not found:
-        return [], []
+        return None
     from locos_bench.models.oracle_files import oracle_path
 
-    data, sha256 = read_oracle(oracle_path(found["file"]))
-    return oracle_shares(manifest, plan, done, data, sha256=sha256, level=level, n_resamples=n_resamples)
+    return read_oracle(oracle_path(found["file"]))
 
 
 def _scores(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, dict[str, list[Any]]]:
@@ -131,18 +135,21 @@ def _scores(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, dict[str
 def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: int, done: dict,
                  boot: Bootstrap, weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str],
                  headline: str, sizes: dict[str, int], baseline: DetectorResult, sets: dict | None,
-                 draw_sets: DrawSets, n_resamples: int) -> TaskResult:
+                 draw_sets: DrawSets, n_resamples: int, exact: dict[str, np.ndarray] | None) -> TaskResult:
     """Every detector on one task with the heads chosen on `source` (the task itself, or for
     a control task one retrieval task). Selection stability and the ground truth belong to
     the task that chose the heads: only its own result has them. A control evaluated at the
-    largest budget only (`RunPlan.budgets_of`) has its curves at that budget."""
+    largest budget only (`RunPlan.budgets_of`) has its curves at that budget. `exact`: the
+    shipped oracle's mean over every single head (`random_single`), which `random` at k = 1
+    estimates: its draws' k = 1 values are replaced by it."""
     budgets = list(plan.budgets)
     own = list(plan.budgets_of(entry.name))
     if own != budgets:
         weights = curve_weights(own)
     results: dict[str, DetectorResult] = {}
     for det in plan.detectors:
-        res = detector_result(plan, det.name, entry.name, source, n, done, boot, weights, base, metrics, draw_sets)
+        res = detector_result(plan, det.name, entry.name, source, n, done, boot, weights, base, metrics, draw_sets,
+                              exact_single=exact if det.name == RANDOM else None)
         if res.scores is not None:  # the harness's ranking: its heads and its ties
             res.ranking = rank_heads(res.scores, tie_seed=manifest.tie_seed)
         results[det.name] = res

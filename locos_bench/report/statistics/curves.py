@@ -76,10 +76,15 @@ def curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nda
 
 def detector_result(plan: RunPlan, name: str, task: str, source: str, n: int, done: dict, boot: Bootstrap,
                     weights: np.ndarray, base: dict[str, np.ndarray], metrics: list[str],
-                    draw_sets: DrawSets | None = None) -> DetectorResult:
+                    draw_sets: DrawSets | None = None, exact_single: dict[str, np.ndarray] | None = None
+                    ) -> DetectorResult:
     """One detector on `task` with the heads chosen on `source`: its curves from every draw whose
     units are complete (two levels over several draws), its cost, its ablated heads, and the
-    per-rank diagnostic (first draw); `error` says why a detector has no curves."""
+    per-rank diagnostic (first draw); `error` says why a detector has no curves.
+
+    `exact_single` (uniform random heads only): metric -> the per-example mean over every single
+    head ablated alone, which replaces each draw's k = 1 values of that metric (`exact_k1`
+    lists the metrics), so k = 1 carries no between-draw variance."""
     res = DetectorResult(name=name, stochastic=plan.detector(name).stochastic)
     per_draw: list[dict[str, dict[int, np.ndarray]]] = []
     costs: list[tuple[float, int]] = []
@@ -107,6 +112,12 @@ def detector_result(plan: RunPlan, name: str, task: str, source: str, n: int, do
         if base:
             per_draw.append({m: {e.k: vector(e, m, n) for e in evals} for m in metrics})
             res.draws.append(draw)
+    if exact_single and per_draw and 1 in per_draw[0][metrics[0]]:
+        for m in metrics:
+            if m in exact_single:
+                for d in per_draw:
+                    d[m][1] = np.asarray(exact_single[m], dtype=np.float64)
+                res.exact_k1.append(m)
     if costs:
         res.seconds = float(np.mean([c[0] for c in costs]))
         res.forward_passes = float(np.mean([c[1] for c in costs]))

@@ -33,18 +33,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from locos_bench.errors import LocosError
 from locos_bench.names import head_name
 from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, Estimate, curve_weights, task_seed
 from locos_bench.report.statistics.ratios import fieller
+from locos_bench.report.statistics.simultaneous import Paired, family_seed, simultaneous
 from locos_bench.report.statistics.units import DrawSets, draw_term, vector
 from locos_bench.run import RunPlan
 
 FIGURES = {"metric": "headline", "gold": "gold_logprob"}
 """The oracle file's figures -> the run's metric names (`metric`: the task's headline)."""
 TOP = 8
+SEPARATE_UP_TO = 4
+"""The budgets whose shares the verdicts compare: up to 4, where the detectors' heads differ
+(past it most detectors have taken the metric to its floor)."""
 """Heads of largest single-head effect the AUROC asks a detector to find."""
 UNCHANGED_ATOL = 1e-3
 """How far the run's unablated per-example values may lie from the oracle's (the same
@@ -64,6 +68,23 @@ class ShareRow(BaseModel):
     most heads at 0; None for a detector with several draws)."""
     auroc: Estimate | None = None
     """Its scores against membership of the `TOP` heads of largest single-head effect."""
+    effects: dict[int, Any] = Field(default_factory=dict, exclude=True)
+    """Budget k -> its per-example effect (`[n]`; None for a detector with several draws): what
+    the share comparisons pair (`share_family`)."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+
+class ShareVerdict(BaseModel):
+    """A's share minus B's at budget k, in one simultaneous family."""
+
+    a: str
+    b: str
+    k: int
+    difference: Estimate
+    p: float
+    mde: float
+    separable: bool
 
 
 class OracleShares(BaseModel):
@@ -72,6 +93,9 @@ class OracleShares(BaseModel):
     task: str
     figure: str
     """`metric` (the task's headline) or `gold` (the gold log-prob, nats)."""
+    mode: str = "necessity"
+    """`necessity` (the effect: the drop from the unablated model) or `sufficiency` (the value
+    kept with only the set full, above the floor of every head streaming)."""
     ablation: str
     n_examples: int
     k_max: int
@@ -80,7 +104,7 @@ class OracleShares(BaseModel):
     """Candidates each greedy step tried (None: every head)."""
     budgets: list[int]
     oracle: dict[int, Estimate]
-    """Budget k -> the oracle's cross-fitted drop."""
+    """Budget k -> the oracle's cross-fitted effect."""
     chosen: dict[int, list[str]]
     """Budget k -> the set each fold chose (fold 0, fold 1)."""
     random_single: Estimate
@@ -88,6 +112,12 @@ class OracleShares(BaseModel):
     top: list[str]
     """The `TOP` heads of largest single-head effect, largest first (gold log-prob only)."""
     rows: list[ShareRow]
+    verdicts: list[ShareVerdict] = Field(default_factory=list)
+    """Every pair of deterministic detectors at each budget up to `SEPARATE_UP_TO`, one family
+    (`share_family`), separable first."""
+    family: dict[str, Any] = Field(default_factory=dict)
+    """The family's size, smallest attainable p, and median minimum detectable difference (in
+    shares of the oracle's effect)."""
 
 
 def sha256_text(text: str) -> str:
@@ -189,18 +219,16 @@ def _agreement(scores: np.ndarray, effects: np.ndarray, boot: Bootstrap, level: 
     return out[0], out[1]
 
 
-def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any], *,
-                  sha256: str | None = None, level: float = LEVEL,
-                  n_resamples: int = N_RESAMPLES) -> tuple[list[OracleShares], list[str]]:
-    """Every retrieval task of the run the oracle covers, per figure; and a line for each task
-    left out (`misfit`, or a run's unablated values unlike the oracle's)."""
+def fitting(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any],
+            sha256: str | None = None) -> tuple[dict[str, Mapping[str, Any]], list[str]]:
+    """Retrieval task -> the oracle's search under the run's ablation, for every task it can be
+    read against (the file the run recorded, `misfit` None, and the run's unablated values the
+    oracle's on both figures); and a line for each task left out."""
     info = manifest.model_info.get("oracle_search", {})
     if sha256 is not None and info.get("sha256") and sha256 != info["sha256"]:
-        return [], [f"the oracle file {info.get('file')} changed since the run (its sha256 differs from the "
+        return {}, [f"the oracle file {info.get('file')} changed since the run (its sha256 differs from the "
                     "manifest's): restore the file the run used, or rerun the run"]
-    out, notes = [], []
-    draw_sets = DrawSets(manifest.seed, n_resamples)
-    ablation = str(manifest.ablation)
+    fits, notes = {}, []
     for entry in manifest.tasks:
         if entry.kind != "retrieval":
             continue
@@ -208,48 +236,119 @@ def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: M
         base_unit = done.get(plan.baseline_key(entry.name))
         if reason is None and (base_unit is None or base_unit.error is not None):
             reason = f"{entry.name}: the run has no unablated evaluation"
+        if reason is None:
+            result = data["tasks"][entry.name]["ablations"][str(manifest.ablation)]
+            reason = _unlike(entry, base_unit, result["unablated"], "unablated")
         if reason is not None:
             notes.append(reason)
             continue
-        result = data["tasks"][entry.name]["ablations"][ablation]
-        n = len(entry.splits["evaluation"])
-        for figure, metric_key in FIGURES.items():
-            metric = entry.metrics[0] if metric_key == "headline" else metric_key
-            run_base = vector(base_unit, metric, n)
-            oracle_base = np.asarray(result["unablated"][figure], dtype=np.float64)
-            if oracle_base.shape != run_base.shape or not np.allclose(oracle_base, run_base, atol=UNCHANGED_ATOL):
-                notes.append(f"{entry.name}: the run's unablated {metric} is not the oracle's on the same examples "
-                             "(another model file, dtype or device)")
-                break
-            out.append(_task_figure(manifest, plan, done, entry.name, figure, metric, n, result, run_base,
-                                    oracle_base, draw_sets, ablation, level, n_resamples))
+        fits[entry.name] = result
+    return fits, notes
+
+
+def _unlike(entry: Any, unit: Any, oracle: Mapping[str, Any], what: str) -> str | None:
+    """Why the run's `unit` is not the oracle's evaluation of the same thing (None: it is)."""
+    n = len(entry.splits["evaluation"])
+    for figure, metric_key in FIGURES.items():
+        metric = entry.metrics[0] if metric_key == "headline" else metric_key
+        ours, theirs = vector(unit, metric, n), np.asarray(oracle[figure], dtype=np.float64)
+        if theirs.shape != ours.shape or not np.allclose(theirs, ours, atol=UNCHANGED_ATOL):
+            return (f"{entry.name}: the run's {what} {metric} is not the oracle's on the same examples "
+                    "(another model file, dtype or device)")
+    return None
+
+
+def random_single(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any],
+                  sha256: str | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Retrieval task -> metric -> the per-example mean over every single head ablated alone:
+    what `random` at k = 1 estimates, exactly (its headline metric and gold log-prob, the two
+    figures the scan holds), for every task the oracle fits."""
+    fits, _ = fitting(manifest, plan, done, data, sha256)
+    out = {}
+    for entry in manifest.tasks:
+        if entry.name in fits:
+            singles = list(fits[entry.name]["necessity"]["singles"].values())
+            out[entry.name] = {metric: np.mean([np.asarray(s[figure], dtype=np.float64) for s in singles], axis=0)
+                               for figure, metric in ((f, entry.metrics[0] if m == "headline" else m)
+                                                      for f, m in FIGURES.items())}
+    return out
+
+
+def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any], *,
+                  sha256: str | None = None, level: float = LEVEL,
+                  n_resamples: int = N_RESAMPLES) -> tuple[list[OracleShares], list[str]]:
+    """Every retrieval task of the run the oracle covers, per mode and figure (sufficiency where
+    the oracle searched it and the run has `--sufficiency` with the same streaming); and a line
+    for each task or mode left out."""
+    fits, notes = fitting(manifest, plan, done, data, sha256)
+    out = []
+    draw_sets = DrawSets(manifest.seed, n_resamples)
+    for entry in manifest.tasks:
+        if entry.name not in fits:
+            continue
+        result = fits[entry.name]
+        base_unit = done.get(plan.baseline_key(entry.name))
+        refs = {"necessity": (base_unit, result["unablated"])}
+        if manifest.sufficiency is not None and "sufficiency" in result:
+            streaming = data.get("search", {}).get("sufficiency", {})
+            floor = done.get(plan.floor_key(entry.name))
+            if (streaming.get("kv_sink"), streaming.get("kv_window")) != (manifest.sufficiency.sink,
+                                                                          manifest.sufficiency.window):
+                notes.append(f"{entry.name}: the oracle's sufficiency streams with sink {streaming.get('kv_sink')} "
+                             f"and window {streaming.get('kv_window')}, the run's with {manifest.sufficiency.sink} "
+                             f"and {manifest.sufficiency.window}")
+            elif floor is None or floor.error is not None:
+                notes.append(f"{entry.name}: the run has no sufficiency floor")
+            else:
+                reason = _unlike(entry, floor, result["sufficiency"]["floor"], "sufficiency floor")
+                if reason is None:
+                    refs["sufficiency"] = (floor, result["sufficiency"]["floor"])
+                else:
+                    notes.append(reason)
+        for mode, (ref_unit, oracle_ref) in refs.items():
+            for figure in FIGURES:
+                out.append(_task_figure(manifest, plan, done, entry, mode, figure, result, ref_unit, oracle_ref,
+                                        draw_sets, level, n_resamples))
     return out, notes
 
 
-def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], task: str, figure: str, metric: str, n: int,
-                 result: Mapping[str, Any], run_base: np.ndarray, oracle_base: np.ndarray, draw_sets: DrawSets,
-                 ablation: str, level: float, n_resamples: int) -> OracleShares:
-    boot = Bootstrap(n, n_resamples=n_resamples, seed=task_seed(manifest.seed, f"oracle:{task}"), level=level)
-    necessity = result["necessity"]
+def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: Any, mode: str, figure: str,
+                 result: Mapping[str, Any], ref_unit: Any, oracle_ref: Mapping[str, Any], draw_sets: DrawSets,
+                 level: float, n_resamples: int) -> OracleShares:
+    """One task, mode and figure. The effect of a set, per example: the unablated value minus
+    the ablated one (necessity), or the value kept minus the floor's (sufficiency)."""
+    task, n = entry.name, len(entry.splits["evaluation"])
+    metric = entry.metrics[0] if figure == "metric" else FIGURES[figure]
+    sign = 1.0 if mode == "necessity" else -1.0
+    run_ref = vector(ref_unit, metric, n)
+    oracle_base = np.asarray(oracle_ref[figure], dtype=np.float64)
+
+    def effect(ref: np.ndarray, values: Any) -> np.ndarray:
+        return sign * (ref - np.asarray(values, dtype=np.float64))
+
+    boot = Bootstrap(n, n_resamples=n_resamples, seed=task_seed(manifest.seed, f"oracle:{task}:{mode}"), level=level)
+    search = result[mode]
     k_max = int(result["k_max"])
-    budgets = [k for k in plan.budgets_of(task) if k <= k_max]
-    oracle_drop = {k: oracle_base - np.asarray(necessity["chosen"][str(k)][figure], dtype=np.float64) for k in budgets}
-    names = list(necessity["singles"])
-    singles = np.stack([oracle_base - np.asarray(necessity["singles"][h][figure], dtype=np.float64) for h in names])
+    budgets = [k for k in (plan.budgets_of(task) if mode == "necessity" else plan.budgets) if k <= k_max]
+    oracle_effect = {k: effect(oracle_base, search["chosen"][str(k)][figure]) for k in budgets}
+    names = list(search["singles"])
+    singles = np.stack([effect(oracle_base, search["singles"][h][figure]) for h in names])
     order = np.argsort(-singles.mean(1), kind="stable")
     weights = curve_weights(budgets) if budgets else np.ones(0)
-    oracle_area = sum(w * oracle_drop[k] for w, k in zip(weights, budgets)) if budgets else None
+    oracle_area = sum(w * oracle_effect[k] for w, k in zip(weights, budgets)) if budgets else None
     rows = []
     for det in plan.detectors:
         draws = []
         for draw in plan.draws(det):
-            evals = {e.k: e for e in (done.get(key) for key in plan.eval_keys(task, det.name, draw)) if e is not None}
-            if all(k in evals and evals[k].error is None for k in budgets):
-                draws.append({k: run_base - vector(evals[k], metric, n) for k in budgets})
+            keys = plan.eval_keys(task, det.name, draw) if mode == "necessity" else plan.sufficiency_keys(
+                task, det.name, draw)
+            units = {u.k: u for u in (done.get(key) for key in keys) if u is not None}
+            if all(k in units and units[k].error is None for k in budgets):
+                draws.append({k: effect(run_ref, vector(units[k], metric, n)) for k in budgets})
         if not draws:
             continue
         draw_set = draw_sets(det.name, det.stochastic, list(range(len(draws)))) if len(draws) > 1 else None
-        share = {k: fieller(draw_term([d[k] for d in draws], draw_set), oracle_drop[k], level) for k in budgets}
+        share = {k: fieller(draw_term([d[k] for d in draws], draw_set), oracle_effect[k], level) for k in budgets}
         area = None
         if budgets:
             areas = [sum(w * d[k] for w, k in zip(weights, budgets)) for d in draws]
@@ -261,16 +360,53 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], task: st
             by_name = {head_name((layer, head)): grid[layer, head]
                        for layer in range(grid.shape[0]) for head in range(grid.shape[1])}
             spearman, auroc = _agreement(np.array([by_name[h] for h in names]), singles, boot, level)
-        rows.append(ShareRow(detector=det.name, share=share, area=area, spearman=spearman, auroc=auroc))
+        rows.append(ShareRow(detector=det.name, share=share, area=area, spearman=spearman, auroc=auroc,
+                             effects={k: draws[0][k] if len(draws) == 1 else None for k in budgets}))
     rows.sort(key=lambda r: (-(r.area.value if r.area is not None and np.isfinite(r.area.value) else -np.inf),
                              r.detector))
-    return OracleShares(task=task, figure=figure, ablation=ablation, n_examples=n, k_max=k_max,
-                        prune=result.get("prune"), budgets=budgets,
-                        oracle={k: boot.estimate(v) for k, v in oracle_drop.items()},
-                        chosen={k: [fold["path"][k - 1] for fold in necessity["folds"]] for k in budgets},
+    oracle = {k: boot.estimate(v) for k, v in oracle_effect.items()}
+    verdicts, family = share_family(rows, oracle, level=level, n_resamples=n_resamples,
+                                    seed=family_seed(manifest.seed, f"oracle-share:{task}:{mode}:{figure}"))
+    return OracleShares(task=task, figure=figure, mode=mode, ablation=str(manifest.ablation), n_examples=n,
+                        k_max=k_max, prune=result.get("prune"), budgets=budgets,
+                        oracle=oracle, verdicts=verdicts, family=family,
+                        chosen={k: [fold["path"][k - 1] for fold in search["folds"]] for k in budgets},
                         random_single=boot.estimate(singles.mean(0)),
                         top=[names[i] for i in order[:TOP]] if figure == "gold" else [],
                         rows=rows)
 
 
-__all__ = ["OracleShares", "ShareRow", "misfit", "oracle_shares", "read_oracle", "sha256_text"]
+def share_family(rows: list[ShareRow], oracle: Mapping[int, Estimate], *, level: float, n_resamples: int,
+                 seed: Any) -> tuple[list[ShareVerdict], dict[str, Any]]:
+    """Every pair of detectors with one draw, at each budget up to `SEPARATE_UP_TO` whose oracle
+    effect is above 0 (interval), as one max-T family (`simultaneous`): the difference of their
+    shares, per example the difference of their effects over the oracle's mean effect (the
+    oracle's mean taken as given: the denominator is common to the pair, so it scales the
+    difference and cannot change its sign)."""
+    ks = [k for k in sorted(oracle) if k <= SEPARATE_UP_TO and oracle[k].low > 0]
+    names = [r for r in rows if all(r.effects.get(k) is not None for k in ks)]
+    comps, data = [], []
+    for k in ks:
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                comps.append((a.detector, b.detector, k))
+                data.append(Paired({"oracle": (1.0, (a.effects[k] - b.effects[k]) / oracle[k].value)}))
+    if not data:
+        return [], {}
+    res = simultaneous(data, level=level, n_resamples=n_resamples, seed=seed)
+    verdicts = []
+    for i, (a, b, k) in enumerate(comps):
+        est, low, high = float(res.estimate[i]), *res.interval(i)
+        if est < 0:  # the larger share first
+            a, b, est, low, high = b, a, -est, -high, -low
+        verdicts.append(ShareVerdict(a=a, b=b, k=k, difference=Estimate(est, low, high), p=float(res.p[i]),
+                                     mde=res.mde(i), separable=res.separable(i)))
+    verdicts.sort(key=lambda v: (not v.separable, v.p, v.k, v.a, v.b))
+    mdes = [v.mde for v in verdicts if np.isfinite(v.mde)]
+    family = {"size": len(data), "budgets": ks, "p_min": res.p_min, "units": res.units,
+              "median_mde": float(np.median(mdes)) if mdes else float("inf")}
+    return verdicts, family
+
+
+__all__ = ["OracleShares", "ShareRow", "ShareVerdict", "share_family", "fitting", "misfit", "oracle_shares", "random_single", "read_oracle",
+           "sha256_text"]

@@ -211,6 +211,9 @@ class DetectorResult(DetectorRow):
     per-example scores were recorded; None otherwise (`stability_na` says why)."""
     stability_na: str | None = None
     """Why `stability` is not available (a retrieval task's detector only)."""
+    exact_k1: list[str] = Field(default_factory=list)
+    """Metrics whose k = 1 values are the shipped oracle's mean over every single head, not
+    draws (`random` only: what its k = 1 estimates, exactly)."""
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,59 @@
+"""The rank diagnostic read from a shipped oracle's single-head scan (`scripts/oracle_search.py`):
+the scan ablated every head alone on the run's own evaluation examples under the run's own
+ablation, so a rank unit (a detector's rank-r head alone, its gold log-prob) is already
+measured there. Read only where the file is the one the run recorded (its sha256), fits the
+task (`report.statistics.oracle_shares.misfit`) and its unablated gold log-probs are the
+run's to `UNCHANGED_ATOL`; anywhere else the unit is computed as always.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from locos_bench.errors import LocosError
+from locos_bench.names import head_name
+from locos_bench.report.statistics.oracle_shares import UNCHANGED_ATOL, misfit, read_oracle
+
+GOLD = "gold_logprob"
+
+
+class SingleHeadScan:
+    """Per retrieval task, the scan's per-example gold log-prob with each head ablated alone."""
+
+    def __init__(self, manifest: Any, say: Callable[[str, str], None]) -> None:
+        self.tasks: dict[str, Mapping[str, Any]] = {}
+        info = manifest.model_info.get("oracle_search")
+        if not info:
+            return
+        from locos_bench.models.oracle_files import oracle_path
+
+        try:
+            data, sha256 = read_oracle(oracle_path(info["file"]))
+        except LocosError as exc:
+            say("warn", f"the rank diagnostic is computed, not read from the oracle: {exc}")
+            return
+        if sha256 != info.get("sha256"):
+            say("warn", f"the rank diagnostic is computed: the oracle file {info['file']} is not the one "
+                        "the run recorded (sha256)")
+            return
+        for entry in manifest.tasks:
+            if entry.kind == "retrieval" and misfit(data, manifest, entry) is None:
+                self.tasks[entry.name] = data["tasks"][entry.name]["ablations"][str(manifest.ablation)]
+
+    def values(self, task: str, head: Sequence[int], baseline: Any) -> list[float] | None:
+        """The scan's gold log-probs of `head` ablated alone on `task`, or None where the scan
+        cannot stand in (no fitting scan, no unablated unit, or unablated values not the run's)."""
+        result = self.tasks.get(task)
+        if result is None or baseline is None or baseline.error is not None or GOLD not in baseline.values:
+            return None
+        ours, theirs = np.asarray(baseline.values[GOLD], float), np.asarray(result["unablated"]["gold"], float)
+        if ours.shape != theirs.shape or not np.allclose(ours, theirs, atol=UNCHANGED_ATOL):
+            return None
+        single = result["necessity"]["singles"].get(head_name((int(head[0]), int(head[1]))))
+        return None if single is None else [float(v) for v in single["gold"]]
+
+
+__all__ = ["SingleHeadScan"]
