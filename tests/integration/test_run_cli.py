@@ -163,7 +163,7 @@ def test_run_help_shows_each_presets_values(capsys):
         cli.main(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert exit_.value.code == 0
-    assert ("default: --tasks kv-retrieval,niah-literal,arithmetic --budgets 1,4,8 --n-calib 8 --n-ref 4 --n-eval 16 "
+    assert ("default: --tasks kv-retrieval,niah-literal,arithmetic --budgets 1,2,4,8 --n-calib 8 --n-ref 4 --n-eval 16 "
             "--random-draws 5 --rank-diagnostic 3 --bottom-k locos --control-budgets largest;") in text
     assert "quick: --tasks kv-retrieval,arithmetic --budgets 1,4 --n-calib 2 --n-ref 4 --n-eval 6" in text
     assert "--random-seed" not in text  # a preset value without a flag is not shown as one
