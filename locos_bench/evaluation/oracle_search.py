@@ -26,7 +26,9 @@ Definitions: `docs/methodology.md` (Ground truth on real weights).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -117,11 +119,36 @@ class SetStore:
         self.puts = 0
         if path is None:
             return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._hold(path.with_name(path.name + ".lock"))
         if path.exists() and path.stat().st_size:
             self._read(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"identity": identity}, sort_keys=True) + "\n")
+
+    def _hold(self, lock: Path) -> None:
+        """Hold the resume file for this search while it lives: a second search of the same file
+        fails at once, naming the holder (an advisory `flock` the kernel drops when this process
+        ends, however it ends), so two searches never append the same sets."""
+        self._lock = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lock, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+            self.close()
+            raise LocosError(f"{self.path} is in use by another search ({holder}); wait for it to finish "
+                             "or pass another --resume-dir") from None
+        os.ftruncate(self._lock, 0)
+        os.pwrite(self._lock, f"pid {os.getpid()}".encode(), 0)
+
+    def close(self) -> None:
+        """Let another search have the resume file (closing the lock's descriptor drops it)."""
+        if getattr(self, "_lock", None) is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    __del__ = close
 
     def _read(self, path: Path) -> None:
         lines = path.read_text().split("\n")

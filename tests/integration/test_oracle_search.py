@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 
 import pytest
 import torch
@@ -126,6 +127,15 @@ def test_a_resume_file_of_another_search_is_refused(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(LocosError, match="not a search's resume file"):
         osr.SetStore(path, {"model": "planted"})
+
+
+def test_a_resume_file_is_one_searchs_at_a_time(tmp_path):
+    path = tmp_path / "resume.jsonl"
+    first = osr.SetStore(path, {"model": "planted"})
+    with pytest.raises(LocosError, match=rf"{path} is in use by another search \(pid {os.getpid()}\)"):
+        osr.SetStore(path, {"model": "planted"})
+    first.close()
+    osr.SetStore(path, {"model": "planted"}).close()  # free again
 
 
 def test_unpruned_greedy_tries_every_head(setting):
