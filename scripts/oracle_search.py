@@ -7,9 +7,10 @@ The splits are the run's own: `locos-bench run --model MODEL --preset PRESET --s
 the same reference (the means) and evaluation examples, checked by their hash. Per retrieval
 task of the preset: necessity under each `--ablations` ablation and sufficiency (every other
 head streaming, the preset's `--kv-sink` / `--kv-window`). Writes
-one file per ablation, `locos_bench/data/oracle/MODEL-ABLATION.json` (shipped with the package:
-a run under that ablation records its sha256; sufficiency, which ablates nothing, goes into the
-first ablation's file), and prints the time it took. Every set's outcome is appended to `--resume-dir`/MODEL-TASK-MODE.jsonl
+one file per ablation's necessity search, `locos_bench/data/oracle/MODEL-ABLATION.json`, and one
+of the sufficiency search (which ablates nothing), `MODEL-sufficiency.json`: shipped with the
+package, a run records the sha256 of the file of its ablation and of the sufficiency file. It
+prints the time it took. Every set's outcome is appended to `--resume-dir`/MODEL-TASK-MODE.jsonl
 as it is measured: a rerun of the same command measures only what is missing.
 """
 
@@ -50,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--resume-dir", type=Path, default=ROOT / "runs" / "oracle-search")
     parser.add_argument("--out-dir", type=Path, default=ORACLE_DIR,
-                        help="where MODEL-ABLATION.json is written (default: locos_bench/data/oracle/)")
+                        help="where MODEL-ABLATION.json and MODEL-sufficiency.json are written "
+                             "(default: locos_bench/data/oracle/)")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -99,12 +101,17 @@ def _run(args: argparse.Namespace) -> int:
     header: dict[str, Any] = {
         "model": args.model, "resolves_to": model.spec.resolves_to, "n_heads": len(heads),
         "splits_from": {"preset": args.preset, "seed": args.seed, "n_ref": config.n_ref, "n_eval": config.n_eval},
-        "search": {"k_max": args.k_max, "prune": prune, "greedy_on": "gold", "folds": 2,
-                   "sufficiency": {"kv_sink": config.kv_sink, "kv_window": config.kv_window}},
+        "search": {"k_max": args.k_max, "prune": prune, "greedy_on": "gold", "folds": 2},
         "command": command,
     }
-    outs: dict[str, dict[str, Any]] = {str(a): {**header, "ablation": str(a), "positionwise": a.positionwise,
-                                                "sink": a.sink, "tasks": {}} for a in ablations}
+    outs: dict[str, dict[str, Any]] = {}  # file label -> its contents
+    if "necessity" in modes:
+        for a in ablations:
+            outs[str(a)] = {**header, "mode": "necessity", "ablation": str(a), "positionwise": a.positionwise,
+                            "sink": a.sink, "tasks": {}}
+    if "sufficiency" in modes:
+        outs["sufficiency"] = {**header, "mode": "sufficiency", "tasks": {},
+                               "streaming": {"kv_sink": config.kv_sink, "kv_window": config.kv_window}}
     for name, data in tasks.items():
         examples = data.evaluation
         items = [ex.item for ex in examples]
@@ -115,28 +122,31 @@ def _run(args: argparse.Namespace) -> int:
                                  "version": data.spec.version}
         identity = {"model": args.model, "task": name, "version": data.spec.version, "data_hash": entry["data_hash"],
                     "k_max": args.k_max, "prune": prune, "seed": args.seed}
-        for ablation in ablations:
-            measures: dict[str, Any] = {}
-            if "necessity" in modes:
+        for label, out in outs.items():
+            if label == "sufficiency":
+                measure = osr.sufficiency_measure(model, data.spec, examples, sink=config.kv_sink,
+                                                  window=config.kv_window, batch_size=config.batch_size)
+                who = {"streaming": out["streaming"]}
+            else:
+                ablation = next(a for a in ablations if str(a) == label)
                 ids = [t.input_ids for t in data.tokenized(model, "reference")]
                 means = reference_means(model, ids, positionwise=ablation.positionwise, site=ablation.site) \
                     if ablation.needs_reference else None
-                measures["necessity"] = osr.necessity_measure(model, data.spec, examples, means, ablation,
-                                                              batch_size=config.batch_size)
-            if "sufficiency" in modes and ablation is ablations[0]:  # no ablation in it: measured once
-                measures["sufficiency"] = osr.sufficiency_measure(model, data.spec, examples, sink=config.kv_sink,
-                                                                  window=config.kv_window, batch_size=config.batch_size)
-            key = f"{args.model}-{name}-{ablation}"
-            store = osr.SetStore(args.resume_dir / f"{key}.jsonl", {**identity, "ablation": str(ablation)})
-            result = osr.search(heads, items, measures, base, k_max=args.k_max, prune=prune, seed=args.seed,
-                                store=store, log=lambda line, key=key: print(f"{key}: {line}", flush=True))
-            outs[str(ablation)]["tasks"][name] = {**entry, "ablations": {str(ablation): result}}
+                measure = osr.necessity_measure(model, data.spec, examples, means, ablation,
+                                                batch_size=config.batch_size)
+                who = {"ablation": label}
+            key = f"{args.model}-{name}-{label}"
+            store = osr.SetStore(args.resume_dir / f"{key}.jsonl", {**identity, **who})
+            result = osr.search(heads, items, {out["mode"]: measure}, base, k_max=args.k_max, prune=prune,
+                                seed=args.seed, store=store, log=lambda line, key=key: print(f"{key}: {line}", flush=True))
+            store.close()
+            out["tasks"][name] = {**entry, "result": result}
     seconds = round(time.perf_counter() - started, 1)
     environment = {"cpu": _cpu(), "threads": args.threads, "torch": torch.__version__, "seconds": seconds,
                    "load_average_start": load, "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for ablation, out in outs.items():
-        path = args.out_dir / f"{args.model}-{ablation}.json"
+    for label, out in outs.items():
+        path = args.out_dir / f"{args.model}-{label}.json"
         text = json.dumps({**out, "environment": environment}, separators=(",", ":"), sort_keys=True) + "\n"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)

@@ -39,9 +39,11 @@ class SingleHeadScan:
             say("warn", f"the rank diagnostic is computed: the oracle file {info['file']} is not the one "
                         "the run recorded (sha256)")
             return
+        if data["mode"] != "necessity":
+            return
         for entry in manifest.tasks:
             if entry.kind == "retrieval" and misfit(data, manifest, entry) is None:
-                self.tasks[entry.name] = data["tasks"][entry.name]["ablations"][str(manifest.ablation)]
+                self.tasks[entry.name] = data["tasks"][entry.name]["result"]
 
     def values(self, task: str, head: Sequence[int], baseline: Any) -> list[float] | None:
         """The scan's gold log-probs of `head` ablated alone on `task`, or None where the scan

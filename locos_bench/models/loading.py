@@ -115,7 +115,7 @@ def describe_with_answer_key(model: LoadedModel, ablation: str = "mean") -> dict
         key = planted_ground_truth(model.spec.alias)
     elif model.spec.source == "shipped":
         key = organism_ground_truth(model.spec.alias)
-    return {**model._facts(), **(key or {}), **(oracle_info(model.spec.alias, ablation) or {}), **model.info}
+    return {**model._facts(), **(key or {}), **oracle_info(model.spec.alias, ablation), **model.info}
 
 
 def _check_device_dtype(device: str, dtype: str) -> tuple[str, Any]:

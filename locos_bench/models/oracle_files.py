@@ -2,10 +2,11 @@
 where each lives, and what a run's manifest records of it, so the leaderboard reads the file
 the run was made with (its sha256) and never recomputes it.
 
-Looked up by model alias and ablation (`<alias>-<ablation>.json`), as the planted and organism
-answer keys are by alias: the file never rides on the model a detector scores, and a run reads
-the search made under its own ablation (one file each, so adding an ablation's search leaves
-the runs made with another's file untouched).
+Looked up by model alias and ablation (`<alias>-<ablation>.json`; the sufficiency search, which
+ablates nothing, `<alias>-sufficiency.json`), as the planted and organism answer keys are by
+alias: the file never rides on the model a detector scores, and a run reads the search made
+under its own ablation (one file each, so adding a search leaves the runs made with another's
+file untouched).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Any
 from locos_bench.errors import LocosError
 
 ORACLE_DIR = Path(__file__).resolve().parents[1] / "data" / "oracle"
-"""`locos_bench/data/oracle/`: one `<alias>-<ablation>.json` per searched model and ablation
-(package data)."""
+"""`locos_bench/data/oracle/`: one `<alias>-<ablation>.json` per searched model and ablation, and
+`<alias>-sufficiency.json` (package data)."""
+SUFFICIENCY = "sufficiency"
+"""The label of the sufficiency search's file (it ablates nothing: one per model)."""
 
 
 def oracle_path(name: str) -> Path:
@@ -28,13 +31,16 @@ def oracle_path(name: str) -> Path:
     return ORACLE_DIR / name
 
 
-def oracle_info(alias: str, ablation: str) -> dict[str, Any] | None:
-    """`{"oracle_search": {"file", "sha256"}}` for a model with a shipped oracle under
-    `ablation` (as `AblationSpec` prints it), else None."""
-    path = ORACLE_DIR / f"{alias}-{ablation}.json"
-    if not path.is_file():
-        return None
-    return {"oracle_search": {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}
+def oracle_info(alias: str, ablation: str) -> dict[str, Any]:
+    """What a run's manifest records of a model's shipped oracles: `oracle_search` (`{"file",
+    "sha256"}`) for the necessity search under `ablation` (as `AblationSpec` prints it) and
+    `oracle_sufficiency` for the sufficiency search, each where the model has it."""
+    out = {}
+    for key, label in (("oracle_search", ablation), ("oracle_sufficiency", SUFFICIENCY)):
+        path = ORACLE_DIR / f"{alias}-{label}.json"
+        if path.is_file():
+            out[key] = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return out
 
 
-__all__ = ["ORACLE_DIR", "oracle_info", "oracle_path"]
+__all__ = ["ORACLE_DIR", "SUFFICIENCY", "oracle_info", "oracle_path"]

@@ -8,7 +8,7 @@ the conclusion's sentence on them (`oracle_sentence`)."""
 from __future__ import annotations
 
 from locos_bench.report.rendering.display import fmt, fmt_ci, fmt_p, table
-from locos_bench.report.statistics.oracle_shares import SEPARATE_UP_TO, TOP, OracleShares
+from locos_bench.report.statistics.oracle_shares import MANIFEST_KEYS, SEPARATE_UP_TO, TOP, OracleShares
 from locos_bench.report.statistics.results import RunStats
 
 INTRO = (
@@ -35,11 +35,11 @@ def oracle_share_tables(run: RunStats) -> list[str]:
     """The section's paragraphs and tables (empty when the run has no oracle)."""
     if not run.oracle_shares and not run.oracle_notes:
         return []
-    info = run.manifest.model_info.get("oracle_search", {})
+    files = [run.manifest.model_info[key]["file"] for key in MANIFEST_KEYS.values() if run.manifest.model_info.get(key)]
     parts = []
     if run.oracle_shares:
         first = run.oracle_shares[0]
-        parts.append(INTRO.format(file=f"locos_bench/data/oracle/{info.get('file', '?')}", k_max=first.k_max,
+        parts.append(INTRO.format(file="`, `".join(f"locos_bench/data/oracle/{f}" for f in files), k_max=first.k_max,
                                   prune=first.prune or "every", level=fmt(100 * run.level, 0), top=TOP,
                                   up_to=SEPARATE_UP_TO))
     for section in run.oracle_shares:

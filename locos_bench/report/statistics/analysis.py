@@ -25,7 +25,7 @@ from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstra
 from locos_bench.report.statistics.bottom_k import bottom_k
 from locos_bench.report.statistics.curves import add_versus, curve, detector_result
 from locos_bench.report.statistics.oracle import against_oracle
-from locos_bench.report.statistics.oracle_shares import oracle_shares, random_single, read_oracle
+from locos_bench.report.statistics.oracle_shares import MANIFEST_KEYS, oracle_shares, random_single, read_oracle
 from locos_bench.report.statistics.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.statistics.separability import rank_key, separability, truth_key
 from locos_bench.report.statistics.stability import fill_stability
@@ -59,8 +59,9 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     sets = truth_sets(manifest)
     tasks: list[TaskResult] = []
     draw_sets = DrawSets(manifest.seed, n_resamples)
-    shipped = _shipped_oracle(manifest)
-    exact = random_single(manifest, plan, done, *shipped) if shipped else {}
+    shipped = _shipped_oracles(manifest)
+    necessity = [(data, sha) for data, sha in shipped if data["mode"] == "necessity"]
+    exact = random_single(manifest, plan, done, *necessity[0]) if necessity else {}
 
     for entry in manifest.tasks:
         if entry.kind == "variant":  # evaluated only unablated and steered (`report.statistics.steering`)
@@ -96,8 +97,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
                                                     method=method, level=level)
     bottom, bottom_verdicts = bottom_k(manifest, plan, done, tasks, draw_sets, n_resamples=n_resamples)
     oracle = against_oracle(manifest, _scores(plan, manifest, done), level=level)
-    shares, notes = oracle_shares(manifest, plan, done, shipped[0], sha256=shipped[1], level=level,
-                                  n_resamples=n_resamples) if shipped else ([], [])
+    shares, notes = oracle_shares(manifest, plan, done, shipped, level=level, n_resamples=n_resamples)
     run = RunStats(manifest=manifest, family=manifest.verdict_family(), tasks=tasks, summary=summary,
                    failures=failures, method=method, level=level, n_resamples=n_resamples, name=name,
                    truth_sets=sets, sufficiency=suff, sufficiency_summary=suff_summary,
@@ -108,15 +108,14 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     return run
 
 
-def _shipped_oracle(manifest: Manifest) -> tuple[dict, str] | None:
-    """The shipped oracle file the run's manifest names (`model_info["oracle_search"]`) and its
-    sha256, read and never recomputed; None when it names none."""
-    found = manifest.model_info.get("oracle_search")
-    if not found:
-        return None
+def _shipped_oracles(manifest: Manifest) -> list[tuple[dict, str]]:
+    """The shipped oracle files the run's manifest names (`model_info`: `oracle_search`, the
+    necessity search of its ablation, and `oracle_sufficiency`), each read with its sha256 and
+    never recomputed."""
     from locos_bench.models.oracle_files import oracle_path
 
-    return read_oracle(oracle_path(found["file"]))
+    return [read_oracle(oracle_path(manifest.model_info[key]["file"]))
+            for key in MANIFEST_KEYS.values() if manifest.model_info.get(key)]
 
 
 def _scores(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, dict[str, list[Any]]]:

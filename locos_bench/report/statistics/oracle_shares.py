@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ from locos_bench.report.statistics.units import DrawSets, draw_term, vector
 from locos_bench.run import RunPlan
 
 FIGURES = {"metric": "headline", "gold": "gold_logprob"}
+MODES = ("necessity", "sufficiency")
+MANIFEST_KEYS = {"necessity": "oracle_search", "sufficiency": "oracle_sufficiency"}
+"""Where a run's manifest records each kind of oracle file (`model_info`, `models.oracle_files`)."""
 """The oracle file's figures -> the run's metric names (`metric`: the task's headline)."""
 TOP = 8
 SEPARATE_UP_TO = 4
@@ -125,7 +128,8 @@ def sha256_text(text: str) -> str:
 
 
 def read_oracle(path: Path) -> tuple[dict[str, Any], str]:
-    """The oracle file a run recorded, and its sha256 (`misfit` compares it with the manifest's).
+    """An oracle file a run recorded (`mode` necessity or sufficiency), and its sha256 (compared
+    with the manifest's by `fitting`).
 
     Raises:
         LocosError: missing, not JSON (a truncated file) or without the search's fields: one
@@ -136,14 +140,19 @@ def read_oracle(path: Path) -> tuple[dict[str, Any], str]:
     text = path.read_text()
     try:
         data = json.loads(text)
+        mode = data["mode"]
+        if mode not in MODES:
+            raise KeyError(mode)
         for entry in data["tasks"].values():
-            for result in entry["ablations"].values():
-                result["necessity"]["chosen"], result["necessity"]["singles"], result["unablated"]["gold"]
+            result = entry["result"]
+            result[mode]["chosen"], result[mode]["singles"], result[mode]["folds"], result["unablated"]["gold"]
+            if mode == "sufficiency":
+                result[mode]["floor"]["gold"]
     except json.JSONDecodeError as exc:
         raise LocosError(f"the oracle file {path} is not valid JSON ({exc.msg} at character {exc.pos}): "
                          "a truncated or corrupted copy; restore it from git") from None
     except (KeyError, TypeError, AttributeError):
-        raise LocosError(f"the oracle file {path} lacks the search's fields (tasks, ablations, necessity): "
+        raise LocosError(f"the oracle file {path} lacks the search's fields (mode, tasks, result): "
                          "rerun scripts/oracle_search.py") from None
     return data, sha256_text(text)
 
@@ -151,20 +160,27 @@ def read_oracle(path: Path) -> tuple[dict[str, Any], str]:
 def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
     """Why the oracle's search of `entry`'s task cannot be read against this run (None: it can)."""
     task = data["tasks"].get(entry.name)
+    mode = data["mode"]
     if data.get("model") != manifest.model:
         return f"the oracle is of model {data.get('model')!r}, the run of {manifest.model!r}"
     if task is None:
-        return f"the oracle has no search of task {entry.name}"
+        return f"the {mode} oracle has no search of task {entry.name}"
     if task.get("version") != entry.version:
         return f"{entry.name}: the oracle searched version {task.get('version')}, the run has {entry.version}"
-    for split in ("evaluation", "reference"):
+    for split in ("evaluation", "reference") if mode == "necessity" else ("evaluation",):
         if task.get(split) != entry.splits.get(split):
             return f"{entry.name}: the oracle's {split} examples are not the run's (another --n-eval, --n-ref or --seed)"
     if task.get("run_data_hash") not in (None, entry.data_hash):
         return f"{entry.name}: the run's examples differ from the oracle's (data hash)"
-    if str(manifest.ablation) not in task["ablations"]:
-        return (f"{entry.name}: the oracle searched under {', '.join(sorted(task['ablations']))}, "
-                f"the run ablates {manifest.ablation}")
+    if mode == "sufficiency":
+        streaming = data.get("streaming", {})
+        ours = manifest.sufficiency
+        if ours is not None and (streaming.get("kv_sink"), streaming.get("kv_window")) != (ours.sink, ours.window):
+            return (f"{entry.name}: the oracle's sufficiency streams with sink {streaming.get('kv_sink')} and window "
+                    f"{streaming.get('kv_window')}, the run's with {ours.sink} and {ours.window}")
+        return None
+    if data.get("ablation") != str(manifest.ablation):
+        return f"{entry.name}: the oracle searched under {data.get('ablation')}, the run ablates {manifest.ablation}"
     for option in ("positionwise", "sink"):
         if option in data and data[option] != getattr(manifest, option):
             return (f"the oracle's {manifest.ablation} ablation has {option} {data[option]!r}, "
@@ -221,10 +237,12 @@ def _agreement(scores: np.ndarray, effects: np.ndarray, boot: Bootstrap, level: 
 
 def fitting(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any],
             sha256: str | None = None) -> tuple[dict[str, Mapping[str, Any]], list[str]]:
-    """Retrieval task -> the oracle's search under the run's ablation, for every task it can be
-    read against (the file the run recorded, `misfit` None, and the run's unablated values the
-    oracle's on both figures); and a line for each task left out."""
-    info = manifest.model_info.get("oracle_search", {})
+    """Retrieval task -> the oracle file's search result, for every task it can be read
+    against: the file the run recorded (its sha256), `misfit` None, and the run's unablated
+    values the oracle's on both figures (and, for sufficiency, the run's floor the oracle's);
+    and a line for each task left out."""
+    key = MANIFEST_KEYS[data["mode"]]
+    info = manifest.model_info.get(key, {})
     if sha256 is not None and info.get("sha256") and sha256 != info["sha256"]:
         return {}, [f"the oracle file {info.get('file')} changed since the run (its sha256 differs from the "
                     "manifest's): restore the file the run used, or rerun the run"]
@@ -237,8 +255,12 @@ def fitting(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping
         if reason is None and (base_unit is None or base_unit.error is not None):
             reason = f"{entry.name}: the run has no unablated evaluation"
         if reason is None:
-            result = data["tasks"][entry.name]["ablations"][str(manifest.ablation)]
+            result = data["tasks"][entry.name]["result"]
             reason = _unlike(entry, base_unit, result["unablated"], "unablated")
+        if reason is None and data["mode"] == "sufficiency":
+            floor = done.get(plan.floor_key(entry.name))
+            reason = (f"{entry.name}: the run has no sufficiency floor" if floor is None or floor.error is not None
+                      else _unlike(entry, floor, result["sufficiency"]["floor"], "sufficiency floor"))
         if reason is not None:
             notes.append(reason)
             continue
@@ -263,7 +285,7 @@ def random_single(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: M
     """Retrieval task -> metric -> the per-example mean over every single head ablated alone:
     what `random` at k = 1 estimates, exactly (its headline metric and gold log-prob, the two
     figures the scan holds), for every task the oracle fits."""
-    fits, _ = fitting(manifest, plan, done, data, sha256)
+    fits, _ = fitting(manifest, plan, done, data, sha256) if data["mode"] == "necessity" else ({}, [])
     out = {}
     for entry in manifest.tasks:
         if entry.name in fits:
@@ -274,41 +296,27 @@ def random_single(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: M
     return out
 
 
-def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any], *,
-                  sha256: str | None = None, level: float = LEVEL,
-                  n_resamples: int = N_RESAMPLES) -> tuple[list[OracleShares], list[str]]:
-    """Every retrieval task of the run the oracle covers, per mode and figure (sufficiency where
-    the oracle searched it and the run has `--sufficiency` with the same streaming); and a line
-    for each task or mode left out."""
-    fits, notes = fitting(manifest, plan, done, data, sha256)
-    out = []
+def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], files: Sequence[tuple[Mapping[str, Any], str]],
+                  *, level: float = LEVEL, n_resamples: int = N_RESAMPLES) -> tuple[list[OracleShares], list[str]]:
+    """Every retrieval task of the run each oracle file (data, sha256) covers, per figure: the
+    necessity search of the run's ablation, and the sufficiency search where the run has
+    `--sufficiency`; and a line for each task left out."""
+    out, notes = [], []
     draw_sets = DrawSets(manifest.seed, n_resamples)
-    for entry in manifest.tasks:
-        if entry.name not in fits:
+    for data, sha256 in files:
+        mode = data["mode"]
+        if mode == "sufficiency" and manifest.sufficiency is None:
             continue
-        result = fits[entry.name]
-        base_unit = done.get(plan.baseline_key(entry.name))
-        refs = {"necessity": (base_unit, result["unablated"])}
-        if manifest.sufficiency is not None and "sufficiency" in result:
-            streaming = data.get("search", {}).get("sufficiency", {})
-            floor = done.get(plan.floor_key(entry.name))
-            if (streaming.get("kv_sink"), streaming.get("kv_window")) != (manifest.sufficiency.sink,
-                                                                          manifest.sufficiency.window):
-                notes.append(f"{entry.name}: the oracle's sufficiency streams with sink {streaming.get('kv_sink')} "
-                             f"and window {streaming.get('kv_window')}, the run's with {manifest.sufficiency.sink} "
-                             f"and {manifest.sufficiency.window}")
-            elif floor is None or floor.error is not None:
-                notes.append(f"{entry.name}: the run has no sufficiency floor")
-            else:
-                reason = _unlike(entry, floor, result["sufficiency"]["floor"], "sufficiency floor")
-                if reason is None:
-                    refs["sufficiency"] = (floor, result["sufficiency"]["floor"])
-                else:
-                    notes.append(reason)
-        for mode, (ref_unit, oracle_ref) in refs.items():
+        fits, left_out = fitting(manifest, plan, done, data, sha256)
+        notes += left_out
+        for entry in manifest.tasks:
+            if entry.name not in fits:
+                continue
+            ref_unit = done.get(plan.baseline_key(entry.name) if mode == "necessity" else plan.floor_key(entry.name))
+            oracle_ref = fits[entry.name]["unablated"] if mode == "necessity" else fits[entry.name][mode]["floor"]
             for figure in FIGURES:
-                out.append(_task_figure(manifest, plan, done, entry, mode, figure, result, ref_unit, oracle_ref,
-                                        draw_sets, level, n_resamples))
+                out.append(_task_figure(manifest, plan, done, entry, mode, figure, fits[entry.name], ref_unit,
+                                        oracle_ref, draw_sets, level, n_resamples))
     return out, notes
 
 
