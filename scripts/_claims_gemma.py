@@ -32,13 +32,11 @@ SEPARABILITY = "[Separability](../methodology.md#separability-verdicts-and-rank-
 
 def _first_on_both(run) -> tuple[tuple[int, int], list[str]]:
     """The head most detectors rank first on every retrieval task, and those detectors."""
-    firsts: dict[str, set] = {}
-    for t in retrieval(run):
-        for d, r in t.detectors.items():
-            if d != "random" and r.ranks and r.ranks[0].rank == 1:
-                firsts.setdefault(d, set()).add(r.ranks[0].head)
-    on_both = {d: next(iter(h)) for d, h in firsts.items() if len(h) == 1
-               and all(t.detectors[d].ranks and t.detectors[d].ranks[0].rank == 1 for t in retrieval(run))}
+    tasks = retrieval(run)
+    firsts = {d: {t.detectors[d].ranks[0].head for t in tasks if t.detectors[d].ranks}
+              for d in tasks[0].detectors if d != "random"}
+    on_both = {d: next(iter(h)) for d, h in firsts.items()
+               if len(h) == 1 and all(t.detectors[d].ranks for t in tasks)}
     best = max(set(on_both.values()), key=lambda h: sum(v == h for v in on_both.values()))
     return best, sorted(d for d, h in on_both.items() if h == best)
 
@@ -54,6 +52,10 @@ def one_head(get: Runs) -> str:
         if nxt[t.section][0] >= alone[t.section]:
             raise PageError(f"{t.section}: another head costs more alone than {head(best)}")
     kv, niah = (t.section for t in retrieval(run))
+    kmax = max(run.budgets)
+    top = max(r.curves[GOLD].drops[kmax].value for r in task(run, kv).detectors.values() if r.ok)
+    if alone[kv] <= top / 2:
+        raise PageError(f"'most': {head(best)} alone {alone[kv]:.2f}, the best top {kmax} {top:.2f}")
 
     def who(item) -> str:
         _, d, h = item
@@ -245,12 +247,6 @@ def control(get: Runs) -> str:
 
 # -- the sufficiency and steering run ------------------------------------------------------------------
 
-def _by_value(values: dict[str, float], places: int = 3, fmt=None) -> str:
-    """`a` and `b` -0.313, `c` -0.375, ... (best first)."""
-    fmt = fmt or (lambda v: v)
-    return ", ".join(f"{listed(ds).replace('`random`', 'random')} {fmt(v)}" for v, ds in grouped(values, places))
-
-
 def sufficiency_budgets(get: Runs) -> str:
     run = get(EARLIER)
     kv, niah = run.sufficiency[0], run.sufficiency[1]
@@ -287,7 +283,6 @@ def sufficiency_mean(get: Runs) -> str:
     rows = {r.detector: r for r in run.sufficiency_summary}
     locos = rows["locos"]
     areas = {d: r.area.value for d, r in rows.items() if d != "locos"}
-    text = _by_value(areas)
     here = f"`locos` {estimate(locos.area)} ({estimate(locos.gold_area)} nats)"
     parts, placed = [], False
     for v, ds in grouped(areas):
