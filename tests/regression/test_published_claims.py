@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from locos_bench.report.rendering.leaderboard import analyze_runs
-from locos_bench.report.statistics.results import GOLD, RunStats, Verdict
+from locos_bench.report.statistics.results import GOLD
+from scripts._claims import Runs, above, interval, listed, oracle_shares, relation, signed, span, task, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -32,73 +32,11 @@ VERDICT = re.compile(r"\bseparabl[ey]\b|(?<!-)\bonly\b|\bnothing\b|\bsurvives?\b
 CONTROL_GOAL = 0.1
 """Issue #22's goal for a control's relative drop under random heads at the largest k."""
 
-Runs = Callable[[str], RunStats]
-
 
 @pytest.fixture(scope="module")
-def runs() -> Runs:
-    """Published run name -> its analysed statistics, each analysed once (seconds each)."""
-    cache: dict[str, RunStats] = {}
-
-    def get(name: str) -> RunStats:
-        if name not in cache:
-            cache[name] = analyze_runs(ROOT / "leaderboard" / name)[0]
-        return cache[name]
-
-    return get
-
-
-# -- reading the records ---------------------------------------------------------------------------
-
-def verdict(run: RunStats, family: str, detector: str, reference: str) -> Verdict:
-    found = [v for v in run.verdicts[family].verdicts if (v.detector, v.reference) == (detector, reference)]
-    assert len(found) == 1, f"{run.name}: {family} has no {detector} - {reference}"
-    return found[0]
-
-
-def relation(v: Verdict, other: str) -> str:
-    """The verdict words for `v.detector` against `other`, as the family decides them."""
-    if not v.separable:
-        return f"not separable from {other}"
-    return f"separable {'above' if v.difference.value > 0 else 'below'} {other}"
-
-
-def above(run: RunStats, family: str, reference: str, sign: int) -> list[str]:
-    """Detectors separable above (sign 1) or below (-1) `reference` in `family`, in name order."""
-    return sorted(v.detector for v in run.verdicts[family].verdicts
-                  if v.reference == reference and v.separable and sign * v.difference.value > 0)
-
-
-def listed(names: list[str], suffix: str = "") -> str:
-    """`a`, `b` and `c` (each with `suffix`, e.g. "'s")."""
-    items = [f"`{n}`{suffix}" for n in names]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def signed(x: float, places: int) -> str:
-    return f"{x:+.{places}f}"
-
-
-def interval(v: Verdict, places: int = 3) -> str:
-    e = v.difference
-    return f"{e.value:.{places}f} [{e.low:.{places}f}, {e.high:.{places}f}]"
-
-
-def task(run: RunStats, name: str):
-    return next(t for t in run.tasks if t.section == name)
-
-
-def oracle_shares(run: RunStats, mode: str, k: int) -> dict[str, list[float]]:
-    """Detector -> its share of the oracle's effect at k, one per task (`Against the oracle`)."""
-    out: dict[str, list[float]] = {}
-    for t in run.oracle:
-        for r in t.rows:
-            out.setdefault(r.detector, []).append(r.share[mode][k].value)
-    return out
-
-
-def span(values: list[float]) -> str:
-    return f"{min(values):.2f}-{max(values):.2f}"
+def runs(published_runs) -> Runs:
+    """Published run name -> its analysed statistics (shared with the results pages' test)."""
+    return published_runs
 
 
 # -- the claims ---------------------------------------------------------------------------------------

@@ -92,10 +92,13 @@ TIES_SHOWN = ("**=R**: the head's score equals other heads' exactly, and R is th
 
 
 STABILITY = """\
-*Selection stability* (heads chosen on {n_calib} calibration examples; B = {b} resamples of
-them, no evaluation): **Jaccard k=K** = mean Jaccard index of the top K on a resample against
-the top K on all of them (1 = always the same heads). **Top heads** = each of the top {k}
-heads with the share of resamples whose top {k} holds it."""
+*Selection stability* (B = {b} resamples of each detector's per-example scores, no evaluation):
+**n** = the examples its heads were chosen on and the resamples draw from: the calibration
+examples it scored, of the {n_calib} drawn (a detector with a correctness gate, as `locos` and
+`dla`, scores only those the model answers), or, for a detector that reads no task (`echo`),
+its own token sequences. **Jaccard k=K** = mean Jaccard index of the top K on a resample
+against the top K on all of them (1 = always the same heads). **Top heads** = each of the top
+{k} heads with the share of resamples whose top {k} holds it."""
 
 
 NO_STABILITY = ("*Selection stability:* not available: these records hold no per-example "

@@ -214,17 +214,18 @@ def stability_table(run: RunStats, task: TaskResult) -> list[str]:
     if not any(r.stability is not None for r in rows_of):
         return [NO_STABILITY] if rows_of else []
     k0 = overlap_k(run.budgets)
-    headers = ["detector"] + [f"Jaccard k={k}" for k in run.budgets] + [f"top heads (k={k0})"]
+    headers = ["detector", "n"] + [f"Jaccard k={k}" for k in run.budgets] + [f"top heads (k={k0})"]
     rows = []
     first = next(r.stability for r in rows_of if r.stability is not None)
     for res in rows_of:
         st = res.stability
         if st is None:
-            rows.append([detector_label(res)] + ["—"] * len(run.budgets) + [res.stability_na])
+            rows.append([detector_label(res)] + ["—"] * (1 + len(run.budgets)) + [res.stability_na])
             continue
         tops = ", ".join(f"{head} {fmt(share, 2)}" for head, share in st.frequency.get(k0, {}).items())
-        rows.append([detector_label(res)] + [fmt(st.jaccard.get(k)) for k in run.budgets] + [tops])
-    return [STABILITY.format(n_calib=first.n_calib, b=first.n_resamples, k=k0), table(rows, headers)]
+        rows.append([detector_label(res), str(st.n_calib)] + [fmt(st.jaccard.get(k)) for k in run.budgets] + [tops])
+    drawn = task.sizes.get("calibration", first.n_calib)
+    return [STABILITY.format(n_calib=drawn, b=first.n_resamples, k=k0), table(rows, headers)]
 
 
 def rank_table(task: TaskResult) -> str | None:
