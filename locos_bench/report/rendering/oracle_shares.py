@@ -67,8 +67,12 @@ def _pairs(section: OracleShares) -> str:
     if not section.family:
         return "No pair of detectors to compare on the share (no budget up to 4 where the oracle's effect is above 0)."
     separable = [v for v in section.verdicts if v.separable]
+    same = section.family.get("same", 0)
+    twins = f" {same} pairs chose the same heads and are left out." if same else ""
+    if not section.family["size"]:
+        return "No pair of detectors to compare on the share." + twins
     head = (f"Pairs ({section.family['size']} comparisons at k = {', '.join(map(str, section.family['budgets']))}; "
-            f"smallest attainable p {fmt_p(section.family['p_min'])}): ")
+            f"smallest attainable p {fmt_p(section.family['p_min'])}):{twins} ")
     if not separable:
         return head + (f"none separable; the median difference in share detectable at 80% power is "
                        f"{fmt(section.family['median_mde'])}.")
@@ -86,7 +90,7 @@ def oracle_sentence(run: RunStats) -> str:
     for s in run.oracle_shares:
         where = f"{s.task} {s.mode} ({'headline' if s.figure == 'metric' else 'gold log-prob'})"
         separable = [v for v in s.verdicts if v.separable]
-        if not s.family:
+        if not s.family.get("size"):
             continue
         if separable:
             pairs = ", ".join(f"`{v.a}` > `{v.b}` (k={v.k})" for v in separable[:NAMED])

@@ -387,20 +387,24 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: A
 def share_family(rows: list[ShareRow], oracle: Mapping[int, Estimate], *, level: float, n_resamples: int,
                  seed: Any) -> tuple[list[ShareVerdict], dict[str, Any]]:
     """Every pair of detectors with one draw, at each budget up to `SEPARATE_UP_TO` whose oracle
-    effect is above 0 (interval), as one max-T family (`simultaneous`): the difference of their
+    effect is above 0 (interval), as one max-T family (`simultaneous`), leaving out (and
+    counting, `same`) the pairs whose effects are identical (the same heads): the difference of their
     shares, per example the difference of their effects over the oracle's mean effect (the
     oracle's mean taken as given: the denominator is common to the pair, so it scales the
     difference and cannot change its sign)."""
     ks = [k for k in sorted(oracle) if k <= SEPARATE_UP_TO and oracle[k].low > 0]
     names = [r for r in rows if all(r.effects.get(k) is not None for k in ks)]
-    comps, data = [], []
+    comps, data, same = [], [], 0
     for k in ks:
         for i, a in enumerate(names):
             for b in names[i + 1:]:
+                if np.array_equal(a.effects[k], b.effects[k]):  # the same heads: nothing to separate
+                    same += 1
+                    continue
                 comps.append((a.detector, b.detector, k))
                 data.append(Paired({"oracle": (1.0, (a.effects[k] - b.effects[k]) / oracle[k].value)}))
     if not data:
-        return [], {}
+        return [], {"size": 0, "budgets": ks, "same": same} if same else {}
     res = simultaneous(data, level=level, n_resamples=n_resamples, seed=seed)
     verdicts = []
     for i, (a, b, k) in enumerate(comps):
@@ -410,8 +414,8 @@ def share_family(rows: list[ShareRow], oracle: Mapping[int, Estimate], *, level:
         verdicts.append(ShareVerdict(a=a, b=b, k=k, difference=Estimate(est, low, high), p=float(res.p[i]),
                                      mde=res.mde(i), separable=res.separable(i)))
     verdicts.sort(key=lambda v: (not v.separable, v.p, v.k, v.a, v.b))
-    mdes = [v.mde for v in verdicts if np.isfinite(v.mde)]
-    family = {"size": len(data), "budgets": ks, "p_min": res.p_min, "units": res.units,
+    mdes = [v.mde for v in verdicts if np.isfinite(v.mde) and v.mde > 0]
+    family = {"size": len(data), "budgets": ks, "same": same, "p_min": res.p_min, "units": res.units,
               "median_mde": float(np.median(mdes)) if mdes else float("inf")}
     return verdicts, family
 
