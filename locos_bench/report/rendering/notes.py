@@ -52,13 +52,17 @@ families the run fixed when it was made (its manifest), never from what this pag
 each ranking figure (the mean headline and the mean gold log-prob drop-area over the retrieval
 tasks), every detector minus `locos` and minus `random`, with simultaneous {level}% intervals:
 the studentised maximum over the family (max-T), from sign flips of the paired per-example
-differences (every pattern when there are at most 65,536, else Monte Carlo), the draws entering
-as a Gaussian second level; on a rate, a task whose examples show no discordance keeps a
-moderated variance instead of claiming none. A pair is separable when its interval excludes 0 (max-T p <
-{alpha}). **rank** is a simultaneous {level}% rank set from every pair on the table's figure
+differences (every pattern when there are at most 65,536, else Monte Carlo): a randomization
+test of the differences as they are, exact when every pattern is enumerated and no side has
+draws; a comparison with draws (`random`'s, or calibration draws) flips its centred
+differences (a wild bootstrap) and adds its draws as a Gaussian second level, so its family's
+test is approximate. On a rate, a task whose examples show no discordance keeps a moderated
+variance instead of claiming none. A pair is separable when its interval excludes 0 (max-T p <
+{alpha}); the intervals are the studentised ones at the test's critical value, approximate
+away from 0. **rank** is a simultaneous {level}% rank set from every pair on the table's figure
 (Mogstad, Romano, Shaikh & Wilhelm 2024): `1–9` says the data place the row anywhere from first
-to ninth; rows are listed by point estimate. Each family states its size, its n, the smallest
-p it can attain and the differences it can detect at 80% power; where nothing can be separable
+to ninth; rows are listed by point estimate. Each family states its size, its n, its test, the
+floor of its p and the differences it can detect at 80% power; where nothing can be separable
 at that n it says so and ranks nothing. Control tasks are not ranked. The other intervals in
 brackets are marginal: not corrected for the many figures on the page. {heads}"""
 

@@ -157,7 +157,8 @@ class FamilyStats(ResultModel):
     critical: float
     """|T| beyond which a comparison is separable (inf: none can be)."""
     p_min: float
-    """The smallest attainable adjusted p."""
+    """The adjusted p's floor: reached by an exact test (`exact`, no draw groups), a floor
+    of the Monte Carlo or approximate test otherwise."""
     level: float
     left_out: list[str] = Field(default_factory=list)
     """Pre-specified comparisons without data (a failed detector), left out of the family."""
