@@ -41,7 +41,8 @@ same heads], in nats: it does not saturate. A task's **relative drop** = mean dr
 unablated value of its headline metric (a ratio of means, not clipped: it saturates at 1 when a head
 set removes every correct answer), so tasks in different units average; **specificity (relative)** =
 mean over pairs of [relative drop of the retrieval task − relative drop of the control], with a
-delta-method interval. A relative figure over a task whose unablated mean is 0 is undefined (its
+delta-method interval (Wilson's, combined by MOVER, where the drops are proportions: no example
+gains; at most 1 on a rate). A relative figure over a task whose unablated mean is 0 is undefined (its
 pairs are left out, noted under the summary); one whose unablated mean is not distinguishable from 0
 at its n is shown `[unbounded]`. **control drop-area** = mean over the pairs."""
 
@@ -112,7 +113,8 @@ keeping full attention; every other query head is a *streaming head* that attend
 over examples of the headline metric with those heads full minus unablated (0 = nothing lost; metric
 units); **area** = its area over log2(k), the ablation areas' weights; **area (logp, nats)** = the same
 for the gold log-prob. These differences are the primary figures. **retained share** = the kept area's
-mean over the unablated mean, with Fieller's interval, `[unbounded]` when the unablated mean is not
+mean over the unablated mean, with Fieller's interval (Wilson's where it is a proportion),
+`[unbounded]` when the unablated mean is not
 distinguishable from 0 at this n. **floor** = every head streaming. **KV kept** = the share of the
 unmodified model's KV cache the full heads keep over the evaluation prompts, counted in key/value
 heads: under GQA a KV head stays whole when any of its query heads is full (its other query heads

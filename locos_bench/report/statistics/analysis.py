@@ -26,7 +26,7 @@ from locos_bench.report.statistics.bottom_k import bottom_k
 from locos_bench.report.statistics.curves import add_versus, curve, detector_result
 from locos_bench.report.statistics.oracle import against_oracle
 from locos_bench.report.statistics.oracle_shares import oracle_shares, read_oracle
-from locos_bench.report.statistics.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
+from locos_bench.report.statistics.results import GOLD, RATES, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.statistics.separability import rank_key, separability, truth_key
 from locos_bench.report.statistics.stability import fill_stability
 from locos_bench.report.statistics.steering import steering
@@ -80,7 +80,8 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
             base = {m: vector(base_unit, m, n) for m in metrics}
             baseline.draws = [0]
             for m in metrics:
-                baseline.curves[m] = curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
+                baseline.curves[m] = curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}],
+                                           rate=m in RATES)
         for source in plan.sources(entry.name):
             tasks.append(_task_result(plan, manifest, entry, source, n, done, boot, weights, base, metrics,
                                       headline, sizes, baseline, sets, draw_sets, n_resamples))

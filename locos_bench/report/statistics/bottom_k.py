@@ -67,7 +67,8 @@ def _row(plan: RunPlan, done: dict, result: TaskResult, name: str, draw_sets: Dr
         if m not in result.unablated:
             continue
         per_draw = [{u.k: vector(u, m, n) for u in units} for _, units in complete]
-        row.curves[m] = curve(boot, budgets, curve_weights(budgets), result.unablated[m], per_draw, draws)
+        row.curves[m] = curve(boot, budgets, curve_weights(budgets), result.unablated[m], per_draw, draws,
+                              m in RATES)
         mine = row.curves[m].drop_area_per_example
         for ref, sign, into in ((RANDOM, 1.0, row.versus_random), (name, -1.0, row.versus_top)):
             other = _drop_area(result, ref, m)

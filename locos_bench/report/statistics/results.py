@@ -20,6 +20,10 @@ from locos_bench.report.statistics.oracle_shares import OracleShares
 from locos_bench.run import Manifest
 from locos_bench.run.manifest import Family
 
+RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "label_accuracy",
+                   "acc", "acc_norm"})
+"""Metrics in [0, 1]: a difference of one example's drop-areas lies in [-1, 1] (`Paired.bound`);
+their means' intervals stay in [0, 1] (`ratios.rate`)."""
 GOLD = "gold_logprob"
 """The teacher-forced gold-answer log-prob (nats): every table's second metric."""
 

@@ -28,6 +28,7 @@ from locos_bench.report.statistics.bootstrap import Estimate, PerDraw
 from locos_bench.report.statistics.curves import summary_curves
 from locos_bench.report.statistics.results import (
     GOLD,
+    RATES,
     DetectorResult,
     FamilyStats,
     RunStats,
@@ -36,10 +37,6 @@ from locos_bench.report.statistics.results import (
     Verdict,
 )
 from locos_bench.report.statistics.simultaneous import Paired, family_seed, simultaneous
-
-RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "label_accuracy",
-                   "acc", "acc_norm"})
-"""Metrics in [0, 1]: a difference of one example's drop-areas lies in [-1, 1] (`Paired.bound`)."""
 
 
 def rank_key(result: DetectorResult, headline: str) -> tuple:
