@@ -47,7 +47,7 @@ def family_note(stats: FamilyStats) -> str:
                         "its bottom-k"}.get(stats.kind, "every pair of detectors (rank sets)")
     text = (f"*Family:* {stats.size} comparison{'s' * (stats.size != 1)} on the {stats.figure}: {what}; "
             f"simultaneous {level}% intervals "
-            f"(max-T). {stats.units} (task, example) units: {_replicates(stats)}; {floor_text(stats)}")
+            f"(max-T). {stats.units} (task, item) units: {_replicates(stats)}; {floor_text(stats)}")
     if not stats.identified:
         return (text + f". **Nothing can be separable at this n:** no p can be below "
                 f"{fmt(1 - stats.level, 2)}, so no row is ranked above another and the intervals are unbounded.")

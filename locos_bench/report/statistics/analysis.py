@@ -33,7 +33,7 @@ from locos_bench.report.statistics.steering import steering
 from locos_bench.report.statistics.sufficiency import sufficiency
 from locos_bench.report.statistics.summary import summary as summarise
 from locos_bench.report.statistics.truth import ground_truth, truth_sets
-from locos_bench.report.statistics.units import DrawSets, Unit, first_line, unit_label, vector
+from locos_bench.report.statistics.units import DrawSets, Unit, first_line, task_items, unit_label, vector
 from locos_bench.run import BASELINE, Manifest, RunPlan
 
 
@@ -65,7 +65,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
         if n == 0 and base_unit is not None:
             n = len(next(iter(base_unit.values.values()), []))
         boot = Bootstrap(max(n, 1), n_resamples=n_resamples, seed=task_seed(manifest.seed, entry.name),
-                         method=method, level=level)
+                         method=method, level=level, groups=task_items(entry, max(n, 1)))
         metrics = list(entry.metrics)
         if base_unit is not None and base_unit.error is None:
             metrics += sorted(m for m in base_unit.values if m not in metrics)

@@ -152,7 +152,7 @@ class FamilyStats(ResultModel):
     size: int
     """Comparisons in the family (those with data)."""
     units: int
-    """(Task, example) units the sign flips act on."""
+    """(Task, item) units the sign flips act on (examples where no item repeats)."""
     replicates: int
     exact: bool
     """Every sign pattern enumerated."""

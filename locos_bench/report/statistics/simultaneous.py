@@ -16,7 +16,8 @@ that group, signed. Then:
   at 1/2): a sample that happens to show no discordant example, as 8 binary examples often
   do, no longer claims a variance of 0;
 * reference distribution of `max_c |T*_c|`: per replicate, one sign pattern over every
-  (task, example) unit, shared by the family (all 2^N patterns when 2^N <= `ENUMERATE`,
+  (task, item) unit (an item's examples flip together; without repeated items an item is
+  an example), shared by the family (all 2^N patterns when 2^N <= `ENUMERATE`,
   else max(`n_resamples`, `ENUMERATE`) Monte Carlo patterns, so that verdicts do not hang on
   the bootstrap's B), each replicate studentised by the observed rule (the moderation
   included). A comparison without a draw level flips its **uncentred** differences: under the
@@ -49,12 +50,13 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import stats as _sps
 
 from locos_bench.errors import LocosError
-from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, _quantise
+from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, _quantise, repeated_items
 
 ENUMERATE = 2**16
 """Enumerate every sign pattern when there are at most this many (N <= 16 units); otherwise
@@ -100,7 +102,7 @@ class FamilyResult:
     """The adjusted p's floor: 2 / 2^N, reached by the exact test (every pattern, no draw
     level); otherwise max(2 / 2^N, 1 / (R + 1)), the Monte Carlo test's."""
     units: int
-    """N, the (task, example) units the sign flips act on."""
+    """N, the (task, item) units the sign flips act on."""
     replicates: int
     exact: bool
     """True: every sign pattern enumerated (with draw groups: each pattern once per tile)."""
@@ -146,8 +148,10 @@ def sign_patterns(n: int, start: int, stop: int, rng: np.random.Generator | None
 
 
 def simultaneous(family: Sequence[Paired], *, level: float = LEVEL, n_resamples: int = N_RESAMPLES,
-                 seed: np.random.SeedSequence | int = 0) -> FamilyResult:
-    """Max-T simultaneous inference over `family` (see the module docstring)."""
+                 seed: np.random.SeedSequence | int = 0, items: dict[str, Any] | None = None) -> FamilyResult:
+    """Max-T simultaneous inference over `family` (see the module docstring); `items`: task ->
+    `[n]` its examples' items where some repeat (`Bootstrap.groups`): an item's examples are
+    flipped together."""
     if not family:
         raise LocosError("a family needs at least one comparison")
     n_comp = len(family)
@@ -164,7 +168,7 @@ def simultaneous(family: Sequence[Paired], *, level: float = LEVEL, n_resamples:
         for i, c in enumerate(family):
             if t in c.tasks:
                 w[i], x[0, :, i] = c.tasks[t][0], np.asarray(c.tasks[t][1], dtype=np.float64)
-        tasks.append((x, w))
+        tasks.append((x, w, (items or {}).get(t)))
     groups: dict[str, np.ndarray] = {}
     for i, c in enumerate(family):
         for g, f in c.draws.items():
@@ -200,8 +204,11 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
     """Max-T over S families at once, sharing their sign patterns and Gaussian draws.
 
     Args:
-        tasks: Per task, `[S, n, C]` per-example differences and `[C]` weights (0: the
-            comparison does not use the task).
+        tasks: Per task, `[S, n, C]` per-example differences, `[C]` weights (0: the
+            comparison does not use the task) and optionally `[n]` the examples' items (None:
+            each its own): an item is one unit, its examples flipped together, and the
+            standard error is the cluster-robust one over items (the plain one without
+            repeats).
         groups: Per draw group, `[S, D, C]` signed per-draw figures (zero columns for the
             comparisons outside the group).
         bound: `[C]` 1 for a comparison on a rate, 0 otherwise.
@@ -219,20 +226,33 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
     drawn = np.zeros(n_comp, dtype=bool)  # comparisons with a draw level
     for f in groups:
         drawn |= np.any(f != f[:, :1], axis=(0, 1))
-    for x, w in tasks:
+    for x, w, *rest in tasks:
         n = x.shape[1]
         if not np.all(np.isfinite(x)):
             raise LocosError("a per-example difference is not finite")
         q, scale = _quantise(x, 2 * n * n)
-        vals = n * q  # n * x, integers: sign-flip sums are exact
-        unit = n * scale  # vals / unit = x
-        cen = vals - q.sum(1, keepdims=True)
-        squares = (cen * cen).sum(1) / unit**2  # [S, C] squared deviations from the mean
+        unit = n * scale  # vals / unit = x (per item: its examples' sum)
+        items = repeated_items(rest[0] if rest else None, n)
+        clusters = None
+        if items is not None:  # per item: its examples' sum, and its size
+            onehot = (items[None, :] == np.arange(items.max() + 1)[:, None]).astype(np.float64)  # [G, n]
+            size = onehot.sum(1)
+            q_item = np.matmul(onehot[None], q)  # [S, G, C], exact integer sums
+            cen = n * q_item - size[None, :, None] * q.sum(1, keepdims=True)
+            g = size.size
+            clusters = (size[None, :, None], float((size * size).sum()), g * (n - 1) / ((g - 1) * n))
+            vals = n * q_item
+        else:
+            vals = n * q  # n * x, integers: sign-flip sums are exact
+            cen = vals - q.sum(1, keepdims=True)
+        squares = (cen * cen).sum(1) / unit**2  # [S, C] squared deviations from the mean (per item)
+        if clusters is not None:
+            squares = squares * clusters[2]  # the cluster-robust variance, G / (G - 1) over items
         vals = np.where(drawn, cen, vals)  # a comparison with a draw level: its centred differences
         raw = (vals * vals).sum(1) / unit**2  # [S, C] squares about 0: those of every sign pattern
         estimate += w * q.sum(1) / (n * scale)
         se2 += w**2 * _bounded_variance(squares, n, bound) / n
-        blocks.append((n, vals, unit, raw, w, bound))
+        blocks.append((n, vals, unit, raw, w, bound, clusters))
     draws = []
     for f in groups:
         d = f.shape[1]
@@ -243,14 +263,15 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
     se = np.sqrt(se2)
 
     rng = np.random.default_rng(seed)
-    n_units = sum(b[0] for b in blocks)
+    n_units = sum(b[1].shape[1] for b in blocks)
     wanted = max(int(n_resamples), minimum)
     enumerated = 2**n_units <= enumerate_up_to
     # Only comparisons that vary enter the maximum (a comparison of identical rows has T* = 0).
     active = np.flatnonzero(np.any([np.any(b[1] != 0, axis=(0, 1)) for b in blocks]
                                    + [np.isin(np.arange(n_comp), cols) for cols, _ in draws], axis=0))
     where = {c: i for i, c in enumerate(active)}
-    blocks = [(n, vals[:, :, active], unit, raw[:, active], w[active], b[active]) for n, vals, unit, raw, w, b in blocks]
+    blocks = [(n, vals[:, :, active], unit, raw[:, active], w[active], b[active], cl)
+              for n, vals, unit, raw, w, b, cl in blocks]
     draws = [(np.array([where[c] for c in cols], dtype=np.int64), cen) for cols, cen in draws]
     width = max(1, BLOCK // (s_fam * max(1, active.size) * max([1, *(g.shape[1] for _, g in draws)])))
     maxima = []
@@ -320,11 +341,19 @@ def _example_part(eps: np.ndarray, blocks: list) -> tuple[np.ndarray, np.ndarray
     est = np.zeros((s_fam, eps.shape[0], n_comp))
     se2 = np.zeros_like(est)
     at = 0
-    for n, vals, unit, raw, w, bound in blocks:
-        mean = np.matmul(eps[None, :, at:at + n], vals) / (n * unit)  # exact integer sums, then scaled
-        at += n
+    for n, vals, unit, raw, w, bound, clusters in blocks:
+        units = vals.shape[1]
+        mean = np.matmul(eps[None, :, at:at + units], vals) / (n * unit)  # exact integer sums, then scaled
+        if clusters is None:
+            se2 += w**2 * _flipped_variance(raw[:, None, :], mean, n, bound) / n
+        else:  # sum over items of (flipped item sum - size * mean)^2, times G / (G - 1)
+            size, sq_sizes, factor = clusters
+            cross = np.matmul(eps[None, :, at:at + units], size * vals) / unit
+            dev = raw[:, None, :] - 2 * mean * cross + sq_sizes * mean * mean
+            dev = np.where(dev > TIES * raw[:, None, :], dev, 0.0) * factor
+            se2 += w**2 * _bounded_variance(dev, n, bound) / n
+        at += units
         est += w * mean
-        se2 += w**2 * _flipped_variance(raw[:, None, :], mean, n, bound) / n
     return est, se2
 
 
