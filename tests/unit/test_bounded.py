@@ -76,7 +76,7 @@ def test_published_rates_and_shares_stay_in_range_with_width(run):
     """Every rate's value and area, relative drop and oracle share of a published run."""
     from locos_bench.report.rendering.leaderboard import analyze_runs
 
-    stats = analyze_runs(ROOT / "leaderboard" / run)[0]
+    stats = analyze_runs(ROOT / "leaderboard" / run, n_resamples=200)[0]
     checked = 0
     for task in stats.tasks:
         for res in [task.baseline, *task.detectors.values()]:
