@@ -87,3 +87,13 @@ def test_a_published_manifest_without_items_reads_them_from_the_task_data():
     assert len(set(task_items(kv, 16))) == 16
     assert task_items(kv.model_copy(update={"name": "not-a-task"}), 16) is None
     assert task_items(kv.model_copy(update={"version": kv.version + 1}), 16) is None
+
+
+def test_one_item_holds_every_example():
+    """Every example of one item: one unit, nothing can be separable, no division by zero."""
+    x = np.linspace(0.5, 0.9, 6)
+    res = simultaneous([Paired({"t": (1.0, x)})], n_resamples=10, items={"t": np.zeros(6, dtype=int)})
+    assert res.units == 1 and not res.identified and res.p[0] == 1
+    boot = Bootstrap(6, n_resamples=50, seed=1, groups=["a"] * 6, method="bca")
+    est = boot.estimate(x)
+    assert est.value == pytest.approx(0.7) and est.low == est.high == pytest.approx(0.7)

@@ -174,12 +174,12 @@ class Bootstrap:
         """`[n]` leave-one-out means (closed form); `[G]` leave-one-item-out means when items
         repeat."""
         q, scale = _quantise(self._check(x), self.n)
-        if self.groups is not None:
+        if self.groups is not None and self.groups.max() > 0:
             sums = np.bincount(self.groups, weights=q)
             sizes = np.bincount(self.groups).astype(np.float64)
             return (q.sum() - sums) / ((self.n - sizes) * scale)
-        if self.n < 2:
-            return np.full(1, q.sum() / scale)
+        if self.n < 2 or self.groups is not None:  # one example, or one item
+            return np.full(1, q.sum() / (self.n * scale))
         return (q.sum() - q) / ((self.n - 1) * scale)
 
     def estimate(self, x: np.ndarray) -> Estimate:

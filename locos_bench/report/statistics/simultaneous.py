@@ -240,7 +240,7 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
             q_item = np.matmul(onehot[None], q)  # [S, G, C], exact integer sums
             cen = n * q_item - size[None, :, None] * q.sum(1, keepdims=True)
             g = size.size
-            clusters = (size[None, :, None], float((size * size).sum()), g * (n - 1) / ((g - 1) * n))
+            clusters = (size[None, :, None], float((size * size).sum()), g * (n - 1) / (max(g - 1, 1) * n))
             vals = n * q_item
         else:
             vals = n * q  # n * x, integers: sign-flip sums are exact
