@@ -44,6 +44,11 @@ class TaskEntry(BaseModel):
     skipped_rows: int = 0
     """Bad rows of a user's data file set aside under `--skip-bad-rows` (0 without it: a bad
     row fails the run; 0 in manifests written before it was recorded)."""
+    items: list[str] | None = None
+    """The evaluation split's items, one per example in its order (`metadata["item"]`: the fact
+    or needle an example asks about); examples of one item are resampled and sign-flipped
+    together. None in manifests written before issue #50 (the report reads them from the task's
+    data) and for an external control."""
 
 
 class DetectorEntry(BaseModel):

@@ -82,6 +82,7 @@ class TaskData:
             data_hash=data_hash([*self.calibration, *self.reference, *self.evaluation,
                                  *(e for part in self.more_calibration for e in part)]),
             chance=self.spec.chance, variant_of=self.variant_of, skipped_rows=self.skipped_rows,
+            items=[str(e.item) for e in self.evaluation],
         )
 
 

@@ -196,7 +196,8 @@ def test_task_table_is_ranked_and_shows_baseline_random_and_cost(run_dir: Path):
     assert [r[0] for r in rows] == ["—", "1", "2", "3", "—"]  # rank sets on the headline
     assert [r[1] for r in rows] == ["—", "1", "2", "3", "—"]  # and on the gold log-prob
     locos = rows[1]
-    assert locos[3] == "0.000 [0.000, 0.000]"  # exact_match at k=1: collapsed
+    # exact_match at k=1: collapsed on every one of the 24 examples, Wilson's interval, not a point
+    assert locos[3] == "0.000 [0.000, 0.138]"
     random_row = rows[3]
     assert "±" in random_row[3]
     assert random_row[-2:] == ["3.0", "16"]  # mean seconds and forward passes over 3 draws

@@ -122,6 +122,8 @@ def test_nothing_is_separable_when_n_is_too_small(tmp_path: Path):
     assert not any(v.separable for v in stats.verdicts)
     md = render_markdown([run])
     assert "Nothing can be separable at this n" in md
+    # no draws, every pattern: the exact test, whose floor 2/16 is a p it can reach
+    assert "an exact sign-flip randomization test, all 16 sign patterns; smallest attainable p 0.125" in md
     assert re.search(r"\| attention − locos \| \S+ \[unbounded\] \| 0\.125 \| none at this n \| not separable",
                      " ".join(md.split()))
     needle = [_cells(r) for r in _table_after(md, "### Task `needle`")[2:]]
@@ -189,7 +191,8 @@ def test_every_ranked_table_states_its_family(tmp_path: Path):
     # The summary: rank sets and verdicts on two figures, and the bottom-k control's verdicts on
     # two; each retrieval task: rank sets on two.
     assert len(notes) == 4 + 2 + 2 * 2
-    assert all("Smallest attainable p" in n for n in notes)
+    # every family here has random's draws: an approximate test, its p floored (not "smallest attainable")
+    assert all("an approximate test" in n and "; p floored at" in n for n in notes)
     assert "Adjacent ranks" not in md and "Holm" not in md and not re.search(r"\| =\d", md)  # no chained ties
 
 

@@ -117,20 +117,20 @@ def test_a_relative_drop_is_not_clipped_undefined_at_zero_and_unbounded_when_not
     assert "[unbounded]" in text and "[-inf" not in text and "inf]" not in text
 
 
-def test_the_relative_specificity_interval_is_the_delta_method_whatever_the_bootstrap():
-    """Fieller / delta-method intervals: the same under percentile and BCa bootstraps."""
-    from scipy import stats as sps
+def test_the_relative_specificity_interval_is_newcombes_whatever_the_bootstrap():
+    """Relative drops that are proportions (no example gains, every value in [0, 1]): their
+    difference gets the MOVER interval from each one's Wilson interval (Newcombe's for a
+    difference of two proportions, issue #50), the same under percentile and BCa bootstraps."""
+    from locos_bench.report.statistics.ratios import wilson
 
     spec = {m: {r.detector: r.figures["headline"]["specificity"]
                 for r in analyze(_manifest(), _units(), n_resamples=300, method=m).summary}
             for m in ("percentile", "bca")}
     assert spec["percentile"] == spec["bca"]
     precise = spec["percentile"]["precise"]
-    # precise: needle drops 5 of 20 (relative 0.25), the control nothing: the retrieval term's
-    # influence (drop - 0.25 * unablated) / 1 is 0.75 on 5 examples and -0.25 on 15.
-    phi = np.array([0.75] * 5 + [-0.25] * 15)
-    half = sps.t.ppf(0.975, N - 1) * phi.std(ddof=1) / np.sqrt(N)
-    assert (precise.low, precise.high) == pytest.approx((0.25 - half, 0.25 + half))
+    # precise: needle drops 5 of its 20 correct answers (relative 0.25), sums none of its 10
+    (l1, u1), (l2, u2) = wilson(5, 20), wilson(0, 10)
+    assert (precise.low, precise.high) == pytest.approx((0.25 - np.hypot(0.25 - l1, u2), 0.25 + np.hypot(u1 - 0.25, l2)))
 
 
 def test_relative_specificity_of_random_draws_is_resampled_in_two_levels():

@@ -1,5 +1,5 @@
 """The leaderboard's verdicts in words and tables: the conclusion that opens a run's section,
-each family's statement (its size, n, the smallest attainable p, what it can detect) and the
+each family's statement (its size, n, its test and p's floor, what it can detect) and the
 verdict tables. Everything is read from the families `separability` computed; nothing here
 computes a figure. Definitions: `docs/methodology.md` (Separability).
 """
@@ -23,14 +23,21 @@ def _names(items: Sequence[str]) -> str:
 
 def _replicates(stats: FamilyStats) -> str:
     second = " and ".join(f"`{g}`" for g in stats.draw_groups)
-    if stats.exact:
-        patterns = f"all {2 ** stats.units:,} sign patterns"
-        if stats.draw_groups:
-            patterns += (f" ({stats.replicates:,} replicates), each with Gaussian draws of the second level "
-                         f"({second} draws)")
-        return patterns
-    text = f"{stats.replicates:,} Monte Carlo sign patterns"
-    return text + (f", each with Gaussian draws of the second level ({second} draws)" if second else "")
+    if stats.exact and not stats.draw_groups:
+        return f"an exact sign-flip randomization test, all {2 ** stats.units:,} sign patterns"
+    patterns = (f"all {2 ** stats.units:,} sign patterns ({stats.replicates:,} replicates)" if stats.exact
+                else f"{stats.replicates:,} Monte Carlo sign patterns")
+    if not second:
+        return f"a sign-flip randomization test, {patterns}"
+    return (f"an approximate test, {patterns}: flipped as they are for comparisons without draws, centred "
+            f"(a wild bootstrap) with Gaussian draws of the second level for those with draws ({second})")
+
+
+def floor_text(stats: FamilyStats) -> str:
+    """What the family's p-value floor is: reached by the exact test, a floor otherwise."""
+    if stats.exact and not stats.draw_groups:
+        return f"smallest attainable p {fmt_p(stats.p_min)}"
+    return f"p floored at {fmt_p(stats.p_min)}"
 
 
 def family_note(stats: FamilyStats) -> str:
@@ -41,10 +48,9 @@ def family_note(stats: FamilyStats) -> str:
                         "its bottom-k"}.get(stats.kind, "every pair of detectors (rank sets)")
     text = (f"*Family:* {stats.size} comparison{'s' * (stats.size != 1)} on the {stats.figure}: {what}; "
             f"simultaneous {level}% intervals "
-            f"(max-T). {stats.units} (task, example) units: {_replicates(stats)}. Smallest attainable p "
-            f"{fmt_p(stats.p_min)}")
+            f"(max-T). {stats.units} (task, item) units: {_replicates(stats)}; {floor_text(stats)}")
     if not stats.identified:
-        return (text + f". **Nothing can be separable at this n:** the smallest attainable p is not below "
+        return (text + f". **Nothing can be separable at this n:** no p can be below "
                 f"{fmt(1 - stats.level, 2)}, so no row is ranked above another and the intervals are unbounded.")
     text += f"; a comparison is separable when |T| > {fmt(stats.critical, 2)}"
     mdes = [v.mde for v in stats.verdicts if math.isfinite(v.mde) and v.mde > 0]
@@ -72,7 +78,7 @@ def verdict_table(stats: FamilyStats) -> str:
 
 def _sentence(stats: FamilyStats, figure: str) -> str:
     if not stats.identified:
-        return f"On the {figure} nothing can be separable at this n (smallest attainable p {fmt_p(stats.p_min)})."
+        return f"On the {figure} nothing can be separable at this n ({floor_text(stats)})."
     parts = []
     for ref in ("random", "locos"):
         against = [v for v in stats.verdicts if v.reference == ref]

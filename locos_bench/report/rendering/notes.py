@@ -41,7 +41,8 @@ same heads], in nats: it does not saturate. A task's **relative drop** = mean dr
 unablated value of its headline metric (a ratio of means, not clipped: it saturates at 1 when a head
 set removes every correct answer), so tasks in different units average; **specificity (relative)** =
 mean over pairs of [relative drop of the retrieval task − relative drop of the control], with a
-delta-method interval. A relative figure over a task whose unablated mean is 0 is undefined (its
+delta-method interval (Wilson's, combined by MOVER, where the drops are proportions: no example
+gains; at most 1 on a rate). A relative figure over a task whose unablated mean is 0 is undefined (its
 pairs are left out, noted under the summary); one whose unablated mean is not distinguishable from 0
 at its n is shown `[unbounded]`. **control drop-area** = mean over the pairs."""
 
@@ -52,13 +53,17 @@ families the run fixed when it was made (its manifest), never from what this pag
 each ranking figure (the mean headline and the mean gold log-prob drop-area over the retrieval
 tasks), every detector minus `locos` and minus `random`, with simultaneous {level}% intervals:
 the studentised maximum over the family (max-T), from sign flips of the paired per-example
-differences (every pattern when there are at most 65,536, else Monte Carlo), the draws entering
-as a Gaussian second level; on a rate, a task whose examples show no discordance keeps a
-moderated variance instead of claiming none. A pair is separable when its interval excludes 0 (max-T p <
-{alpha}). **rank** is a simultaneous {level}% rank set from every pair on the table's figure
+differences (every pattern when there are at most 65,536, else Monte Carlo): a randomization
+test of the differences as they are, exact when every pattern is enumerated and no side has
+draws; a comparison with draws (`random`'s, or calibration draws) flips its centred
+differences (a wild bootstrap) and adds its draws as a Gaussian second level, so its family's
+test is approximate. On a rate, a task whose examples show no discordance keeps a moderated
+variance instead of claiming none. A pair is separable when its interval excludes 0 (max-T p <
+{alpha}); the intervals are the studentised ones at the test's critical value, approximate
+away from 0. **rank** is a simultaneous {level}% rank set from every pair on the table's figure
 (Mogstad, Romano, Shaikh & Wilhelm 2024): `1–9` says the data place the row anywhere from first
-to ninth; rows are listed by point estimate. Each family states its size, its n, the smallest
-p it can attain and the differences it can detect at 80% power; where nothing can be separable
+to ninth; rows are listed by point estimate. Each family states its size, its n, its test, the
+floor of its p and the differences it can detect at 80% power; where nothing can be separable
 at that n it says so and ranks nothing. Control tasks are not ranked. The other intervals in
 brackets are marginal: not corrected for the many figures on the page. {heads}"""
 
@@ -111,7 +116,8 @@ keeping full attention; every other query head is a *streaming head* that attend
 over examples of the headline metric with those heads full minus unablated (0 = nothing lost; metric
 units); **area** = its area over log2(k), the ablation areas' weights; **area (logp, nats)** = the same
 for the gold log-prob. These differences are the primary figures. **retained share** = the kept area's
-mean over the unablated mean, with Fieller's interval, `[unbounded]` when the unablated mean is not
+mean over the unablated mean, with Fieller's interval (Wilson's where it is a proportion),
+`[unbounded]` when the unablated mean is not
 distinguishable from 0 at this n. **floor** = every head streaming. **KV kept** = the share of the
 unmodified model's KV cache the full heads keep over the evaluation prompts, counted in key/value
 heads: under GQA a KV head stays whole when any of its query heads is full (its other query heads

@@ -26,14 +26,14 @@ from locos_bench.report.statistics.bottom_k import bottom_k
 from locos_bench.report.statistics.curves import add_versus, curve, detector_result
 from locos_bench.report.statistics.oracle import against_oracle
 from locos_bench.report.statistics.oracle_shares import MANIFEST_KEYS, oracle_shares, random_single, read_oracle
-from locos_bench.report.statistics.results import GOLD, DetectorResult, Failure, RunStats, TaskResult
+from locos_bench.report.statistics.results import GOLD, RATES, DetectorResult, Failure, RunStats, TaskResult
 from locos_bench.report.statistics.separability import rank_key, separability, truth_key
 from locos_bench.report.statistics.stability import fill_stability
 from locos_bench.report.statistics.steering import steering
 from locos_bench.report.statistics.sufficiency import sufficiency
 from locos_bench.report.statistics.summary import summary as summarise
 from locos_bench.report.statistics.truth import ground_truth, truth_sets
-from locos_bench.report.statistics.units import DrawSets, Unit, first_line, unit_label, vector
+from locos_bench.report.statistics.units import DrawSets, Unit, first_line, task_items, unit_label, vector
 from locos_bench.run import BASELINE, Manifest, RunPlan
 
 RANDOM = "random"
@@ -71,7 +71,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
         if n == 0 and base_unit is not None:
             n = len(next(iter(base_unit.values.values()), []))
         boot = Bootstrap(max(n, 1), n_resamples=n_resamples, seed=task_seed(manifest.seed, entry.name),
-                         method=method, level=level)
+                         method=method, level=level, groups=task_items(entry, max(n, 1)))
         metrics = list(entry.metrics)
         if base_unit is not None and base_unit.error is None:
             metrics += sorted(m for m in base_unit.values if m not in metrics)
@@ -86,7 +86,8 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
             base = {m: vector(base_unit, m, n) for m in metrics}
             baseline.draws = [0]
             for m in metrics:
-                baseline.curves[m] = curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}])
+                baseline.curves[m] = curve(boot, budgets, weights, base[m], [{k: base[m] for k in budgets}],
+                                           rate=m in RATES)
         for source in plan.sources(entry.name):
             tasks.append(_task_result(plan, manifest, entry, source, n, done, boot, weights, base, metrics,
                                       headline, sizes, baseline, sets, draw_sets, n_resamples,

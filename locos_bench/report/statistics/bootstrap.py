@@ -3,6 +3,10 @@
 * **Resamples.** Per task, `B` (default 2000) resamples of the evaluation examples are drawn
   once, from `SeedSequence([seed, crc32(task name)])` (`task_seed`), and reused for every
   statistic of that task, so differences are *paired*. Tasks are resampled independently.
+* **Items.** Where a task's examples share items (`groups`: a needle, a story's pair), each
+  resample draws the items with replacement, each with all its examples, and a replicate's
+  mean is over the examples it drew; the jackknife leaves out an item. Without repeated items
+  the draws are the examples', unchanged.
 * **Intervals.** Percentile intervals (default, 95%) of the replicates; BCa optional
   (`method="bca"`), with the bias correction from the replicates (ties counted half) and the
   acceleration from the closed-form jackknife of a mean (multi-sample form of Efron &
@@ -124,10 +128,13 @@ class Bootstrap:
         seed: Seed (an int or a `SeedSequence`; see `task_seed`).
         method: `percentile` or `bca`.
         level: Confidence level of the intervals.
+        groups: `[n]` each example's item (0 .. G - 1, in order of first appearance;
+            `item_groups`): the G items are resampled, each with all its examples (a cluster
+            bootstrap). None, or every item once, is the example bootstrap, draw for draw.
     """
 
     def __init__(self, n: int, *, n_resamples: int = N_RESAMPLES, seed: Any = 0,
-                 method: str = "percentile", level: float = LEVEL) -> None:
+                 method: str = "percentile", level: float = LEVEL, groups: Any = None) -> None:
         if n < 1:
             raise LocosError("the bootstrap needs at least one evaluation example")
         if method not in METHODS:
@@ -135,13 +142,18 @@ class Bootstrap:
         if not 0 < level < 1:
             raise LocosError(f"confidence level must be in (0, 1), got {level}")
         self.n, self.n_resamples, self.method, self.level = n, int(n_resamples), method, level
+        self.groups = repeated_items(groups, n)
+        """`[n]` each example's item where some item repeats, else None."""
+        g = n if self.groups is None else int(self.groups.max()) + 1
         rng = np.random.default_rng(seed)
-        self.indices = rng.integers(0, n, size=(self.n_resamples, n))
-        """`[B, n]` resampled example indices."""
-        flat = (self.indices + np.arange(self.n_resamples)[:, None] * n).ravel()
-        self.counts = np.bincount(flat, minlength=self.n_resamples * n).reshape(
-            self.n_resamples, n).astype(np.float64)
-        """`[B, n]` how often each example appears in each resample."""
+        self.indices = rng.integers(0, g, size=(self.n_resamples, g))
+        """`[B, G]` resampled items (`[B, n]` examples when no item repeats)."""
+        flat = (self.indices + np.arange(self.n_resamples)[:, None] * g).ravel()
+        counts = np.bincount(flat, minlength=self.n_resamples * g).reshape(self.n_resamples, g).astype(np.float64)
+        self.counts = counts if self.groups is None else counts[:, self.groups]
+        """`[B, n]` how often each example appears in each resample (with its item)."""
+        self.sizes = self.counts.sum(1)
+        """`[B]` examples per resample: n, or with items the sum of the drawn items' sizes."""
 
     def _check(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
@@ -156,18 +168,41 @@ class Bootstrap:
     def replicates(self, x: np.ndarray) -> np.ndarray:
         """`[B]` means of `x` over the shared resamples."""
         q, scale = _quantise(self._check(x), self.n)
-        return (self.counts @ q) / (self.n * scale)
+        return (self.counts @ q) / (self.sizes * scale)
 
     def jackknife(self, x: np.ndarray) -> np.ndarray:
-        """`[n]` leave-one-out means (closed form)."""
+        """`[n]` leave-one-out means (closed form); `[G]` leave-one-item-out means when items
+        repeat."""
         q, scale = _quantise(self._check(x), self.n)
-        if self.n < 2:
-            return np.full(1, q.sum() / scale)
+        if self.groups is not None and self.groups.max() > 0:
+            sums = np.bincount(self.groups, weights=q)
+            sizes = np.bincount(self.groups).astype(np.float64)
+            return (q.sum() - sums) / ((self.n - sizes) * scale)
+        if self.n < 2 or self.groups is not None:  # one example, or one item
+            return np.full(1, q.sum() / (self.n * scale))
         return (q.sum() - q) / ((self.n - 1) * scale)
 
     def estimate(self, x: np.ndarray) -> Estimate:
         """Mean of `x` with its interval."""
         return combine([(1.0, self, x)])
+
+
+def item_groups(items: Sequence[Any]) -> np.ndarray:
+    """`[n]` each example's item as 0 .. G - 1, numbered in order of first appearance (so
+    distinct items number the examples themselves)."""
+    seen: dict[Any, int] = {}
+    return np.array([seen.setdefault(item, len(seen)) for item in items], dtype=np.int64)
+
+
+def repeated_items(groups: Any, n: int) -> np.ndarray | None:
+    """`groups` as `[n]` item numbers (`item_groups`) when some item holds several examples,
+    else None (every example its own item)."""
+    if groups is None:
+        return None
+    groups = item_groups(list(groups))
+    if groups.shape != (n,):
+        raise LocosError(f"expected {n} item ids, got {groups.size}")
+    return groups if groups.max() + 1 < n else None
 
 
 class Draws:
@@ -240,7 +275,7 @@ def _two_level(boot: Bootstrap, mat: np.ndarray, draws: Draws) -> tuple[float, n
     d = mat.shape[0]
     q, scale = _quantise(mat, boot.n * d)
     sums = boot.counts @ q.T
-    reps = (draws.counts * sums).sum(1) / (draws.m * boot.n * scale)
+    reps = (draws.counts * sums).sum(1) / (draws.m * boot.sizes * scale)
     return boot.mean(PerDraw(mat, draws).mean_over_draws()), reps
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from locos_bench.report.statistics.bootstrap import combine, curve_weights
 from locos_bench.report.statistics.curves import curve
 from locos_bench.report.statistics.results import GOLD, BottomKRow, BottomKTask, FamilyStats, TaskResult
-from locos_bench.report.statistics.separability import RATES, ablation_sides, many_to_one, side
+from locos_bench.report.statistics.separability import RATES, ablation_sides, items_of, many_to_one, side
 from locos_bench.report.statistics.units import DrawSets, complete_draws, vector
 from locos_bench.run import Manifest, RunPlan
 
@@ -67,7 +67,8 @@ def _row(plan: RunPlan, done: dict, result: TaskResult, name: str, draw_sets: Dr
         if m not in result.unablated:
             continue
         per_draw = [{u.k: vector(u, m, n) for u in units} for _, units in complete]
-        row.curves[m] = curve(boot, budgets, curve_weights(budgets), result.unablated[m], per_draw, draws)
+        row.curves[m] = curve(boot, budgets, curve_weights(budgets), result.unablated[m], per_draw, draws,
+                              m in RATES)
         mine = row.curves[m].drop_area_per_example
         for ref, sign, into in ((RANDOM, 1.0, row.versus_random), (name, -1.0, row.versus_top)):
             other = _drop_area(result, ref, m)
@@ -111,7 +112,7 @@ def _verdicts(manifest: Manifest, plan: RunPlan, tasks: Sequence[TaskResult], bo
         what = "headline" if metric_key == "headline" else "gold log-prob (nats)"
         figure = f"mean {what} drop-area over {n} retrieval task{'s' * (n != 1)} (bottom-k control)"
         stats = many_to_one(label, figure, sides, pairs, rates and metric_key == "headline",
-                            level=family.level, n_resamples=n_resamples, seed=manifest.seed)
+                            level=family.level, n_resamples=n_resamples, seed=manifest.seed, items=items_of(tasks))
         if stats is not None:
             out[label] = stats.model_copy(update=dict(kind="bottom-k"))
     return out

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from locos_bench.report.statistics import ratios
 from locos_bench.report.statistics.bootstrap import Bootstrap, Draws, Estimate, PerDraw, combine, spread, weighted_sum
-from locos_bench.report.statistics.results import GOLD, Curve, DetectorResult, RankResult, TaskResult
+from locos_bench.report.statistics.results import GOLD, RATES, Curve, DetectorResult, RankResult, TaskResult
 from locos_bench.report.statistics.units import DrawSets, draw_term, first_line, vector
 from locos_bench.run import RunPlan
 
@@ -36,10 +37,20 @@ def _draw_mean(draws: list[dict[int, np.ndarray]], k: int) -> np.ndarray:
 
 
 def curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.ndarray,
-          draws: list[dict[int, np.ndarray]], draw_set: Draws | None = None) -> Curve:
+          draws: list[dict[int, np.ndarray]], draw_set: Draws | None = None, rate: bool = False) -> Curve:
     """Curve of one metric from per-draw per-k vectors: one draw (or no `draw_set`) gives
     one-level figures of the per-example mean over draws; several draws give two-level
-    figures (`PerDraw` terms: draws resampled, then examples)."""
+    figures (`PerDraw` terms: draws resampled, then examples). `rate`: a metric in [0, 1],
+    whose values and area never get a zero-width interval (`ratios.rate`)."""
+    out = _curve(boot, budgets, weights, base, draws, draw_set)
+    if rate:
+        out.values = {k: ratios.rate(v, boot.n, boot.level) for k, v in out.values.items()}
+        out.area = ratios.rate(out.area, boot.n, boot.level)
+    return out
+
+
+def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.ndarray,
+           draws: list[dict[int, np.ndarray]], draw_set: Draws | None) -> Curve:
     if draw_set is not None and len(draws) > 1:
         def per(vecs: list[np.ndarray]) -> PerDraw:
             return draw_term(vecs, draw_set)
@@ -127,7 +138,7 @@ def detector_result(plan: RunPlan, name: str, task: str, source: str, n: int, do
     budgets = list(plan.budgets_of(task))
     draw_set = draw_sets(res.name, res.stochastic, res.draws) if draw_sets is not None and len(per_draw) > 1 else None
     for m in metrics:
-        res.curves[m] = curve(boot, budgets, weights, base[m], [d[m] for d in per_draw], draw_set)
+        res.curves[m] = curve(boot, budgets, weights, base[m], [d[m] for d in per_draw], draw_set, m in RATES)
     if res.draws[0] == 0:  # the rank diagnostic runs on the first draw only
         for key in plan.rank_keys(task, name):
             unit = done.get(key)

@@ -119,7 +119,7 @@ def oracle_task(result: Mapping[str, Any], scores_per_draw: Mapping[str, Sequenc
                 values = [effect[mode](outcome_vector(_outcomes(result, mode, t[:k]))) for t in tops]
                 num = (PerDraw(np.stack(values), Draws(len(values), seed=draws_seed(seed, detector)))
                        if len(values) > 1 else values[0])
-                share[mode][k] = fieller(num, oracle_effect[mode][k], level)
+                share[mode][k] = fieller(num, oracle_effect[mode][k], level, upper=1.0)  # the best set: at most 1
         rows.append(OracleRow(detector=detector, top=[head_name(h) for h in tops[0]], precision=precision,
                               share=share))
     rows.sort(key=lambda r: (-_share_at(r, "necessity", k_max), -_share_at(r, "sufficiency", k_max), r.detector))

@@ -20,6 +20,10 @@ from locos_bench.report.statistics.oracle_shares import OracleShares
 from locos_bench.run import Manifest
 from locos_bench.run.manifest import Family
 
+RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "label_accuracy",
+                   "acc", "acc_norm"})
+"""Metrics in [0, 1]: a difference of one example's drop-areas lies in [-1, 1] (`Paired.bound`);
+their means' intervals stay in [0, 1] (`ratios.rate`)."""
 GOLD = "gold_logprob"
 """The teacher-forced gold-answer log-prob (nats): every table's second metric."""
 
@@ -148,7 +152,7 @@ class FamilyStats(ResultModel):
     size: int
     """Comparisons in the family (those with data)."""
     units: int
-    """(Task, example) units the sign flips act on."""
+    """(Task, item) units the sign flips act on (examples where no item repeats)."""
     replicates: int
     exact: bool
     """Every sign pattern enumerated."""
@@ -157,7 +161,8 @@ class FamilyStats(ResultModel):
     critical: float
     """|T| beyond which a comparison is separable (inf: none can be)."""
     p_min: float
-    """The smallest attainable adjusted p."""
+    """The adjusted p's floor: reached by an exact test (`exact`, no draw groups), a floor
+    of the Monte Carlo or approximate test otherwise."""
     level: float
     left_out: list[str] = Field(default_factory=list)
     """Pre-specified comparisons without data (a failed detector), left out of the family."""

@@ -28,6 +28,7 @@ from locos_bench.report.statistics.bootstrap import Estimate, PerDraw
 from locos_bench.report.statistics.curves import summary_curves
 from locos_bench.report.statistics.results import (
     GOLD,
+    RATES,
     DetectorResult,
     FamilyStats,
     RunStats,
@@ -36,10 +37,6 @@ from locos_bench.report.statistics.results import (
     Verdict,
 )
 from locos_bench.report.statistics.simultaneous import Paired, family_seed, simultaneous
-
-RATES = frozenset({"contains", "exact_match", "number_match", "f1", "rouge_l", "label_accuracy",
-                   "acc", "acc_norm"})
-"""Metrics in [0, 1]: a difference of one example's drop-areas lies in [-1, 1] (`Paired.bound`)."""
 
 
 def rank_key(result: DetectorResult, headline: str) -> tuple:
@@ -125,10 +122,17 @@ def paired(a: dict[str, Side], b: dict[str, Side], bound: bool) -> Paired | None
 # Families
 
 
+def items_of(tasks: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Task -> its examples' items where some repeat (`Bootstrap.groups`), for the sign flips."""
+    return {getattr(t, "name", None) or t.task: t.bootstrap.groups for t in tasks if t.bootstrap.groups is not None}
+
+
 def many_to_one(label: str, figure: str, sides: dict[str, dict[str, Side]], pairs: Sequence[tuple[str, str]],
-                bound: bool, *, level: float, n_resamples: int, seed: int) -> FamilyStats | None:
+                bound: bool, *, level: float, n_resamples: int, seed: int,
+                items: dict[str, np.ndarray] | None = None) -> FamilyStats | None:
     """The verdicts of `pairs` (detector, reference) on one figure; `sides` maps each detector
-    with data to its per-task `Side`s. None when no pair has data."""
+    with data to its per-task `Side`s; `items` (`items_of`) flips an item's examples together.
+    None when no pair has data."""
     done, data, left_out = [], [], []
     for d, r in pairs:
         comp = paired(sides[d], sides[r], bound) if d in sides and r in sides else None
@@ -139,7 +143,7 @@ def many_to_one(label: str, figure: str, sides: dict[str, dict[str, Side]], pair
         data.append(comp)
     if not data:
         return None
-    res = simultaneous(data, level=level, n_resamples=n_resamples, seed=family_seed(seed, label))
+    res = simultaneous(data, level=level, n_resamples=n_resamples, seed=family_seed(seed, label), items=items)
     stats = _stats(figure, "many-to-one", data, res, left_out)
     for i, (d, r) in enumerate(done):
         stats.verdicts.append(Verdict(detector=d, reference=r, difference=Estimate(res.estimate[i], *res.interval(i)),
@@ -148,7 +152,7 @@ def many_to_one(label: str, figure: str, sides: dict[str, dict[str, Side]], pair
 
 
 def rank_sets(label: str, figure: str, sides: dict[str, dict[str, Side]], bound: bool, *, level: float,
-              n_resamples: int, seed: int) -> FamilyStats | None:
+              n_resamples: int, seed: int, items: dict[str, np.ndarray] | None = None) -> FamilyStats | None:
     """Simultaneous rank sets of the detectors in `sides` (in order) on one figure, from
     every pair; None with fewer than two detectors."""
     names = list(sides)
@@ -157,7 +161,8 @@ def rank_sets(label: str, figure: str, sides: dict[str, dict[str, Side]], bound:
     keep = [i for i, comp in enumerate(data) if comp is not None]
     if len(names) < 2 or not keep:
         return None
-    res = simultaneous([data[i] for i in keep], level=level, n_resamples=n_resamples, seed=family_seed(seed, label))
+    res = simultaneous([data[i] for i in keep], level=level, n_resamples=n_resamples, seed=family_seed(seed, label),
+                       items=items)
     above = {n: 0 for n in names}
     below = {n: 0 for n in names}
     for j, i in enumerate(keep):
@@ -202,7 +207,8 @@ def ablation_sides(tasks: Sequence[TaskResult], names: Sequence[str], metric_key
 
 
 def verdict_families(prefix: str, figures: dict[str, tuple[str, dict[str, dict[str, Side]], bool]], run_family: Any,
-                     *, seed: int, n_resamples: int) -> dict[str, FamilyStats]:
+                     *, seed: int, n_resamples: int, items: dict[str, np.ndarray] | None = None
+                     ) -> dict[str, FamilyStats]:
     """The many-to-one families `prefix:METRIC` the run's family names: `figures` maps each
     metric key to (the figure in words, the detectors' sides, whether a rate)."""
     out = {}
@@ -210,7 +216,7 @@ def verdict_families(prefix: str, figures: dict[str, tuple[str, dict[str, dict[s
         label = f"{prefix}:{metric_key}"
         if label in run_family.figures:
             stats = many_to_one(label, figure, sides, run_family.pairs, rate, level=run_family.level,
-                                n_resamples=n_resamples, seed=seed)
+                                n_resamples=n_resamples, seed=seed, items=items)
             if stats is not None:
                 out[label] = stats
     return out
@@ -236,6 +242,7 @@ def separability(run: RunStats, *, n_resamples: int) -> None:
     run.alpha = 1 - level
     names = [d.name for d in run.manifest.detectors]
     n_retrieval = sum(t.kind == "retrieval" for t in run.tasks)
+    items = items_of(run.tasks)
     figures = {}
     for metric_key in ("headline", GOLD):
         sides, rates = ablation_sides(run.tasks, names, metric_key)
@@ -244,10 +251,10 @@ def separability(run: RunStats, *, n_resamples: int) -> None:
         figures[metric_key] = (figure, sides, rates and metric_key == "headline")
         order = [r.detector for r in sorted(run.summary, key=lambda r: summary_key(r, metric_key)) if r.detector in sides]
         ranks = rank_sets(f"ranks:{metric_key}", figure, {n: sides[n] for n in order}, figures[metric_key][2],
-                          level=level, n_resamples=n_resamples, seed=seed)
+                          level=level, n_resamples=n_resamples, seed=seed, items=items)
         if ranks is not None:
             run.ranks[metric_key] = ranks
-    run.verdicts.update(verdict_families("ablation", figures, family, seed=seed, n_resamples=n_resamples))
+    run.verdicts.update(verdict_families("ablation", figures, family, seed=seed, n_resamples=n_resamples, items=items))
     for row in run.summary:  # the summary's `vs locos` / `vs random`: the family's intervals
         for metric_key in ("headline", GOLD):
             for ref, est in versus(run.verdicts.get(f"ablation:{metric_key}"), row.detector).items():
@@ -261,6 +268,6 @@ def separability(run: RunStats, *, n_resamples: int) -> None:
                      for name, r in task.detectors.items() if r.ok and metric in r.curves}
             what = f"{metric} drop-area" if metric != GOLD else "gold log-prob drop-area (nats)"
             ranks = rank_sets(f"ranks:{task.name}:{metric}", f"{what} on {task.name}", sides,
-                              metric in RATES, level=level, n_resamples=n_resamples, seed=seed)
+                              metric in RATES, level=level, n_resamples=n_resamples, seed=seed, items=items)
             if ranks is not None:
                 task.ranks[metric] = ranks

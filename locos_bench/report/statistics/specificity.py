@@ -12,11 +12,12 @@ Definitions: `docs/methodology.md` (Specificity).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from locos_bench.report.statistics.bootstrap import Estimate, combine
 from locos_bench.report.statistics.ratios import identified, relative_sum
-from locos_bench.report.statistics.results import GOLD, TaskResult
+from locos_bench.report.statistics.results import GOLD, RATES, TaskResult
 
 
 def _drop(t: TaskResult, det: str, m: str, at_kmax: bool = False) -> Any:
@@ -69,5 +70,7 @@ def _paired_specificity(retr: list[tuple[TaskResult, str]], ctrl: list[tuple[Tas
     w = 1 / len(pairs)
     r_terms = [(w, r.name, drop(r, m), r.unablated[m]) for r, m, _, _ in pairs]
     c_terms = [(w, c.name, drop(c, m), c.unablated[m]) for _, _, c, m in pairs]
-    return {"retrieval_relative": relative_sum(r_terms), "control_relative": relative_sum(c_terms),
+    # a relative drop of a metric >= 0 (a rate) is at most 1: the ablated value cannot go below 0
+    upper = 1.0 if all(m in RATES for _, m, _, _ in pairs) and all(m in RATES for *_, m in pairs) else math.inf
+    return {"retrieval_relative": relative_sum(r_terms, upper=upper), "control_relative": relative_sum(c_terms, upper=upper),
             "specificity": relative_sum(r_terms + [(-w, *rest) for _, *rest in c_terms])}

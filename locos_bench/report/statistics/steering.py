@@ -20,8 +20,8 @@ import numpy as np
 
 from locos_bench.report.statistics.bootstrap import Bootstrap, combine, curve_weights, task_seed, weighted_sum
 from locos_bench.report.statistics.results import GOLD, FamilyStats, SteeringRow, SteeringSummaryRow, SteeringTask
-from locos_bench.report.statistics.separability import RATES, many_to_one, side, versus
-from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, vector
+from locos_bench.report.statistics.separability import RATES, items_of, many_to_one, side, versus
+from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, task_items, vector
 from locos_bench.run import Manifest, RunPlan
 
 
@@ -43,7 +43,7 @@ def steering(manifest: Manifest, plan: RunPlan, done: dict, tasks: Sequence[Any]
             continue
         n = len(base_unit.values[headline])
         boot = boots.get(entry.name) or Bootstrap(n, n_resamples=n_resamples, seed=task_seed(manifest.seed, entry.name),
-                                                  method=method, level=level)
+                                                  method=method, level=level, groups=task_items(entry, n))
         base = {m: vector(base_unit, m, n) for m in (headline, GOLD) if m in base_unit.values}
         for source in plan.sources(entry.name):
             result = SteeringTask(task=entry.name, kind=entry.kind, source=source, headline=headline,
@@ -161,7 +161,7 @@ def _summary(plan: RunPlan, manifest: Manifest, tasks: list[SteeringTask], chose
                      for name, a in at.items()}
             stats = many_to_one(label, figure, {n: s for n, s in sides.items() if s}, family.pairs,
                                 rate and key == "headline", level=family.level, n_resamples=n_resamples,
-                                seed=manifest.seed)
+                                seed=manifest.seed, items=items_of(retrieval))
             if stats is not None:
                 verdicts[label] = stats
     for row in rows:

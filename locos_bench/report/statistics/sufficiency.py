@@ -28,7 +28,7 @@ from locos_bench.report.statistics.results import (
     SufficiencySummaryRow,
     SufficiencyTask,
 )
-from locos_bench.report.statistics.separability import RATES, side, verdict_families, versus
+from locos_bench.report.statistics.separability import RATES, items_of, side, verdict_families, versus
 from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, vector
 from locos_bench.run import Manifest, RunPlan
 
@@ -136,7 +136,7 @@ def _summary(plan: RunPlan, manifest: Manifest, tasks: list[SufficiencyTask], n_
     verdicts = verdict_families("sufficiency", {
         "headline": (f"mean kept − unablated headline area {over} (sufficiency)", sides["headline"], rate),
         GOLD: (f"mean kept − unablated gold log-prob area (nats) {over} (sufficiency)", sides[GOLD], False),
-    }, manifest.verdict_family(), seed=manifest.seed, n_resamples=n_resamples)
+    }, manifest.verdict_family(), seed=manifest.seed, n_resamples=n_resamples, items=items_of(tasks))
     for row in rows:
         row.versus = {key: versus(verdicts.get(f"sufficiency:{key}"), row.detector) for key in ("headline", GOLD)}
     return rows, verdicts

@@ -20,6 +20,37 @@ from locos_bench.run import BottomUnit, EvalUnit, RankUnit, RunPlan, ScoresUnit,
 Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit
 
 
+def task_items(entry: Any, n: int) -> list[str] | None:
+    """The items of a task's n evaluation examples (`TaskEntry.items`). A manifest written
+    before they were recorded gets them from the task's data: its built-in spec at the
+    recorded version regenerates each evaluation example (a pure function of its index).
+    None, every example its own item, when neither is there (a user's task file not at hand,
+    another version, an external control)."""
+    items = entry.items if entry.items is not None else _items_from_data(entry)
+    return items if items is not None and len(items) == n else None
+
+
+def _builtin_tasks() -> set[str]:
+    from locos_bench.tasks.files import task_files
+
+    return set(task_files())
+
+
+def _items_from_data(entry: Any) -> list[str] | None:
+    from locos_bench.tasks.examples import raw_example
+    from locos_bench.tasks.files import load_task
+
+    if entry.name not in _builtin_tasks():
+        return None
+    try:
+        spec = load_task(entry.name)
+        if spec.version != entry.version:
+            return None
+        return [raw_example(spec, i).item for i in entry.splits.get("evaluation", [])]
+    except LocosError:
+        return None
+
+
 def unit_label(unit: Unit) -> str:
     """What a unit is, for a message: `scores`, `eval k=K`, `rank r=R`, ..."""
     if isinstance(unit, EvalUnit):
