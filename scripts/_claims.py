@@ -63,6 +63,20 @@ def above(run: RunStats, family: str, reference: str, sign: int) -> list[str]:
                   if v.reference == reference and v.separable and sign * v.difference.value > 0)
 
 
+def separable_clause(run: RunStats, family: str, verb: str) -> str:
+    """What a family separates on its figure, in words: "nothing is separable" or, per
+    reference, who is separably above or below it (`verb`, e.g. "keep", as in "keep separably
+    more than"; "keeps" for one detector), each with its interval."""
+    parts = []
+    for ref, name in (("random", "random heads"), ("locos", "`locos`")):
+        for sign, word in ((1, "more"), (-1, "less")):
+            who = above(run, family, ref, sign)
+            if who:
+                shown = ", ".join(f"`{d}` {interval(verdict(run, family, d, ref), sign=True)}" for d in who)
+                parts.append(f"{shown} {verb + 's' * (len(who) == 1)} separably {word} than {name}")
+    return "nothing is separable" if not parts else "; ".join(parts) + " (nothing else is separable)"
+
+
 def unseparated(run: RunStats, family: str, reference: str) -> list[str]:
     return sorted(v.detector for v in run.verdicts[family].verdicts if v.reference == reference and not v.separable)
 

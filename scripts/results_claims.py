@@ -57,13 +57,21 @@ CHECKED: dict[str, tuple[str, ...]] = {
 
 # -- the pages -----------------------------------------------------------------------------------------
 
-def generated(text: str, get: Runs, blocks: dict = BLOCKS) -> str:
-    """`text` with every block rewritten from the records."""
+def generated(text: str, get: Runs, blocks: dict = BLOCKS, stale: list[str] | None = None) -> str:
+    """`text` with every block rewritten from the records. With `stale`, a block whose sentence
+    the records no longer hold is left as it was and its `PageError` listed there (so one
+    command names every block to reword); without, the first one is raised."""
     def write(m: re.Match) -> str:
         name = m.group("name")
         if name not in blocks:
             raise PageError(f"no block named {name!r} (BLOCKS has {', '.join(sorted(blocks))})")
-        return m.group(1) + blocks[name][1](get) + m.group(4)
+        try:
+            return m.group(1) + blocks[name][1](get) + m.group(4)
+        except PageError as exc:
+            if stale is None:
+                raise
+            stale.append(f"block {name}: {exc}")
+            return m.group(0)
 
     return BLOCK.sub(write, text)
 
@@ -115,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             bad += problems(page, text, get)
             continue
-        new = generated(text, get)
+        stale: list[str] = []
+        new = generated(text, get, stale=stale)
+        bad += [f"{page.name}: {line}" for line in stale]
         if new != text:
             page.write_text(new)
             print(f"wrote {page.relative_to(ROOT)}")
