@@ -39,11 +39,13 @@ def test_every_run_page_is_checked():
 
 MUTATIONS = [
     ("gemma3-default-seed0.md", "costs 3.05 nats", "costs 3.06 nats"),  # a changed digit
-    ("gemma3-default-seed0.md", "(+0.367 [0.117, 0.616], p 0.005;", "(+0.367 [0.117, 0.616], p 0.004;"),
+    ("gemma3-default-seed0.md", "(+0.409 [0.214, 0.603], p < 0.001;", "(+0.409 [0.214, 0.603], p 0.002;"),
+    ("gemma3-default-seed0.md", "is largest for `attention-knockout` on both tasks",
+     "is largest for `locos` on both tasks"),  # the oracle's leader
     ("gemma3-default-seed0.md", "`locos` is separable above random heads**", "`locos` is not separable from random heads**"),
     ("gemma3-default-seed0.md", "random 12.", "random 11-12."),  # a rank set
-    ("gemma3-sufficiency-steering.md", "nothing is separable on the headline at n = 8",
-     "`attention` is separable above random heads on the headline at n = 8"),  # a flipped verdict
+    ("gemma3-sufficiency-steering.md", "`headkv` +0.246 [0.012, 0.480] keep separably more than random heads",
+     "`headkv` +0.246 [0.012, 0.480] keep separably less than random heads"),  # a flipped verdict
     ("gemma3-sufficiency-steering.md", "`locos` -0.052", "`locos` +0.052"),
     ("gemma3-default-seed0.md", "Which part of LOCOS carries its result",
      "Which part of LOCOS (0.42 of it) carries its result"),  # a figure no block writes

@@ -117,7 +117,7 @@ class OracleShares(BaseModel):
     rows: list[ShareRow]
     verdicts: list[ShareVerdict] = Field(default_factory=list)
     """Every pair of deterministic detectors at each budget up to `SEPARATE_UP_TO`, one family
-    (`share_family`), separable first."""
+    (`share_family`): separable first, the largest budget first, then by p."""
     family: dict[str, Any] = Field(default_factory=dict)
     """The family's size, smallest attainable p, and median minimum detectable difference (in
     shares of the oracle's effect)."""
@@ -413,7 +413,8 @@ def share_family(rows: list[ShareRow], oracle: Mapping[int, Estimate], *, level:
             a, b, est, low, high = b, a, -est, -high, -low
         verdicts.append(ShareVerdict(a=a, b=b, k=k, difference=Estimate(est, low, high), p=float(res.p[i]),
                                      mde=res.mde(i), separable=res.separable(i)))
-    verdicts.sort(key=lambda v: (not v.separable, v.p, v.k, v.a, v.b))
+    verdicts.sort(key=lambda v: (not v.separable, -v.k, v.p, v.a, v.b))  # the largest budget first: past k = 1
+    # most pairs only say which detector ranked the one strongest head first
     mdes = [v.mde for v in verdicts if np.isfinite(v.mde) and v.mde > 0]
     family = {"size": len(data), "budgets": ks, "same": same, "p_min": res.p_min, "units": res.units,
               "median_mde": float(np.median(mdes)) if mdes else float("inf")}
