@@ -188,50 +188,39 @@ def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
     return None
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = _ranks(a), _ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    denom = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
-    return float((ra * rb).sum() / denom) if denom else float("nan")
+def agreement_rows(scores: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `means` (`[R, n_heads]`: the heads' mean effects, one row per resample), the
+    Spearman correlation of `scores` with it (average ranks for ties) and the AUROC of `scores`
+    for the `TOP` heads of largest effect (Mann-Whitney from average ranks: ties count half),
+    all rows at once."""
+    from scipy.stats import rankdata
 
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share theirs), as Spearman's correlation wants."""
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(x.size, dtype=np.float64)
-    ranks[order] = np.arange(x.size, dtype=np.float64)
-    for value in np.unique(x):
-        tied = x == value
-        if tied.sum() > 1:
-            ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
-def _auroc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """P(a positive head outscores a negative one), ties counted half."""
-    pos, neg = scores[positive], scores[~positive]
-    if not pos.size or not neg.size:
-        return float("nan")
-    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
-    return float(greater / (pos.size * neg.size))
+    n_heads = scores.size
+    rs = rankdata(scores)
+    rs_c = rs - rs.mean()
+    rm = rankdata(means, axis=1)
+    rm_c = rm - rm.mean(axis=1, keepdims=True)
+    denom = np.sqrt((rs_c * rs_c).sum() * (rm_c * rm_c).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spearman = np.where(denom > 0, (rm_c @ rs_c) / np.where(denom > 0, denom, 1.0), np.nan)
+    top = min(TOP, n_heads - 1)
+    positives = np.argsort(-means, axis=1, kind="stable")[:, :top]
+    auroc = ((rs[positives].sum(axis=1) - top * (top + 1) / 2) / (top * (n_heads - top))
+             if top > 0 else np.full(means.shape[0], np.nan))
+    return spearman, auroc
 
 
 def _agreement(scores: np.ndarray, effects: np.ndarray, boot: Bootstrap, level: float) -> tuple[Estimate, Estimate]:
     """Spearman and top-`TOP` AUROC of `scores` against the heads' mean effects, with
     percentile intervals over the example resamples of `effects` (`[n_heads, n]`)."""
-    def both(mean_effect: np.ndarray) -> tuple[float, float]:
-        top = np.zeros(mean_effect.size, dtype=bool)
-        top[np.argsort(-mean_effect, kind="stable")[:TOP]] = True
-        return _spearman(scores, mean_effect), _auroc(scores, top)
-
-    point = both(effects.mean(1))
-    reps = np.array([both(effects @ counts / boot.n) for counts in boot.counts])
+    means = np.vstack([effects.mean(1)[None, :], (np.asarray(boot.counts, dtype=np.float64) @ effects.T) / boot.n])
+    spearman, auroc = agreement_rows(scores, means)
     q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
     out = []
-    for j in range(2):
-        finite = reps[:, j][np.isfinite(reps[:, j])]
+    for values in (spearman, auroc):
+        finite = values[1:][np.isfinite(values[1:])]
         lo, hi = np.percentile(finite, q) if finite.size else (float("nan"), float("nan"))
-        out.append(Estimate(point[j], float(lo), float(hi)))
+        out.append(Estimate(float(values[0]), float(lo), float(hi)))
     return out[0], out[1]
 
 
