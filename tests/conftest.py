@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+
+# A test command started in the background of a shell without job control (`cmd &`, `nohup`)
+# inherits SIGINT ignored, and so would every run the Ctrl-C tests start: Python then installs
+# no KeyboardInterrupt handler, the SIGINT those tests send does nothing, and the fault-injection
+# test waits on a child that never stops. A handler here is reset to the default on exec, so the
+# runs the tests start take SIGINT as a terminal's would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Test files that take minutes, longest first: pytest-xdist hands files to its workers in
 # collection order (`--no-loadscope-reorder`), so these start first and short files fill in.
