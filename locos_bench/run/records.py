@@ -219,7 +219,9 @@ class RankUnit(UnitRecord):
     values: dict[str, list[float]] = Field(default_factory=dict)
     from_oracle: bool = False
     """Read from the shipped oracle's single-head scan of the same examples and ablation
-    (`harness.oracle_scan`), not computed by this run."""
+    (`harness.oracle_scan`), not computed by this run; written only when true."""
+
+    _left_out_when_empty: ClassVar[tuple[str, ...]] = ("traceback", "from_oracle")
 
     @property
     def key(self) -> UnitKey:

@@ -84,6 +84,8 @@ def test_a_published_manifest_without_items_reads_them_from_the_task_data():
     assert [len(set(task_items(e, 64))) for e in manifest.tasks] == [52, 51, 51]
     gemma, _ = load_run(ROOT / "leaderboard" / "gemma3-default-seed0")
     kv = next(e for e in gemma.tasks if e.name == "kv-retrieval")
+    assert kv.items is not None and len(set(kv.items)) == 16  # published after the field: recorded
+    kv = kv.model_copy(update={"items": None})  # as a manifest from before it
     assert len(set(task_items(kv, 16))) == 16
     assert task_items(kv.model_copy(update={"name": "not-a-task"}), 16) is None
     assert task_items(kv.model_copy(update={"version": kv.version + 1}), 16) is None
