@@ -24,7 +24,7 @@ from typing import Any
 
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.interrupts import watching
-from locos_bench.harness.oracle_scan import SingleHeadScan
+from locos_bench.harness.oracle_scan import SingleHeadScan, random_strata
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, timed
 from locos_bench.names import rank_heads
@@ -98,6 +98,7 @@ class Run:
         for warning in check_tasks_fit(config, self.model, tasks):
             self.progress.warn(warning)
         self.manifest = build_manifest(config, self.model, tasks)
+        self.manifest.random_strata = random_strata(self.manifest)
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
 
@@ -251,6 +252,9 @@ class Run:
         return evaluated if evaluated is not None and RANK_METRIC in evaluated.values else None
 
     def _keep(self, job: Job, unit: UnitRecord) -> None:
+        strata = self.plan.strata_of(job.key.detector) if job.key.kind == UnitKind.SCORES else None
+        if strata is not None and not unit.error:  # the draw's stratum: the task's head first or last
+            unit = unit.model_copy(update={"scores": strata.place(unit.scores, job.key.task, job.key.draw)})
         if job.key.kind != UnitKind.SCORES and not unit.error:
             self._evaluated.setdefault(_job_key(job.key, job.heads), unit)
         self._save(unit)

@@ -58,4 +58,40 @@ class SingleHeadScan:
         return None if single is None else [float(v) for v in single["gold"]]
 
 
-__all__ = ["SingleHeadScan"]
+STRATIFIED = "random"
+"""The detector whose draws `random_strata` stratifies (uniform random heads)."""
+MIN_PER_STRATUM = 2
+"""Draws per stratum: two at least, so each stratum's spread is estimated."""
+
+
+def random_strata(manifest: Any) -> Any:
+    """The strata of `random`'s draws for a run starting now (`run.manifest.RandomStrata`), or
+    None: stratified on each retrieval task's head of the largest mean gold drop ablated alone
+    in the shipped oracle's scan, where that scan is the run's file (sha256), searched for
+    necessity, and fits every retrieval task; `random` must draw from the run's seed (not the
+    paper's fixed seeds) with at least 2 x `MIN_PER_STRATUM` draws. A quarter of the draws (at
+    least `MIN_PER_STRATUM`) hold the head: it enters a top-k set with probability k / N."""
+    from locos_bench.models.organism import parse_set
+    from locos_bench.run.manifest import RandomStrata
+
+    names = {d.name: d for d in manifest.detectors}
+    draws = int(manifest.random_draws)
+    info = manifest.model_info.get("oracle_search")
+    if (STRATIFIED not in names or not names[STRATIFIED].stochastic or manifest.random_seed is not None
+            or draws < 2 * MIN_PER_STRATUM or not info):
+        return None
+    scan = SingleHeadScan(manifest, lambda level, line: None)
+    retrieval = [t.name for t in manifest.tasks if t.kind == "retrieval"]
+    if not retrieval or any(t not in scan.tasks for t in retrieval):
+        return None
+    heads = {}
+    for task in retrieval:
+        result = scan.tasks[task]
+        base = np.asarray(result["unablated"]["gold"], float)
+        drops = {name: float(np.mean(base - np.asarray(v["gold"], float)))
+                 for name, v in result["necessity"]["singles"].items()}
+        heads[task] = parse_set(max(sorted(drops), key=drops.__getitem__))[0]
+    return RandomStrata(detector=STRATIFIED, heads=heads, first=max(MIN_PER_STRATUM, draws // 4))
+
+
+__all__ = ["STRATIFIED", "SingleHeadScan", "random_strata"]

@@ -82,6 +82,20 @@ REFERENCES = ("locos", "random")
 """The detectors every other one is compared with in a run's family, when the run has them."""
 
 
+class RandomStrata(BaseModel):
+    """`random`'s draws stratified on each retrieval task's strongest single head
+    (`run.plan.Strata`): written when a run starts, where the shipped oracle's scan fits every
+    retrieval task; kept as recorded when the run resumes (its draws were taken under it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    detector: str = "random"
+    heads: dict[str, list[int]]
+    """Retrieval task -> [layer, head]: the head of the largest mean gold drop ablated alone."""
+    first: int
+    """Draws `0 .. first - 1` rank the head first; the others rank it last."""
+
+
 class Family(BaseModel):
     """The pre-specified comparisons behind a run's verdicts, fixed when the run is made and
     never by the page that shows it: for each figure, each (detector, reference) pair as the
@@ -187,6 +201,10 @@ class Manifest(BaseModel):
     none. Not part of `config_key`: a resumed run adds the bottom-k units it lacks and keeps
     those it holds (`run.manifest.resumed`)."""
 
+    random_strata: RandomStrata | None = None
+    """How `random`'s draws are stratified (`RandomStrata`); None: plain uniform draws (every
+    run without a fitting oracle, and runs recorded before it)."""
+
     family: Family | None = None
     """The comparisons behind the run's verdicts, written by the run. None in manifests
     written before it: `verdict_family` derives the same from the run's configuration."""
@@ -249,11 +267,12 @@ def resumed(manifest: Manifest, old: Manifest) -> Manifest:
     """The manifest of a resumed run: this session's, with the provenance (the run began then),
     tie rule (None: ties broken by index) and timings the run directory already holds,
     bottom-k for the detectors of either (units already computed are kept), and controls at
-    every budget if the directory holds them so (a superset of the largest budget)."""
+    every budget if the directory holds them so (a superset of the largest budget), and the
+    random draws' strata it was recorded with (its draws were taken under them)."""
     bottom = [d.name for d in manifest.detectors if d.name in {*manifest.bottom_k, *old.bottom_k}]
     family = default_family([d.name for d in manifest.detectors], sufficiency=manifest.sufficiency is not None,
                             steering=bool(manifest.steer_alphas), bottom_k=bottom)
     control_budgets = ALL_BUDGETS if old.control_budgets == ALL_BUDGETS else manifest.control_budgets
     return manifest.model_copy(update=dict(provenance=old.provenance, tie_seed=old.tie_seed,
                                            timings=dict(old.timings), bottom_k=bottom, family=family,
-                                           control_budgets=control_budgets))
+                                           control_budgets=control_budgets, random_strata=old.random_strata))

@@ -31,6 +31,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from locos_bench.errors import LocosError
+from locos_bench.run.strata import Strata, strata_from
 
 BASELINE = "baseline"
 """Detector name of the unablated evaluation unit."""
@@ -234,6 +235,7 @@ class RunPlan:
             units), at every budget and draw.
         control_budgets: `ALL_BUDGETS`, or `LARGEST_BUDGET`: control tasks' ablated evaluations
             at the largest budget only.
+        strata: How `random`'s draws are stratified (`Strata`); None: plain draws.
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -249,6 +251,7 @@ class RunPlan:
     steer_calibration: bool = False
     bottom_k: tuple[str, ...] = ()
     control_budgets: str = ALL_BUDGETS
+    strata: Strata | None = None
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -271,7 +274,11 @@ class RunPlan:
             steer_calibration=bool(getattr(manifest, "steer_calibration", False)),
             bottom_k=tuple(getattr(manifest, "bottom_k", None) or ()),
             control_budgets=getattr(manifest, "control_budgets", None) or ALL_BUDGETS,
+            strata=strata_from(getattr(manifest, "random_strata", None), n_heads),
         )
+
+    def strata_of(self, detector: str) -> Strata | None:  # `detector`'s strata, if its draws have them
+        return self.strata if self.strata is not None and self.strata.detector == detector else None
 
     # -- the rules -----------------------------------------------------------------------
 

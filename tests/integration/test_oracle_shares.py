@@ -236,3 +236,34 @@ def test_a_damaged_oracle_file_is_one_line_from_the_cli(run_dir, shipped, tmp_pa
     assert main(["leaderboard", str(run_dir.path), "--out", str(tmp_path / "board")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "planted-mean.json is not valid JSON" in err[0] and "Traceback" not in err[0]
+
+
+def test_random_draws_are_stratified_on_the_scans_strongest_head(shipped, tmp_path, monkeypatch):
+    """With four draws and a fitting scan, draws 0 and 1 rank the task's strongest single head
+    first and draws 2 and 3 rank it last; the figure weights the two strata by the chance k / N
+    that a uniform k-set holds it."""
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
+    config = {**RUN, "random_draws": 4, "sufficiency": False, "rank_diagnostic": 0}
+    run = run_benchmark(RunConfig(**config, output_dir=tmp_path / "run"))
+    manifest, units = run.read_manifest(), run.read_units()
+    data, _ = read_oracle(shipped / "planted-mean.json")
+    result = data["tasks"]["planted-kv"]["result"]
+    base = np.asarray(result["unablated"]["gold"])
+    drops = {h: np.mean(base - np.asarray(v["gold"])) for h, v in result["necessity"]["singles"].items()}
+    strongest = max(drops, key=drops.get)
+    assert manifest.random_strata is not None and manifest.random_strata.first == 2
+    layer, head = manifest.random_strata.heads["planted-kv"]
+    assert f"L{layer}H{head}" == strongest
+    plan, done = RunPlan.from_manifest(manifest), {u.key: u for u in units}
+    n_heads = plan.n_heads
+    for draw in range(4):
+        flat = np.asarray(done[plan.scores_key("planted-kv", "random", draw)].scores).ravel()
+        rank = int(np.argsort(-flat, kind="stable").tolist().index(layer * (flat.size // manifest.model_info["n_layers"]) + head))
+        assert rank == (0 if draw < 2 else n_heads - 1)
+    task = next(t for t in analyze(manifest, units, n_resamples=200).tasks if t.name == "planted-kv")
+    for k in (2, 3):
+        values = [np.mean(next(u for u in units if u.kind == "eval" and u.detector == "random" and u.draw == d
+                               and u.k == k).values["gold_logprob"]) for d in range(4)]
+        expect = k / n_heads * np.mean(values[:2]) + (1 - k / n_heads) * np.mean(values[2:])
+        assert task.detectors["random"].curves["gold_logprob"].values[k].value == pytest.approx(expect)
+    assert "stratified: draws 0–1 rank" in render_markdown([analyze(manifest, units, n_resamples=200)])

@@ -46,7 +46,7 @@ def header_table(run: RunStats) -> str:
         ["budgets k", ", ".join(map(str, run.budgets))
          + (f" (control tasks at k={run.budgets[-1]} only)" if at_largest(m) else "")],
         ["ablation", ablation],
-        ["random draws", m.random_draws],
+        ["random draws", _random_draws(m)],
         *([["calibration draws", f"{m.calibration_draws} disjoint calibration subsets, each "
             "detector chosen and evaluated on each; intervals resample draws, then examples"]]
           if m.calibration_draws > 1 else []),
@@ -300,3 +300,16 @@ def cross_run_table(runs: list[RunStats]) -> str:
                          fmt_ci(h["retrieval"]), fmt_ci(h["specificity"]),
                          fmt_ci(g["retrieval"]), fmt_ci(g["specificity"])])
     return table(rows, headers)
+
+
+def _random_draws(m: Any) -> str:
+    """The draws of `random`, and their strata where stratified (`run.plan.Strata`)."""
+    strata = getattr(m, "random_strata", None)
+    if strata is None:
+        return str(m.random_draws)
+    heads = ", ".join(f"{head_name(h)} on {task}" for task, h in strata.heads.items())
+    return (f"{m.random_draws}, stratified: draws 0–{strata.first - 1} rank each retrieval task's strongest "
+            f"single head in the shipped oracle's scan first ({heads}), the other draws rank it last; each "
+            "figure weights the two strata by the chance k / N that a uniform k-set holds the head, and "
+            "resamples draws within each stratum; ± is the standard deviation one plain draw would need to leave "
+            "the mean as uncertain")

@@ -58,7 +58,7 @@ def analyze(manifest: Manifest, units: Sequence[Unit], *, n_resamples: int = N_R
     done = {u.key: u for u in units}
     sets = truth_sets(manifest)
     tasks: list[TaskResult] = []
-    draw_sets = DrawSets(manifest.seed, n_resamples)
+    draw_sets = DrawSets(manifest.seed, n_resamples, plan)
     shipped = _shipped_oracles(manifest)
     necessity = [(data, sha) for data, sha in shipped if data["mode"] == "necessity"]
     exact = random_single(manifest, plan, done, *necessity[0]) if necessity else {}

@@ -209,25 +209,63 @@ class Draws:
     """One set of resamples of `d` draws (random draws, or calibration draws), shared by every
     statistic over those draws, so differences are paired on draws as on examples. Each
     resample draws D - 1 of them with replacement: the mean of D would spread (D - 1) / D as
-    much as the draws' mean does.
+    much as the draws' mean does. Stratified draws (`strata`, `run.plan.Strata`) are resampled
+    within each stratum, D_s - 1 of its D_s, and each stratum keeps its share D_s / D of every
+    replicate: the figures' per-draw values carry the strata's weights
+    (`run.plan.Strata.weight`), so their plain mean is the stratified mean.
 
     Args:
         d: Number of draws.
         n_resamples: B (that of the `Bootstrap`s it is used with).
         seed: Seed (`draws_seed`).
+        strata: Each draw's stratum (`[d]`), or None: one stratum.
     """
 
-    def __init__(self, d: int, *, n_resamples: int = N_RESAMPLES, seed: Any = 0) -> None:
+    def __init__(self, d: int, *, n_resamples: int = N_RESAMPLES, seed: Any = 0,
+                 strata: Sequence[int] | None = None) -> None:
         if d < 1:
             raise LocosError("the draw bootstrap needs at least one draw")
         self.d, self.n_resamples = int(d), int(n_resamples)
         self.m = max(1, self.d - 1)
         """Draws per resample: D - 1, whose mean varies by exactly the draws' variance over D
         (D resampled draws would give (D - 1) / D of it); 1 for one draw."""
-        idx = np.random.default_rng(seed).integers(0, d, size=(self.n_resamples, self.m))
+        self.strata = None if strata is None or len(set(strata)) < 2 else np.asarray(strata, dtype=np.int64)
+        rng = np.random.default_rng(seed)
         self.counts = np.zeros((self.n_resamples, self.d))
         """`[B, d]` how often each draw appears in each resample (rows sum to `m`)."""
-        np.add.at(self.counts, (np.arange(self.n_resamples)[:, None], idx), 1.0)
+        if self.strata is None:
+            idx = rng.integers(0, d, size=(self.n_resamples, self.m))
+            np.add.at(self.counts, (np.arange(self.n_resamples)[:, None], idx), 1.0)
+            self.share = None
+            return
+        if self.strata.shape != (self.d,):
+            raise LocosError(f"{self.strata.size} strata for {self.d} draws")
+        self.share = np.zeros((self.n_resamples, self.d))
+        """`[B, d]` each draw's weight in each replicate: its stratum's D_s / D spread over the
+        D_s - 1 draws resampled in it (rows sum to 1)."""
+        for s in np.unique(self.strata):
+            members = np.flatnonzero(self.strata == s)
+            if members.size < 2:
+                raise LocosError(f"stratum {s} of the draws has {members.size} draw: each needs two, "
+                                 "so its spread is estimated")
+            m = members.size - 1
+            idx = members[rng.integers(0, members.size, size=(self.n_resamples, m))]
+            np.add.at(self.counts, (np.arange(self.n_resamples)[:, None], idx), 1.0)
+            self.share[:, members] = self.counts[:, members] * (members.size / self.d) / m
+
+    def groups(self, figure: np.ndarray) -> list[np.ndarray]:
+        """Per stratum, `figure`'s per-draw values (`[d, ...]`) scaled by the stratum's share
+        D_s / D: groups of independent draws whose means sum to the mean of `figure`, each with
+        its own variance and degrees of freedom (`simultaneous`). One group when unstratified."""
+        figure = np.asarray(figure, dtype=np.float64)
+        if self.strata is None:
+            return [figure]
+        return [figure[self.strata == s] * (np.sum(self.strata == s) / self.d) for s in np.unique(self.strata)]
+
+    def mean_variance(self, figure: Any) -> float:
+        """The variance of the mean over draws of `figure` (`[d]`) from its draws' spread: s^2 / D,
+        or within strata sum_s (D_s / D)^2 s_s^2 / D_s."""
+        return float(sum(np.var(g, ddof=1) / g.size for g in self.groups(figure) if g.size > 1))
 
 
 def draws_seed(seed: int, label: str) -> np.random.SeedSequence:
@@ -275,7 +313,10 @@ def _two_level(boot: Bootstrap, mat: np.ndarray, draws: Draws) -> tuple[float, n
     d = mat.shape[0]
     q, scale = _quantise(mat, boot.n * d)
     sums = boot.counts @ q.T
-    reps = (draws.counts * sums).sum(1) / (draws.m * boot.sizes * scale)
+    if draws.share is not None:  # stratified: each stratum's resampled draws at its share
+        reps = (draws.share * sums).sum(1) / (boot.sizes * scale)
+    else:
+        reps = (draws.counts * sums).sum(1) / (draws.m * boot.sizes * scale)
     return boot.mean(PerDraw(mat, draws).mean_over_draws()), reps
 
 
@@ -431,8 +472,12 @@ def topk_stability(per_example: Any, budgets: Sequence[int], *, n_resamples: int
     return jaccard, frequency
 
 
-def spread(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard deviation (ddof=1; 0 for one value) of per-draw figures."""
+def spread(values: Sequence[float], draws: Draws | None = None) -> tuple[float, float]:
+    """Mean and standard deviation (ddof=1; 0 for one value) of per-draw figures; over
+    stratified `draws`, the standard deviation one plain draw would need to leave their mean
+    as uncertain (sqrt(D x its variance), `Draws.mean_variance`)."""
     arr = np.asarray(values, dtype=np.float64)
+    if draws is not None and draws.strata is not None:
+        return float(arr.mean()), math.sqrt(arr.size * draws.mean_variance(arr))
     sd = float(np.std(arr, ddof=1)) if arr.size > 1 else 0.0
     return float(arr.mean()), sd

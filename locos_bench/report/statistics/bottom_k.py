@@ -21,7 +21,7 @@ from locos_bench.report.statistics.bootstrap import combine, curve_weights
 from locos_bench.report.statistics.curves import curve
 from locos_bench.report.statistics.results import GOLD, BottomKRow, BottomKTask, FamilyStats, TaskResult
 from locos_bench.report.statistics.separability import RATES, ablation_sides, items_of, many_to_one, side
-from locos_bench.report.statistics.units import DrawSets, complete_draws, vector
+from locos_bench.report.statistics.units import DrawSets, complete_draws, stratify, vector
 from locos_bench.run import Manifest, RunPlan
 
 RANDOM = "random"
@@ -67,6 +67,7 @@ def _row(plan: RunPlan, done: dict, result: TaskResult, name: str, draw_sets: Dr
         if m not in result.unablated:
             continue
         per_draw = [{u.k: vector(u, m, n) for u in units} for _, units in complete]
+        stratify(plan, name, row.draws, per_draw, bottom=True)
         row.curves[m] = curve(boot, budgets, curve_weights(budgets), result.unablated[m], per_draw, draws,
                               m in RATES)
         mine = row.curves[m].drop_area_per_example

@@ -17,7 +17,7 @@ import numpy as np
 from locos_bench.report.statistics import ratios
 from locos_bench.report.statistics.bootstrap import Bootstrap, Draws, Estimate, PerDraw, combine, spread, weighted_sum
 from locos_bench.report.statistics.results import GOLD, RATES, Curve, DetectorResult, RankResult, TaskResult
-from locos_bench.report.statistics.units import DrawSets, draw_term, first_line, vector
+from locos_bench.report.statistics.units import DrawSets, draw_term, first_line, stratify, vector
 from locos_bench.run import RunPlan
 
 REFERENCES = ("locos", "random")
@@ -77,10 +77,10 @@ def _curve(boot: Bootstrap, budgets: list[int], weights: np.ndarray, base: np.nd
             drop_kmax_per_example=drop_k[-1],
         )
     if len(draws) > 1:
-        spreads = {f"k={k}": spread([boot.mean(d[k]) for d in draws]) for k in budgets}
-        spreads["area"] = spread([boot.mean(weighted_sum(weights, [d[k] for k in budgets])) for d in draws])
+        spreads = {f"k={k}": spread([boot.mean(d[k]) for d in draws], draw_set) for k in budgets}
+        spreads["area"] = spread([boot.mean(weighted_sum(weights, [d[k] for k in budgets])) for d in draws], draw_set)
         spreads["drop_area"] = spread([boot.mean(weighted_sum(weights, [base - d[k] for k in budgets]))
-                                       for d in draws])
+                                       for d in draws], draw_set)
         out.spread = spreads
     return out
 
@@ -123,6 +123,8 @@ def detector_result(plan: RunPlan, name: str, task: str, source: str, n: int, do
         if base:
             per_draw.append({m: {e.k: vector(e, m, n) for e in evals} for m in metrics})
             res.draws.append(draw)
+    for m in metrics:  # stratified draws: each draw at its stratum's weight
+        stratify(plan, name, res.draws, [d[m] for d in per_draw])
     if exact_single and per_draw and 1 in per_draw[0][metrics[0]]:
         for m in metrics:
             if m in exact_single:

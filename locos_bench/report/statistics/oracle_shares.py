@@ -40,7 +40,7 @@ from locos_bench.names import head_name
 from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, Estimate, curve_weights, task_seed
 from locos_bench.report.statistics.ratios import fieller
 from locos_bench.report.statistics.simultaneous import Paired, family_seed, simultaneous
-from locos_bench.report.statistics.units import DrawSets, draw_term, vector
+from locos_bench.report.statistics.units import DrawSets, draw_term, stratify, vector
 from locos_bench.run import RunPlan
 
 FIGURES = {"metric": "headline", "gold": "gold_logprob"}
@@ -291,7 +291,7 @@ def oracle_shares(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], files: 
     necessity search of the run's ablation, and the sufficiency search where the run has
     `--sufficiency`; and a line for each task left out."""
     out, notes = [], []
-    draw_sets = DrawSets(manifest.seed, n_resamples)
+    draw_sets = DrawSets(manifest.seed, n_resamples, plan)
     for data, sha256 in files:
         mode = data["mode"]
         if mode == "sufficiency" and manifest.sufficiency is None:
@@ -335,16 +335,18 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: A
     oracle_area = sum(w * oracle_effect[k] for w, k in zip(weights, budgets)) if budgets else None
     rows = []
     for det in plan.detectors:
-        draws = []
+        draws, ids = [], []
         for draw in plan.draws(det):
             keys = plan.eval_keys(task, det.name, draw) if mode == "necessity" else plan.sufficiency_keys(
                 task, det.name, draw)
             units = {u.k: u for u in (done.get(key) for key in keys) if u is not None}
             if all(k in units and units[k].error is None for k in budgets):
                 draws.append({k: effect(run_ref, vector(units[k], metric, n)) for k in budgets})
+                ids.append(draw)
         if not draws:
             continue
-        draw_set = draw_sets(det.name, det.stochastic, list(range(len(draws)))) if len(draws) > 1 else None
+        stratify(plan, det.name, ids, draws)
+        draw_set = draw_sets(det.name, det.stochastic, ids) if len(draws) > 1 else None
         share = {k: fieller(draw_term([d[k] for d in draws], draw_set), oracle_effect[k], level) for k in budgets}
         area = None
         if budgets:

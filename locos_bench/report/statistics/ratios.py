@@ -79,8 +79,7 @@ def _draw_variance(x: Any) -> float:
     """Between-draw variance of a `PerDraw`'s per-draw means over D (0 for one draw)."""
     if not isinstance(x, PerDraw) or x.values.shape[0] < 2:
         return 0.0
-    means = x.values.mean(1)
-    return float(np.var(means, ddof=1) / means.size)
+    return x.draws.mean_variance(x.values.mean(1))
 
 
 def _t(n: int, level: float) -> float:
@@ -154,13 +153,13 @@ def relative_sum(terms: Sequence[tuple[float, str, Any, np.ndarray]], level: flo
         phi = c * (per_example(num) - r * den) / den.mean()
         influence[task] = influence[task] + phi if task in influence else phi
         if isinstance(num, PerDraw) and num.values.shape[0] > 1:
-            per_draw.append((c / den.mean(), num.values.mean(1)))
+            per_draw.append((c / den.mean(), num.values.mean(1), num.draws))
     var = sum(phi.var(ddof=1) / phi.size for phi in influence.values() if phi.size > 1)
-    if per_draw and len({f.size for _, f in per_draw}) == 1:  # one detector's draws: jointly
-        figure = sum(w * f for w, f in per_draw)
-        var += float(np.var(figure, ddof=1) / figure.size)
+    if per_draw and len({f.size for _, f, _ in per_draw}) == 1:  # one detector's draws: jointly
+        figure = sum(w * f for w, f, _ in per_draw)
+        var += per_draw[0][2].mean_variance(figure)
     else:
-        var += sum(w * w * float(np.var(f, ddof=1) / f.size) for w, f in per_draw)
+        var += sum(w * w * draws.mean_variance(f) for w, f, draws in per_draw)
     n = min(phi.size for phi in influence.values())
     half = _t(n, level) * math.sqrt(var)
     est = Estimate(value, value - half, value + half)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.report.statistics.bootstrap import Estimate, PerDraw
+from locos_bench.report.statistics.bootstrap import Draws, Estimate, PerDraw
 from locos_bench.report.statistics.curves import summary_curves
 from locos_bench.report.statistics.results import (
     GOLD,
@@ -82,23 +82,31 @@ class Side:
     draws: tuple[int, ...]
     group: str
     """The draw group: the detector's name (a stochastic one) or `calibration`."""
+    resamples: Draws | None = None
+    """The draws' resamples (their strata, where stratified)."""
 
 
 def side(term: Any, draws: Sequence[int], name: str, stochastic: bool) -> Side:
     """A `combine` term (`[n]` or a `PerDraw`) as a `Side`."""
     values = term.values if isinstance(term, PerDraw) else np.asarray(term, dtype=np.float64)[None]
     return Side(values, tuple(draws) if len(draws) == values.shape[0] else tuple(range(values.shape[0])),
-                name if stochastic else "calibration")
+                name if stochastic else "calibration", term.draws if isinstance(term, PerDraw) else None)
 
 
-def _per_draw(sides: dict[str, Side], tasks: Sequence[str], weight: float) -> tuple[str, np.ndarray] | None:
-    """The per-draw figure `sum_t w mean_i` over the draws every task has, with its group key;
-    None with fewer than two such draws."""
+def _per_draw(sides: dict[str, Side], tasks: Sequence[str], weight: float) -> list[tuple[str, np.ndarray]]:
+    """The per-draw figure `sum_t w mean_i` over the draws every task has, as draw groups with
+    their keys: one, or one per stratum of stratified draws (`Draws.groups`); none with fewer
+    than two such draws."""
     common = sorted(set.intersection(*(set(sides[t].draws) for t in tasks)))
     if len(common) < 2:
-        return None
-    figure = sum(weight * sides[t].values[[sides[t].draws.index(d) for d in common]].mean(1) for t in tasks)
-    return f"{sides[tasks[0]].group} draws {','.join(map(str, common))}", np.asarray(figure)
+        return []
+    figure = np.asarray(sum(weight * sides[t].values[[sides[t].draws.index(d) for d in common]].mean(1)
+                            for t in tasks))
+    key = f"{sides[tasks[0]].group} draws {','.join(map(str, common))}"
+    resamples = sides[tasks[0]].resamples
+    if resamples is None or resamples.strata is None or len(common) != resamples.d:
+        return [(key, figure)]
+    return [(f"{key} stratum {s}", g) for s, g in enumerate(resamples.groups(figure))]
 
 
 def paired(a: dict[str, Side], b: dict[str, Side], bound: bool) -> Paired | None:
@@ -109,12 +117,13 @@ def paired(a: dict[str, Side], b: dict[str, Side], bound: bool) -> Paired | None
     w = 1 / len(common)
     data = Paired({t: (w, a[t].values.mean(0) - b[t].values.mean(0)) for t in common}, bound=1.0 if bound else None)
     fa, fb = _per_draw(a, common, w), _per_draw(b, common, w)
-    if fa is not None and fb is not None and fa[0] == fb[0]:  # shared draws: one paired term
-        data.draws[fa[0]] = fa[1] - fb[1]
+    if fa and fb and [k for k, _ in fa] == [k for k, _ in fb]:  # shared draws: one paired term
+        for (key, x), (_, y) in zip(fa, fb):
+            data.draws[key] = x - y
     else:
-        for f, sign in ((fa, 1.0), (fb, -1.0)):
-            if f is not None:
-                data.draws[f[0]] = sign * f[1]
+        for groups, sign in ((fa, 1.0), (fb, -1.0)):
+            for key, f in groups:
+                data.draws[key] = sign * f
     return data
 
 

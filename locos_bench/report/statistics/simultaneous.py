@@ -107,6 +107,9 @@ class FamilyResult:
     exact: bool
     """True: every sign pattern enumerated (with draw groups: each pattern once per tile)."""
     level: float
+    df: np.ndarray | None = None
+    """`[C]` the degrees of freedom of each standard error (Welch-Satterthwaite over its draw
+    groups' D_g - 1; the examples' count as infinite); inf without a draw level."""
 
     @property
     def alpha(self) -> float:
@@ -127,10 +130,14 @@ class FamilyResult:
         return bool(self.p[i] < self.alpha)
 
     def mde(self, i: int) -> float:
-        """The difference this comparison would detect with 80% power, at its observed SE."""
+        """The difference this comparison would detect with 80% power, at its observed SE: the
+        power's quantile from t on the SE's degrees of freedom (`df`; a draw level of D draws
+        leaves few), from the normal without a draw level."""
         if not self.identified:
             return math.inf
-        return float((self.critical + _sps.norm.ppf(POWER)) * self.se[i])
+        df = math.inf if self.df is None else float(self.df[i])
+        power = _sps.norm.ppf(POWER) if not math.isfinite(df) else _sps.t.ppf(POWER, df)
+        return float((self.critical + power) * self.se[i])
 
 
 def family_seed(seed: int, label: str) -> np.random.SeedSequence:
@@ -181,7 +188,8 @@ def simultaneous(family: Sequence[Paired], *, level: float = LEVEL, n_resamples:
             mat[0, :, i] = f
     out = batch(tasks, list(groups.values()), bound, level=level, n_resamples=n_resamples, seed=seed)
     return FamilyResult(estimate=out.estimate[0], se=out.se[0], p=out.p[0], critical=float(out.critical[0]),
-                        p_min=out.p_min, units=out.units, replicates=out.replicates, exact=out.exact, level=level)
+                        p_min=out.p_min, units=out.units, replicates=out.replicates, exact=out.exact, level=level,
+                        df=out.df[0])
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,8 @@ class Batch:
     units: int
     replicates: int
     exact: bool
+    df: np.ndarray | None = None
+    """`[S, C]` the standard error's degrees of freedom (`FamilyResult.df`)."""
 
 
 def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.ndarray], bound: np.ndarray, *,
@@ -254,13 +264,18 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
         se2 += w**2 * _bounded_variance(squares, n, bound) / n
         blocks.append((n, vals, unit, raw, w, bound, clusters))
     draws = []
+    welch = np.zeros((s_fam, n_comp))  # sum over draw groups of v_g^2 / (D_g - 1)
     for f in groups:
         d = f.shape[1]
         cen = (f - f.mean(1, keepdims=True)) / math.sqrt(d - 1)  # [S, D, C]
-        se2 += (cen * cen).sum(1) / d
+        v_g = (cen * cen).sum(1) / d
+        se2 += v_g
+        welch += v_g * v_g / (d - 1)
         cols = np.flatnonzero(np.any(cen != 0, axis=(0, 1)))  # the comparisons the group moves
         draws.append((cols, cen[:, :, cols]))
     se = np.sqrt(se2)
+    with np.errstate(divide="ignore", invalid="ignore"):  # Welch-Satterthwaite; examples: infinite
+        df = np.where(welch > 0, se2 * se2 / welch, math.inf)
 
     rng = np.random.default_rng(seed)
     n_units = sum(b[1].shape[1] for b in blocks)
@@ -307,7 +322,7 @@ def batch(tasks: Sequence[tuple[np.ndarray, np.ndarray]], groups: Sequence[np.nd
     critical = (m_star[:, r - k - 1] / (1 - TIES) if p_min < alpha and 0 <= k < r
                 else np.full(s_fam, math.inf))
     return Batch(estimate=estimate, se=se, p=p, critical=critical, p_min=p_min, units=n_units,
-                 replicates=r, exact=enumerated)
+                 replicates=r, exact=enumerated, df=df)
 
 
 def _variance(squares: np.ndarray, mean: np.ndarray | float, n: int) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 from locos_bench.report.statistics.bootstrap import Bootstrap, combine, curve_weights, task_seed, weighted_sum
 from locos_bench.report.statistics.results import GOLD, FamilyStats, SteeringRow, SteeringSummaryRow, SteeringTask
 from locos_bench.report.statistics.separability import RATES, items_of, many_to_one, side, versus
-from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, task_items, vector
+from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, stratify, task_items, vector
 from locos_bench.run import Manifest, RunPlan
 
 
@@ -74,8 +74,11 @@ def _chosen(plan: RunPlan, manifest: Manifest, done: dict) -> dict[str, float] |
                 if any(u is None or u.error is not None or headline[task] not in u.values for u in units.values()):
                     means = {}
                     break
+                strata = plan.strata_of(det.name)  # stratified draws: each at its stratum's weight
+                draws = list(plan.draws(det))
                 for alpha in plan.steer_alphas:
                     area = sum(w * float(np.mean(units[(alpha, k)].values[headline[task]]))
+                               * (1.0 if strata is None else strata.weight(draws, draw, k))
                                for w, k in zip(weights, plan.budgets))
                     means.setdefault(alpha, []).append(area)
             else:
@@ -101,6 +104,7 @@ def _row(plan: RunPlan, done: dict, task: str, source: str, det: Any, base: dict
     if not per_draw:
         row.error = errors[0] if errors else "no steering units"
         return row
+    stratify(plan, det.name, row.draws, per_draw, budget=lambda key: key[1])  # (alpha, k, metric)
     draws = draw_sets(det.name, det.stochastic, row.draws) if len(per_draw) > 1 else None
 
     def term(vecs: list[Any]) -> Any:

@@ -29,7 +29,7 @@ from locos_bench.report.statistics.results import (
     SufficiencyTask,
 )
 from locos_bench.report.statistics.separability import RATES, items_of, side, verdict_families, versus
-from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, vector
+from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_term, stratify, vector
 from locos_bench.run import Manifest, RunPlan
 
 VERSUS = ("random", "locos")
@@ -94,6 +94,8 @@ def _row(plan: RunPlan, done: dict, result: Any, det: Any, base: dict, weights: 
         row.error = errors[0] if errors else "no sufficiency units"
         return row
     row.kv_kept = {k: float(np.mean(v)) for k, v in kv.items()}
+    for m in base:  # stratified draws: each draw at its stratum's weight
+        stratify(plan, det.name, row.draws, [d[m] for d in per_draw])
     draws = draw_sets(det.name, det.stochastic, row.draws) if len(per_draw) > 1 else None
     for k in budgets:
         row.kept[k] = combine([(1.0, boot, draw_term([d[headline][k] for d in per_draw], draws))])

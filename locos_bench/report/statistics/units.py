@@ -107,18 +107,35 @@ def complete_draws(plan: RunPlan, done: dict, detector: str, keys_of: Callable[[
 class DrawSets:
     """The draw resamples of one run: one `Draws` per draw group (a stochastic detector's own
     draws; the calibration draws every deterministic detector shares) and list of draws,
-    shared by every task and table of the run, so figures over draws stay paired on draws."""
+    shared by every task and table of the run, so figures over draws stay paired on draws.
+    `plan`'s stratified draws (`RunPlan.strata`) are resampled within their strata."""
 
-    def __init__(self, seed: int, n_resamples: int) -> None:
+    def __init__(self, seed: int, n_resamples: int, plan: RunPlan | None = None) -> None:
         self.seed, self.n_resamples = seed, n_resamples
+        self.plan = plan
         self._cache: dict[tuple, Draws] = {}
 
     def __call__(self, name: str, stochastic: bool, draws: Sequence[int]) -> Draws:
         label = name if stochastic else "calibration"
         key = (label, tuple(draws))
         if key not in self._cache:
-            self._cache[key] = Draws(len(draws), n_resamples=self.n_resamples, seed=draws_seed(self.seed, label))
+            strata = self.plan.strata_of(name) if stochastic and self.plan is not None else None
+            self._cache[key] = Draws(len(draws), n_resamples=self.n_resamples, seed=draws_seed(self.seed, label),
+                                     strata=None if strata is None else [strata.stratum(d) for d in draws])
         return self._cache[key]
+
+
+def stratify(plan: RunPlan, name: str, draws: Sequence[int], per_draw: Sequence[dict[Any, np.ndarray]],
+             bottom: bool = False, budget: Callable[[Any], int] = int) -> None:
+    """Weight each draw's per-k values in place (`run.plan.Strata.weight`) where `name`'s draws
+    are stratified, so that their plain mean over `draws` is the stratified mean; nothing
+    otherwise. `bottom`: the values are of bottom-k sets; `budget`: a value's k from its key."""
+    strata = plan.strata_of(name)
+    if strata is None or len(draws) < 2:
+        return
+    for draw, values in zip(draws, per_draw):
+        for key in values:
+            values[key] = values[key] * strata.weight(draws, draw, budget(key), bottom)
 
 
 def draw_term(vecs: list[np.ndarray], draws: Draws | None) -> Any:
