@@ -39,7 +39,7 @@ def test_every_run_page_is_checked():
 
 MUTATIONS = [
     ("gemma3-default-seed0.md", "costs 3.05 nats", "costs 3.06 nats"),  # a changed digit
-    ("gemma3-default-seed0.md", "(+0.409 [0.214, 0.603], p < 0.001;", "(+0.409 [0.214, 0.603], p 0.002;"),
+    ("gemma3-default-seed0.md", "(+0.430 [0.199, 0.661], p 0.003;", "(+0.430 [0.199, 0.661], p < 0.001;"),
     ("gemma3-default-seed0.md", "is largest for `attention-knockout` on both tasks",
      "is largest for `locos` on both tasks"),  # the oracle's leader
     ("gemma3-default-seed0.md", "`locos` is separable above random heads**", "`locos` is not separable from random heads**"),
