@@ -267,3 +267,10 @@ def test_random_draws_are_stratified_on_the_scans_strongest_head(shipped, tmp_pa
         expect = k / n_heads * np.mean(values[:2]) + (1 - k / n_heads) * np.mean(values[2:])
         assert task.detectors["random"].curves["gold_logprob"].values[k].value == pytest.approx(expect)
     assert "stratified: draws 0–1 rank" in render_markdown([analyze(manifest, units, n_resamples=200)])
+    # a resumed run keeps the strata its draws were taken under, whatever this session would choose
+    from locos_bench.harness import driver
+
+    monkeypatch.setattr(driver, "random_strata", lambda manifest: None)
+    again = run_benchmark(RunConfig(**config, output_dir=tmp_path / "run"))
+    assert again.read_manifest().random_strata == manifest.random_strata
+    assert len(again.read_units()) == len(units)
