@@ -37,12 +37,10 @@ def gemma3_kv() -> np.ndarray:
     """Each head's mean gold drop ablated alone on gemma3's kv-retrieval, from the shipped scan,
     strongest first (L11H2's 3.05 nats, then 0.47 and less)."""
     from locos_bench.models.oracle_files import oracle_path
-    from locos_bench.report.statistics.oracle_shares import read_oracle
+    from locos_bench.report.statistics.oracle_shares import read_oracle, single_drops
 
     result = read_oracle(oracle_path("gemma3-mean.json"))[0]["tasks"]["kv-retrieval"]["result"]
-    base = np.asarray(result["unablated"]["gold"])
-    drops = [np.mean(base - np.asarray(v["gold"])) for v in result["necessity"]["singles"].values()]
-    return np.sort(drops)[::-1]
+    return np.sort(list(single_drops(result).values()))[::-1]
 
 
 def coverage(mu: np.ndarray, k: int, stratified: bool, noise: float, n: int = 16, sims: int = SIMS,

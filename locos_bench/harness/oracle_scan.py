@@ -15,7 +15,7 @@ import numpy as np
 
 from locos_bench.errors import LocosError
 from locos_bench.names import head_name
-from locos_bench.report.statistics.oracle_shares import UNCHANGED_ATOL, misfit, read_oracle
+from locos_bench.report.statistics.oracle_shares import UNCHANGED_ATOL, misfit, read_oracle, single_drops
 
 GOLD = "gold_logprob"
 
@@ -86,10 +86,7 @@ def random_strata(manifest: Any) -> Any:
         return None
     heads = {}
     for task in retrieval:
-        result = scan.tasks[task]
-        base = np.asarray(result["unablated"]["gold"], float)
-        drops = {name: float(np.mean(base - np.asarray(v["gold"], float)))
-                 for name, v in result["necessity"]["singles"].items()}
+        drops = single_drops(scan.tasks[task])
         heads[task] = parse_set(max(sorted(drops), key=drops.__getitem__))[0]
     return RandomStrata(detector=STRATIFIED, heads=heads, first=max(MIN_PER_STRATUM, draws // 4))
 

@@ -48,7 +48,7 @@ def test_place_ranks_the_head_first_or_last_and_keeps_the_rest():
         assert order[0 if draw < 2 else -1] == 4 * 12 + 7
         mask = np.ones_like(placed, dtype=bool)
         mask[4, 7] = False
-        assert np.array_equal(placed[mask], np.asarray(scores)[mask])
+        assert np.array_equal(placed[mask], np.asarray(scores)[mask])  # copied, not recomputed: bit for bit
 
 
 def test_stratified_resamples_stay_in_their_strata_at_their_share():

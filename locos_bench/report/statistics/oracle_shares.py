@@ -269,6 +269,14 @@ def _unlike(entry: Any, unit: Any, oracle: Mapping[str, Any], what: str) -> str 
     return None
 
 
+def single_drops(result: Mapping[str, Any]) -> dict[str, float]:
+    """Head name -> its mean gold log-prob drop ablated alone, from one task's necessity scan
+    (`result`: the task's `result` in an oracle file)."""
+    base = np.asarray(result["unablated"]["gold"], dtype=np.float64)
+    return {name: float(np.mean(base - np.asarray(v["gold"], dtype=np.float64)))
+            for name, v in result["necessity"]["singles"].items()}
+
+
 def random_single(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], data: Mapping[str, Any],
                   sha256: str | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Retrieval task -> metric -> the per-example mean over every single head ablated alone:
@@ -412,5 +420,5 @@ def share_family(rows: list[ShareRow], oracle: Mapping[int, Estimate], *, level:
     return verdicts, family
 
 
-__all__ = ["OracleShares", "ShareRow", "ShareVerdict", "share_family", "fitting", "misfit", "oracle_shares", "random_single", "read_oracle",
+__all__ = ["OracleShares", "ShareRow", "ShareVerdict", "share_family", "fitting", "misfit", "oracle_shares", "random_single", "read_oracle", "single_drops",
            "sha256_text"]
