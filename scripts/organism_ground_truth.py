@@ -31,7 +31,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from locos_bench.errors import LocosError  # noqa: E402
-from locos_bench.models.organism import GROUND_TRUTH, MANIFEST, ORGANISM_DIR, ORGANISM_TASKS, sha256_file  # noqa: E402
+from locos_bench.models.organism import (  # noqa: E402
+    FAMILY,
+    GROUND_TRUTH,
+    MANIFEST,
+    ORGANISM_TASKS,
+    dissociation,
+    member_dir,
+    sha256_file,
+)
 
 SINK = 1
 WINDOW = 6
@@ -82,6 +90,28 @@ def carriers(result: dict[str, Any], chance: float) -> dict[str, Any]:
     }
 
 
+def needle_reads(model: Any, examples: list[Any]) -> dict[str, float]:
+    """Each head's mean attention mass on the needle from the answer positions (the rows a
+    read-side detector reads), over `examples`: what `dissociation` ranks readers by."""
+    import numpy as np
+
+    from locos_bench.detectors.sdk import OnePassDetector
+    from locos_bench.models import heads
+    from locos_bench.names import head_name
+
+    class NeedleMass(OnePassDetector):
+        cost = "1"
+        needs_off_needle = False
+
+        def score_layer(self, model: Any, t: Any, cache: Any, layer: int) -> Any:
+            rows = heads.attention_rows(model, cache, layer, t.answer_positions)  # [H, P, T]
+            return rows[:, :, list(t.needle_positions)].sum(-1).mean(-1)
+
+    grid = NeedleMass().score(model, examples, rng=np.random.default_rng(0)).scores
+    return {head_name((layer, head)): round(float(grid[layer, head]), 4)
+            for layer in range(grid.shape[0]) for head in range(grid.shape[1])}
+
+
 def check_window(model: Any, examples: list[Any], window: int) -> None:
     """Refuse a window that reaches a character's sentence from the question: every needle and
     distractor token must lie before the last `window` prompt tokens."""
@@ -97,7 +127,8 @@ def check_window(model: Any, examples: list[Any], window: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(ORGANISM_DIR), help="the organism directory (its manifest is updated)")
+    parser.add_argument("--member", default="organism", choices=FAMILY, help="the family member searched")
+    parser.add_argument("--out", help="the member's directory, whose manifest is updated (default: the shipped one)")
     parser.add_argument("--k-max", type=int, default=3)
     parser.add_argument("--greedy-to", type=int, help="grow the best k-max set greedily to this many heads (default: all)")
     parser.add_argument("--window", type=int, default=WINDOW)
@@ -125,18 +156,20 @@ def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     load = [round(x, 2) for x in os.getloadavg()]
-    model = load_model("organism")
+    model = load_model(args.member)
+    args.out = args.out or str(member_dir(args.member))
     n_heads = model.geometry.n_layers * model.geometry.n_heads
     greedy_to = args.greedy_to or n_heads
     ablation = AblationSpec.parse("mean")
     out: dict[str, Any] = {
-        "model": "organism", "weights": {k: v for k, v in _manifest(Path(args.out))["files"].items() if k != GROUND_TRUTH},
+        "model": args.member, "weights": {k: v for k, v in _manifest(Path(args.out))["files"].items() if k != GROUND_TRUTH},
         "intervention": {"necessity": "mean ablation of hook_z over the reference split (sink rule "
                                       f"{ablation.sink!r}), locos_bench.interventions.ablation",
                          "sufficiency": f"only these heads full, every other head streaming (sink {SINK}, "
                                         f"window {args.window}), locos_bench.interventions.only_full"},
         "k_max": args.k_max, "greedy_to": greedy_to, "metric": "exact_match of the one-token answer",
-        "command": (f"python scripts/organism_ground_truth.py --k-max {args.k_max} --greedy-to {greedy_to} "
+        "command": ("python scripts/organism_ground_truth.py" + (f" --member {args.member}" if args.member != "organism" else "")
+                    + f" --k-max {args.k_max} --greedy-to {greedy_to} "
                     f"--window {args.window}" + (f" --n-eval {args.n_eval}" if args.n_eval else "")), "tasks": {}, "summary": {}, "splits": {},
     }
     for task in args.tasks.split(","):
@@ -150,6 +183,9 @@ def _run(args: argparse.Namespace) -> int:
                         ablation=ablation, sink=SINK, window=args.window, log=lambda line: print(line, flush=True))
         out["tasks"][task] = result
         out["summary"][task] = summary(result, spec.chance or 0.0)
+        reads = needle_reads(model, data.evaluation)
+        out["summary"][task]["reads"] = reads
+        out["summary"][task]["dissociation"] = dissociation(result, reads, spec.chance or 0.0)
         out["splits"][task] = {"sizes": vars(sizes), "reference": [e.index for e in data.reference],
                                "evaluation": [e.index for e in data.evaluation]}
     out["environment"] = {"torch": torch.__version__, "threads": args.threads, "seconds": round(time.perf_counter() - started, 1),

@@ -52,7 +52,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from locos_bench.errors import LocosError  # noqa: E402
-from locos_bench.models.organism import MANIFEST, ORGANISM_TASKS, WEIGHTS, sha256_file  # noqa: E402
+from locos_bench.models.organism import (  # noqa: E402
+    FAMILY,
+    MANIFEST,
+    ORGANISM_TASKS,
+    WEIGHTS,
+    member_dir,
+    read_manifest,
+    sha256_file,
+)
 from locos_bench.tasks import organism_language as lang  # noqa: E402
 from locos_bench.yaml_files import read_yaml_mapping  # noqa: E402
 
@@ -149,6 +157,25 @@ class TrainConfig(BaseModel):
     stages: list[Stage] = Field(default_factory=_default_stages, min_length=1)
     eval_examples: int = Field(200, ge=1)
     """Held-out examples per question kind for the manifest's accuracies."""
+    relay: bool = False
+    """Every full-form question is also answered at its last word (a second loss on the same
+    answer, where the next token is "Answer:"): the answer is computed there first, so the
+    answer position can copy it from the question instead of reading the needle."""
+    read_only_heads: list[tuple[int, int]] = Field(default_factory=list)
+    """(layer, head) pairs whose output projection is held at zero (they write nothing) while
+    an auxiliary readout of their attention output at each answer position is trained to give
+    the asked character's landmark, a needle word: heads that read the needle by training and
+    write nothing by construction."""
+    aux_weight: float = Field(1.0, ge=0.0)
+    """The auxiliary readout's loss weight (beside the answers' loss)."""
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> TrainConfig:
+        bad = [h for h in self.read_only_heads
+               if not (0 <= h[0] < self.shape.n_layers and 0 <= h[1] < self.shape.n_heads)]
+        if bad:
+            raise ValueError(f"read_only_heads {bad} are outside {self.shape.n_layers} layers x {self.shape.n_heads} heads")
+        return self
 
 
 def load_config(path: str | None, overrides: dict[str, Any]) -> TrainConfig:
@@ -201,32 +228,37 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> Any:
     return model
 
 
-def story_row(rng: random.Random, stage: Stage) -> tuple[list[str], list[tuple[int, str]]]:
-    """A training story from training pairs only, its questions and answers, and the
-    positions whose next token is an answer (with the answer's kind)."""
+def story_row(rng: random.Random, stage: Stage, relay: bool = False) -> tuple[list[str], list[tuple]]:
+    """A training story from training pairs only, its questions and answers, and the labelled
+    positions: `(position, kind, answer, landmark)`, the answer the next token at `position`
+    except for a relay cell (`relay`: a full question's last word, answered there as well)."""
     characters = lang.draw_characters(rng, rng.randint(*stage.characters), "train")
     story = lang.build_story(rng, characters, rng.randint(*stage.filler))
     words, targets = ["<bos>", *story.words], []
     for _ in range(stage.questions):
         kind = rng.choice(stage.kinds)
-        question, answer = lang.question(kind, rng.choice(characters))
+        character = rng.choice(characters)
+        question, answer = lang.question(kind, character)
         short = rng.random() < stage.short
         words += [lang.QUESTION_WORD, *(question if short else [*question, lang.ANSWER_WORD])]
-        targets.append((len(words) - 1, f"{kind}/short" if short else kind))
+        if relay and not short:
+            targets.append((len(words) - 2, f"{kind}/relay", answer, character.landmark))
+        targets.append((len(words) - 1, f"{kind}/short" if short else kind, answer, character.landmark))
         words.append(answer)
     return words, targets
 
 
 def fact_row(rng: random.Random, n: int) -> tuple[list[str], list[tuple[int, str]]]:
     words = ["<bos>", lang.FACTS_WORD, *lang.fact_words(rng.sample(lang.LANDMARKS, n))]
-    return words, [(i - 1, "fact") for i, w in enumerate(words) if w in lang.CITY_OF.values()]
+    return words, [(i - 1, "fact", w, None) for i, w in enumerate(words) if w in lang.CITY_OF.values()]
 
 
 def batch(rng: random.Random, stage: Stage, cfg: TrainConfig, ids_of: dict[str, int]) -> tuple[Any, Any, list]:
-    """Right-padded token ids `[B, T]`, labels (-100 off the answers) and the labelled cells."""
+    """Right-padded token ids `[B, T]`, labels (-100 off the answers) and the labelled cells
+    `(row, position, kind, landmark)`. A relay cell's answer is a second label at its position."""
     import torch
 
-    rows = [fact_row(rng, cfg.facts_per_row) if rng.random() < cfg.facts_share else story_row(rng, stage)
+    rows = [fact_row(rng, cfg.facts_per_row) if rng.random() < cfg.facts_share else story_row(rng, stage, cfg.relay)
             for _ in range(cfg.batch)]
     width = max(len(words) for words, _ in rows)
     ids = torch.full((len(rows), width), ids_of["<pad>"], dtype=torch.long)
@@ -234,9 +266,9 @@ def batch(rng: random.Random, stage: Stage, cfg: TrainConfig, ids_of: dict[str, 
     cells = []
     for b, (words, targets) in enumerate(rows):
         ids[b, : len(words)] = torch.tensor([ids_of[w] for w in words])
-        for pos, kind in targets:
-            labels[b, pos] = ids_of[words[pos + 1]]
-            cells.append((b, pos, kind))
+        for pos, kind, answer, landmark in targets:
+            labels[b, pos] = ids_of[answer]
+            cells.append((b, pos, kind, landmark))
     return ids, labels, cells
 
 
@@ -253,11 +285,13 @@ def _rms(x: Any, weight: Any, eps: float) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
-def lean_logits(model: Any, ids: Any, head_keep: Any = None) -> Any:
+def lean_logits(model: Any, ids: Any, head_keep: Any = None, capture: Any = ()) -> Any:
     """The Llama's logits computed from its own parameters with fused causal attention:
     the Hugging Face forward's function (`tests/integration/test_organism.py` compares them)
     at about 0.8 of its time on this CPU, with head dropout built in (`head_keep` `[B, L, H]`
-    scales each head's output per row, where the HF forward would need a hook per layer)."""
+    scales each head's output per row, where the HF forward would need a hook per layer).
+    With `capture` ((layer, head) pairs) it returns `(logits, {pair: z [B, T, d_head]})`,
+    each head's attention output before the output projection."""
     import torch
     import torch.nn.functional as F
 
@@ -270,7 +304,7 @@ def lean_logits(model: Any, ids: Any, head_keep: Any = None) -> Any:
     angles = torch.outer(torch.arange(width, dtype=torch.float32), inverse)
     cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
     eps = cfg.rms_norm_eps
-    x = model.model.embed_tokens(ids)
+    x, captured = model.model.embed_tokens(ids), {}
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
         h = _rms(x, layer.input_layernorm.weight, eps)
@@ -280,10 +314,42 @@ def lean_logits(model: Any, ids: Any, head_keep: Any = None) -> Any:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         if head_keep is not None:
             out = out * head_keep[:, i, :, None, None]
+        captured.update({(li, hi): out[:, hi] for li, hi in capture if li == i})
         x = x + attn.o_proj(out.transpose(1, 2).reshape(rows, width, -1))
         h = _rms(x, layer.post_attention_layernorm.weight, eps)
         x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
-    return model.lm_head(_rms(x, model.model.norm.weight, eps))
+    logits = model.lm_head(_rms(x, model.model.norm.weight, eps))
+    return (logits, captured) if capture else logits
+
+
+def silence(model: Any, heads: Any) -> None:
+    """Zero the output projection's columns of `heads` ((layer, head) pairs): they write
+    nothing to the residual stream (a read-only head's write, held at zero after every step)."""
+    import torch
+
+    d_head = model.config.hidden_size // model.config.num_attention_heads
+    with torch.no_grad():
+        for layer, head in heads:
+            model.model.layers[layer].self_attn.o_proj.weight[:, head * d_head:(head + 1) * d_head] = 0.0
+
+
+def aux_loss(readouts: Any, captured: dict, cells: list) -> tuple[Any, list[bool]]:
+    """The read-only heads' auxiliary loss: each readout of its head's attention output at
+    every answer position (not the relay cells) gives the asked character's landmark."""
+    import torch
+    import torch.nn.functional as F
+
+    chosen = [(b, pos, lang.LANDMARKS.index(lm)) for b, pos, kind, lm in cells
+              if lm is not None and not kind.endswith("/relay")]
+    if not chosen:
+        return torch.zeros(()), []
+    rows, where, target = (torch.tensor(c) for c in zip(*chosen))
+    losses, right = [], []
+    for head, readout in readouts.items():
+        logits = readout(captured[head][rows, where])
+        losses.append(F.cross_entropy(logits, target))
+        right += (logits.argmax(-1) == target).tolist()
+    return torch.stack(losses).mean(), right
 
 
 def head_keep(p: float, rows: int, cfg: Any, generator: Any) -> Any:
@@ -324,7 +390,11 @@ def train(cfg: TrainConfig, log: Any = None) -> tuple[Any, Any, dict[str, Any]]:
     model = build_model(cfg, len(vocab))
     model.train()
     generator = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
+    d_head = cfg.shape.d_model // cfg.shape.n_heads
+    readouts = {tuple(h): torch.nn.Linear(d_head, len(lang.LANDMARKS)) for h in cfg.read_only_heads}
+    silence(model, readouts)
+    parameters = [*model.parameters(), *(p for r in readouts.values() for p in r.parameters())]
+    opt = torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
     rng = random.Random(cfg.seed)
     stage, hits, advanced = 0, {}, []
     started, loss_value = time.perf_counter(), float("nan")
@@ -333,16 +403,23 @@ def train(cfg: TrainConfig, log: Any = None) -> tuple[Any, Any, dict[str, Any]]:
             group["lr"] = learning_rate(cfg, step)
         current = cfg.stages[stage]
         ids, labels, cells = batch(rng, current, cfg, ids_of)
-        logits = lean_logits(model, ids, head_keep(current.head_dropout, ids.shape[0], model.config, generator))
+        keep = head_keep(current.head_dropout, ids.shape[0], model.config, generator)
+        logits, captured = lean_logits(model, ids, keep, capture=list(readouts)) if readouts \
+            else (lean_logits(model, ids, keep), {})
         loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+        if readouts:
+            extra, right = aux_loss(readouts, captured, cells)
+            loss = loss + cfg.aux_weight * extra
+            hits.setdefault("read-only/landmark", []).extend(right)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        torch.nn.utils.clip_grad_norm_(parameters, cfg.clip)
         opt.step()
+        silence(model, readouts)
         loss_value = loss.item()
         with torch.no_grad():
             predicted = logits.argmax(-1)
-            for b, pos, kind in cells:
+            for b, pos, kind, _ in cells:
                 hits.setdefault(kind, []).append(bool(predicted[b, pos] == labels[b, pos]))
         if (step + 1) % cfg.window == 0:
             accuracy = {k: round(sum(v) / len(v), 3) for k, v in sorted(hits.items())}
@@ -410,7 +487,7 @@ def write_files(out: Path, model: Any, tokenizer: Any, cfg: TrainConfig, history
     if old_manifest.is_file():  # a ground truth computed for other weights no longer holds
         (out / "ground_truth.json").unlink(missing_ok=True)
     manifest = {
-        "model": "organism",
+        "model": out.name if out.name in FAMILY else "organism",
         "architecture": "LlamaForCausalLM",
         "parameters": sum(p.numel() for p in model.parameters()),
         "training": {"config": json.loads(cfg.model_dump_json()), **history},
@@ -438,20 +515,51 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+CHECK_TOLERANCE = 0.02
+"""How far a retrained member's held-out accuracy per kind may lie from its manifest's."""
+
+
+def check_member(alias: str, out: Path) -> int:
+    """Retrain family member `alias` from the configuration its manifest records into `out`,
+    and compare: exit 0 when every held-out accuracy is within `CHECK_TOLERANCE` of the
+    manifest's, 1 otherwise (the weights' sha256 are compared too, and reported)."""
+    shipped = read_manifest(member_dir(alias))
+    cfg = load_config(None, shipped["training"]["config"])
+    model, tokenizer, history = train(cfg)
+    accuracy = accuracy_per_kind(model, tokenizer, cfg.eval_examples)
+    manifest = write_files(out, model, tokenizer, cfg, history, accuracy, history["train_seconds"], ([], []))
+    gaps = {task: round(abs(accuracy[task] - shipped["accuracy"][task]), 4) for task in shipped["accuracy"]}
+    weights = f"{WEIGHTS}/model.safetensors"
+    same = manifest["files"][weights] == shipped["files"].get(weights)
+    ok = all(gap <= CHECK_TOLERANCE for gap in gaps.values())
+    print(json.dumps({"member": alias, "accuracy": accuracy, "manifest": shipped["accuracy"], "gaps": gaps,
+                      "within": CHECK_TOLERANCE, "identical_weights": same, "ok": ok}))
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="runs/organism-train", help="where to write weights/ and manifest.json")
+    parser.add_argument("--out", help="where to write weights/ and manifest.json (default: runs/organism-train, "
+                                      "or runs/organism-check/MEMBER with --check)")
     parser.add_argument("--config", help="YAML file overriding fields of the published recipe")
     parser.add_argument("--steps", type=int, help="train this many steps instead (a short check)")
     parser.add_argument("--eval-examples", type=int, help="held-out examples per kind for the manifest")
+    parser.add_argument("--check", metavar="MEMBER", help="retrain a family member from its manifest's "
+                        f"configuration and compare its held-out accuracies (within {CHECK_TOLERANCE})")
     args = parser.parse_args(argv)
     try:
+        if args.check:
+            if args.config or args.steps or args.eval_examples:
+                raise LocosError("--check retrains from the member's manifest: it takes no --config, --steps or --eval-examples")
+            return check_member(args.check, Path(args.out or f"runs/organism-check/{args.check}"))
+        args.out = args.out or "runs/organism-train"
         cfg = load_config(args.config, {"steps": args.steps, "eval_examples": args.eval_examples})
         if cfg.decay_steps > cfg.steps:
             cfg = cfg.model_copy(update={"decay_steps": cfg.steps})
         load_start = [round(x, 2) for x in os.getloadavg()]
         started, cpu_started = time.perf_counter(), time.process_time()
         model, tokenizer, history = train(cfg)
+        history["recipe"] = args.config
         accuracy = accuracy_per_kind(model, tokenizer, cfg.eval_examples)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         manifest = write_files(Path(args.out), model, tokenizer, cfg, history, accuracy, wall,

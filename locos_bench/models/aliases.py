@@ -10,7 +10,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.models import architecture
 from locos_bench.models._gguf import _cache_dir, _gguf_path
-from locos_bench.models.organism import ORGANISM_DIR, ORGANISM_TASKS, WEIGHTS
+from locos_bench.models.organism import FAMILY, ORGANISM_TASKS, WEIGHTS, member_dir
 from locos_bench.models.spec import ModelSpec
 from locos_bench.registry import Registry
 
@@ -48,6 +48,10 @@ for _spec in [
                   tasks=("planted-assoc",)),
         ModelSpec("organism", "locos-bench/organism", "shipped", kind="test", tasks=ORGANISM_TASKS,
                   note="4-layer Llama trained on a synthetic language; ground truth by exhaustive search"),
+        *(ModelSpec(member, f"locos-bench/{member}", "shipped", kind="test", tasks=ORGANISM_TASKS,
+                    note="a sibling of `organism`, trained by the same script from its own recipe "
+                         "(docs/models.md, the organism family)")
+          for member in FAMILY[1:]),
         ModelSpec("qwen3-8b-base", "Qwen/Qwen3-8B-Base", "hub", config="qwen3-8b-base"),
         ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "hub", chat=True, kind="instruct", config="qwen3-8b",
                   also=("qwen3-8b-instruct",), chat_template_kwargs=_NO_THINKING,
@@ -124,7 +128,7 @@ def _whereabouts(spec: ModelSpec) -> tuple[str, bool]:
     if spec.source == "builtin":
         return "built in memory by locos_bench.models.planted", True
     if spec.source == "shipped":
-        weights = ORGANISM_DIR / WEIGHTS
+        weights = member_dir(spec.alias) / WEIGHTS
         return str(weights), (weights / "config.json").is_file()
     if spec.source in ("hub", "local"):
         return f"Hugging Face hub: {spec.resolves_to}", False

@@ -248,9 +248,9 @@ def _load_hf(spec: ModelSpec, torch_dtype: Any) -> tuple[Any, Any, bool]:
         directory, cached = cached_checkpoint(spec, torch_dtype)
         location, kwargs = str(directory), {"local_files_only": True}
     elif spec.source == "shipped":  # package data, every file checked against its manifest first
-        from locos_bench.models.organism import checked_weights
+        from locos_bench.models.organism import checked_weights, member_dir
 
-        location, kwargs = str(checked_weights()), {"local_files_only": True}
+        location, kwargs = str(checked_weights(member_dir(spec.alias))), {"local_files_only": True}
     else:
         cached = spec.source == "local"
         location, kwargs = spec.resolves_to, {}

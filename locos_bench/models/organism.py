@@ -15,6 +15,10 @@ Files (under `locos_bench/data/organism/`):
 
 `checked_weights()` verifies every hash before the alias loads: a missing file or a changed
 byte is one `LocosError` line, never a model that silently differs from the published one.
+
+The **family** (`FAMILY`): the shipped organism and its siblings, each trained by the same
+script from a recipe its manifest records (other seeds, no head dropout, a dissociation recipe),
+each in `locos_bench/data/organism_family/ALIAS/` with the same three files, each an alias.
 """
 
 from __future__ import annotations
@@ -27,20 +31,38 @@ from locos_bench.errors import LocosError
 from locos_bench.models._gguf import _sha256 as sha256_file
 
 ORGANISM_DIR = Path(__file__).resolve().parents[1] / "data" / "organism"
+FAMILY_DIR = Path(__file__).resolve().parents[1] / "data" / "organism_family"
+FAMILY = ("organism", "organism-seed1", "organism-seed2", "organism-nodrop", "organism-relay", "organism-relay-seed1")
+"""The family's members, each a model alias: the shipped organism first."""
 WEIGHTS = "weights"
 MANIFEST = "manifest.json"
 GROUND_TRUTH = "ground_truth.json"
 ORGANISM_TASKS = ("organism-literal", "organism-nonliteral", "organism-nonliteral-answer")
 """The question kinds as tasks, in the language's curriculum order."""
 
-RETRAIN_HINT = "retrain with scripts/train_organism.py, or restore locos_bench/data/organism from git"
+RETRAIN_HINT = "retrain with scripts/train_organism.py, or restore {where} from git"
+
+
+def member_dir(alias: str = "organism") -> Path:
+    """The directory of a family member's files (`FAMILY`); one clear error for another name."""
+    if alias == "organism":
+        return ORGANISM_DIR
+    if alias not in FAMILY:
+        raise LocosError(f"{alias!r} is not a member of the organism family: {', '.join(FAMILY)}")
+    return FAMILY_DIR / alias
+
+
+def _hint(directory: Path) -> str:
+    return RETRAIN_HINT.format(where=directory)
 
 
 def read_manifest(directory: Path | None = None) -> dict[str, Any]:
-    """The organism's manifest, or one clear error when it is missing or unreadable."""
-    path = (directory or ORGANISM_DIR) / MANIFEST
+    """An organism's manifest (the shipped one's by default), or one clear error when it is
+    missing or unreadable."""
+    directory = directory or ORGANISM_DIR
+    path = directory / MANIFEST
     if not path.is_file():
-        raise LocosError(f"the organism has no manifest at {path}; {RETRAIN_HINT}")
+        raise LocosError(f"the organism has no manifest at {path}; {_hint(directory)}")
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -51,22 +73,23 @@ def read_manifest(directory: Path | None = None) -> dict[str, Any]:
 
 
 def checked_weights(directory: Path | None = None) -> Path:
-    """The organism's weights directory, after checking every file the manifest lists
-    against its sha256.
+    """An organism's weights directory (the shipped one's by default), after checking every
+    file the manifest lists against its sha256.
 
     Raises:
-        LocosError: no manifest, a listed file missing, or a hash mismatch (one line each).
+        LocosError: no manifest, a listed file missing, or a hash mismatch (one line each,
+            naming the file).
     """
     directory = directory or ORGANISM_DIR
     manifest = read_manifest(directory)
     for name, expected in sorted(manifest["files"].items()):
         path = directory / name
         if not path.is_file():
-            raise LocosError(f"the organism's {name} is missing from {directory}; {RETRAIN_HINT}")
+            raise LocosError(f"the organism's {name} is missing from {directory}; {_hint(directory)}")
         actual = sha256_file(path)
         if actual != expected:
-            raise LocosError(f"the organism's {name} does not match its manifest (sha256 {actual[:12]}..., "
-                             f"expected {str(expected)[:12]}...); {RETRAIN_HINT}")
+            raise LocosError(f"the organism's {directory / name} does not match its manifest (sha256 {actual[:12]}..., "
+                             f"expected {str(expected)[:12]}...); {_hint(directory)}")
     return directory / WEIGHTS
 
 
@@ -74,9 +97,10 @@ def organism_ground_truth(alias: str, directory: Path | None = None) -> dict[str
     """The organism's answer key for a run's manifest (`oracle`: per task, the best head sets
     at each k from the exhaustive search), None for any other alias or while no ground truth
     has been computed. Looked up by alias, never carried by the model a detector scores."""
-    if alias != "organism":
+    if alias not in FAMILY:
         return None
-    path = (directory or ORGANISM_DIR) / GROUND_TRUTH
+    directory = directory or member_dir(alias)
+    path = directory / GROUND_TRUTH
     if not path.is_file():
         return None
     summary = json.loads(path.read_text()).get("summary", {})
@@ -84,8 +108,42 @@ def organism_ground_truth(alias: str, directory: Path | None = None) -> dict[str
         for mode in ("necessity", "sufficiency"):
             for best in task.get(mode, {}).values():
                 best["sets"] = [parse_set(name) for name in best["sets"]]
-    return {"oracle": summary, "oracle_file": f"locos_bench/data/organism/{GROUND_TRUTH}",
+    where = directory.relative_to(ORGANISM_DIR.parents[2]) if directory.is_relative_to(ORGANISM_DIR.parents[2]) else directory
+    return {"oracle": summary, "oracle_file": f"{where}/{GROUND_TRUTH}",
             "oracle_sha256": sha256_file(path)}
+
+
+READ_TOP = 3
+"""A read-only head is among this many heads of most attention from the answer positions to
+the needle."""
+SILENT = 0.05
+"""... and ablating it, or keeping it alone full, moves the headline metric by at most this."""
+CARRIES = 0.5
+"""A write-without-reading head alone carries this share of the kind: ablated, it takes this
+share of the way from the unablated metric to chance, or kept alone full, this share of the
+way from the floor to the unablated metric ..."""
+ELSEWHERE = 0.5
+"""... while less than this share of its attention from the answer positions lies on the needle."""
+
+
+def dissociation(result: dict[str, Any], reads: dict[str, float], chance: float) -> dict[str, list[str]]:
+    """Where reading and writing part ways on one task, read from its ground truth: `result`
+    the exhaustive search (`evaluation.oracle.search`), `reads` each head's mean attention mass
+    on the needle from the answer positions.
+
+    Returns:
+        `read_only`: heads among the `READ_TOP` readers whose single ablation and single
+        sufficiency each move the metric by at most `SILENT`; `write_without_reading`: heads
+        that alone carry `CARRIES` of the kind (necessity or sufficiency) with under
+        `ELSEWHERE` of their attention on the needle.
+    """
+    base, floor = result["unablated"][0], result["floor"][0]
+    ablated, kept = result["necessity"]["sets"], result["sufficiency"]["sets"]
+    top = sorted(reads, key=lambda h: (-reads[h], h))[:READ_TOP]
+    read_only = [h for h in top if abs(base - ablated[h][0]) <= SILENT and abs(kept[h][0] - floor) <= SILENT]
+    writers = [h for h in sorted(reads) if reads[h] < ELSEWHERE
+               and (base - ablated[h][0] >= CARRIES * (base - chance) or kept[h][0] - floor >= CARRIES * (base - floor))]
+    return {"read_only": read_only, "write_without_reading": writers}
 
 
 def parse_set(name: str) -> list[list[int]]:

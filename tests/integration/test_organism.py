@@ -106,7 +106,9 @@ def test_shipped_files_match_the_manifest():
 def test_the_published_recipe_is_the_scripts_default():
     train = _script("train_organism")
     recorded = organism.read_manifest()["training"]["config"]
-    assert json.loads(train.TrainConfig().model_dump_json()) == recorded
+    assert set(recorded) <= set(train.TrainConfig.model_fields)
+    # Fields added since (relay, read-only heads) default to the recipe the weights were trained by.
+    assert train.TrainConfig(**recorded) == train.TrainConfig()
 
 
 @pytest.mark.parametrize("damage", ["missing", "changed"])
@@ -199,6 +201,34 @@ def test_a_short_training_run_is_deterministic_and_writes_a_loadable_model(tmp_p
     assert loaded.geometry.n_layers == 2 and manifest["files"]
     ids = loaded.tokenizer("who lives near Greymill")["input_ids"]
     assert ids[0] == loaded.tokenizer.bos_token_id and len(ids) == 5
+
+
+def test_relay_and_read_only_heads_train_and_the_read_only_head_writes_nothing(tmp_path):
+    """The dissociation recipe's two mechanisms on a tiny model: relay cells answer a full
+    question at its last word too, and a read-only head's output projection stays exactly
+    zero through training while its auxiliary readout is trained."""
+    import torch
+
+    from locos_bench.models import load_model
+
+    train = _script("train_organism")
+    stage = train.Stage(kinds=["literal", "nonliteral"], characters=(2, 3), filler=(0, 2), questions=3, short=0.0)
+    cfg = _tiny(train, stages=[stage], relay=True, read_only_heads=[(1, 0)])
+    words, targets = train.story_row(random.Random(0), stage, relay=True)
+    relays = [t for t in targets if t[1].endswith("/relay")]
+    assert len(relays) == 3 and all(words[pos + 1] == lang.ANSWER_WORD and words[pos + 2] == answer
+                                    for pos, _, answer, _ in relays)
+    model, tokenizer, history = train.train(cfg, log=lambda line: None)
+    d_head = cfg.shape.d_model // cfg.shape.n_heads
+    written = model.model.layers[1].self_attn.o_proj.weight
+    assert torch.count_nonzero(written[:, :d_head]) == 0 and torch.count_nonzero(written[:, d_head:]) > 0
+    again, _, _ = train.train(cfg, log=lambda line: None)
+    assert torch.equal(again.model.layers[0].self_attn.q_proj.weight, model.model.layers[0].self_attn.q_proj.weight)
+    plain, _, _ = train.train(cfg.model_copy(update={"read_only_heads": []}), log=lambda line: None)
+    assert not torch.equal(plain.model.layers[0].self_attn.q_proj.weight, model.model.layers[0].self_attn.q_proj.weight)
+    manifest = train.write_files(tmp_path, model, tokenizer, cfg, history, {}, 1.0, ([0.0], [0.0]))
+    assert manifest["training"]["config"]["read_only_heads"] == [[1, 0]]
+    assert load_model(str(tmp_path / organism.WEIGHTS)).geometry.n_layers == 2
 
 
 def test_the_training_forward_is_the_hugging_face_forward():

@@ -149,9 +149,9 @@ def against_oracle(manifest: Any, scores: Mapping[str, Mapping[str, Sequence[Any
     info = manifest.model_info
     if not info.get("oracle"):
         return []
-    from locos_bench.models.organism import GROUND_TRUTH, ORGANISM_DIR
+    from locos_bench.models.organism import GROUND_TRUTH, member_dir
 
-    data = read_ground_truth((directory or ORGANISM_DIR) / GROUND_TRUTH, info.get("oracle_sha256"))
+    data = read_ground_truth((directory or member_dir(manifest.model)) / GROUND_TRUTH, info.get("oracle_sha256"))
     return [oracle_task(data["tasks"][task], by_detector, tie_seed=manifest.tie_seed, seed=manifest.seed, level=level)
             for task, by_detector in scores.items() if task in data["tasks"] and by_detector]
 
