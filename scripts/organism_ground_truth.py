@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-eval", type=int, help="held-out examples per kind (default: the task's evaluation size)")
     parser.add_argument("--tasks", default=",".join(ORGANISM_TASKS))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ablations", default="mean",
+                        help="necessity under each (comma-separated, mean first): the others exhaustive to --k-max, no greedy")
+    parser.add_argument("--control", help="a control task searched for necessity under each ablation (organism-facts)")
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -156,11 +159,19 @@ def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     load = [round(x, 2) for x in os.getloadavg()]
+    ablations = [AblationSpec.parse(a) for a in args.ablations.split(",") if a]
+    if not ablations or str(ablations[0]) != "mean":
+        raise LocosError(f"--ablations must start with mean (the run's default), got {args.ablations!r}")
     model = load_model(args.member)
     args.out = args.out or str(member_dir(args.member))
     n_heads = model.geometry.n_layers * model.geometry.n_heads
     greedy_to = args.greedy_to or n_heads
-    ablation = AblationSpec.parse("mean")
+    ablation = ablations[0]
+    command = " ".join(["python scripts/organism_ground_truth.py", *(["--member", args.member] if args.member != "organism" else []),
+                        "--k-max", str(args.k_max), "--greedy-to", str(greedy_to), "--window", str(args.window),
+                        *(["--n-eval", str(args.n_eval)] if args.n_eval else []),
+                        *(["--ablations", args.ablations] if args.ablations != "mean" else []),
+                        *(["--control", args.control] if args.control else [])])
     out: dict[str, Any] = {
         "model": args.member, "weights": {k: v for k, v in _manifest(Path(args.out))["files"].items() if k != GROUND_TRUTH},
         "intervention": {"necessity": "mean ablation of hook_z over the reference split (sink rule "
@@ -168,15 +179,28 @@ def _run(args: argparse.Namespace) -> int:
                          "sufficiency": f"only these heads full, every other head streaming (sink {SINK}, "
                                         f"window {args.window}), locos_bench.interventions.only_full"},
         "k_max": args.k_max, "greedy_to": greedy_to, "metric": "exact_match of the one-token answer",
-        "command": ("python scripts/organism_ground_truth.py" + (f" --member {args.member}" if args.member != "organism" else "")
-                    + f" --k-max {args.k_max} --greedy-to {greedy_to} "
-                    f"--window {args.window}" + (f" --n-eval {args.n_eval}" if args.n_eval else "")), "tasks": {}, "summary": {}, "splits": {},
+        "command": command, "tasks": {}, "summary": {}, "splits": {},
+        "by_ablation": {str(a): {} for a in ablations[1:]}, "control": {},
     }
-    for task in args.tasks.split(","):
+
+    def split(task: str) -> Any:
         spec = load_task(task)
         sizes = SimpleNamespace(n_calib=spec.sizes.calibration, n_ref=spec.sizes.reference,
                                 n_eval=args.n_eval or spec.sizes.evaluation, calibration_draws=1)
         data = build_task_data(spec, sizes, model)
+        out["splits"][task] = {"sizes": vars(sizes), "reference": [e.index for e in data.reference],
+                               "evaluation": [e.index for e in data.evaluation],
+                               "items": [e.item for e in data.evaluation]}
+        return spec, data
+
+    def necessity_under(a: Any, spec: Any, data: Any) -> dict[str, Any]:
+        ids = [tokenize_example(ex, model.tokenizer).input_ids for ex in data.reference]
+        means = reference_means(model, ids, positionwise=a.positionwise, site=a.site)
+        return search(model, spec, data.evaluation, means, k_max=args.k_max, greedy_to=args.k_max, ablation=a,
+                      sink=SINK, window=args.window, modes=("necessity",), log=lambda line: print(line, flush=True))
+
+    for task in args.tasks.split(","):
+        spec, data = split(task)
         check_window(model, data.evaluation, args.window)
         means = reference_means(model, [tokenize_example(ex, model.tokenizer).input_ids for ex in data.reference])
         result = search(model, spec, data.evaluation, means, k_max=args.k_max, greedy_to=greedy_to,
@@ -186,8 +210,11 @@ def _run(args: argparse.Namespace) -> int:
         reads = needle_reads(model, data.evaluation)
         out["summary"][task]["reads"] = reads
         out["summary"][task]["dissociation"] = dissociation(result, reads, spec.chance or 0.0)
-        out["splits"][task] = {"sizes": vars(sizes), "reference": [e.index for e in data.reference],
-                               "evaluation": [e.index for e in data.evaluation]}
+        for a in ablations[1:]:
+            out["by_ablation"][str(a)][task] = necessity_under(a, spec, data)
+    if args.control:
+        spec, data = split(args.control)
+        out["control"] = {"task": args.control, **{str(a): necessity_under(a, spec, data) for a in ablations}}
     out["environment"] = {"torch": torch.__version__, "threads": args.threads, "seconds": round(time.perf_counter() - started, 1),
                           "load_average_start": load, "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     directory = Path(args.out)
@@ -198,7 +225,8 @@ def _run(args: argparse.Namespace) -> int:
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     print(json.dumps({task: {"carriers": {k: v for k, v in s["carriers"].items() if k != "single_head_drops"},
                              "necessity": {k: v["value"] for k, v in s["necessity"].items()},
-                             "sufficiency": {k: v["value"] for k, v in s["sufficiency"].items()}}
+                             "sufficiency": {k: v["value"] for k, v in s["sufficiency"].items()},
+                             "dissociation": s["dissociation"]}
                       for task, s in out["summary"].items()}, indent=1))
     print(f"wrote {path} in {time.perf_counter() - started:.0f}s")
     return 0

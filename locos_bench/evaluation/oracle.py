@@ -114,9 +114,10 @@ def best(sets: Sequence[Sequence[Head]], effects: Sequence[Effect], *, key: Call
 
 def search(model: Any, spec: Any, examples: Sequence[Any], means: HeadMeans | None, *, k_max: int = 3,
            greedy_to: int | None = None, ablation: AblationSpec | None = None, sink: int, window: int,
-           batch_size: int = 64, sets_per_pass: int = 16, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Necessity and sufficiency of every head set up to `k_max` heads, the best at each k, and
-    a greedy extension to `greedy_to` heads (JSON-ready).
+           batch_size: int = 64, sets_per_pass: int = 16, log: Callable[[str], None] | None = None,
+           modes: Sequence[str] = ("necessity", "sufficiency")) -> dict[str, Any]:
+    """Necessity and sufficiency (`modes`: either alone) of every head set up to `k_max` heads,
+    the best at each k, and a greedy extension to `greedy_to` heads (JSON-ready).
 
     Returns:
         `unablated` and `floor` (every head streaming) effects; per mode (`necessity`,
@@ -146,7 +147,11 @@ def search(model: Any, spec: Any, examples: Sequence[Any], means: HeadMeans | No
     out: dict[str, Any] = {"task": spec.name, "n_examples": len(examples),
                            "unablated": _rounded(base), "floor": _rounded(floor),
                            "outcomes": {"unablated": base[2], "floor": floor[2]}}
+    if not modes or set(modes) - set(keys):
+        raise LocosError(f"modes must be among {', '.join(keys)}, got {list(modes)}")
     for mode, (metric, logprob) in keys.items():
+        if mode not in modes:
+            continue
         table: dict[str, Effect] = {}
         by_k: dict[str, Any] = {}
         for k in range(1, k_max + 1):

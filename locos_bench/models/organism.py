@@ -126,24 +126,41 @@ ELSEWHERE = 0.5
 """... while less than this share of its attention from the answer positions lies on the needle."""
 
 
-def dissociation(result: dict[str, Any], reads: dict[str, float], chance: float) -> dict[str, list[str]]:
+def dissociation(result: dict[str, Any], reads: dict[str, float], chance: float) -> dict[str, Any]:
     """Where reading and writing part ways on one task, read from its ground truth: `result`
     the exhaustive search (`evaluation.oracle.search`), `reads` each head's mean attention mass
     on the needle from the answer positions.
 
     Returns:
-        `read_only`: heads among the `READ_TOP` readers whose single ablation and single
-        sufficiency each move the metric by at most `SILENT`; `write_without_reading`: heads
-        that alone carry `CARRIES` of the kind (necessity or sufficiency) with under
-        `ELSEWHERE` of their attention on the needle.
+        `silent_alone`: heads among the `READ_TOP` readers whose single ablation and single
+        sufficiency each move the metric by at most `SILENT` (the issue's test; a redundant
+        reader passes it); `read_only`: those of them that move it by at most `SILENT` added to
+        any searched set, in either mode (their marginal effect, `marginal`, is the largest
+        change); `write_without_reading`: heads that alone carry `CARRIES` of the kind
+        (necessity or sufficiency) with under `ELSEWHERE` of their attention on the needle.
     """
     base, floor = result["unablated"][0], result["floor"][0]
     ablated, kept = result["necessity"]["sets"], result["sufficiency"]["sets"]
     top = sorted(reads, key=lambda h: (-reads[h], h))[:READ_TOP]
-    read_only = [h for h in top if abs(base - ablated[h][0]) <= SILENT and abs(kept[h][0] - floor) <= SILENT]
+    alone = [h for h in top if abs(base - ablated[h][0]) <= SILENT and abs(kept[h][0] - floor) <= SILENT]
+    marginal = {h: round(max(_marginal(ablated, h, base), _marginal(kept, h, floor)), 6) for h in alone}
     writers = [h for h in sorted(reads) if reads[h] < ELSEWHERE
                and (base - ablated[h][0] >= CARRIES * (base - chance) or kept[h][0] - floor >= CARRIES * (base - floor))]
-    return {"read_only": read_only, "write_without_reading": writers}
+    return {"silent_alone": alone, "read_only": [h for h in alone if marginal[h] <= SILENT], "marginal": marginal,
+            "write_without_reading": writers}
+
+
+def _marginal(table: dict[str, list[float]], head: str, empty: float) -> float:
+    """The largest change of the metric when `head` joins a set of `table` (the empty set's
+    value `empty`), over every set of `table` that holds it."""
+    worst = 0.0
+    for name, value in table.items():
+        parts = name.split("+")
+        if head in parts:
+            rest = "+".join(p for p in parts if p != head)
+            without = table[rest][0] if rest else empty
+            worst = max(worst, abs(value[0] - without))
+    return worst
 
 
 def parse_set(name: str) -> list[list[int]]:

@@ -77,3 +77,29 @@ def organism(spec: Any, index: int, rng: random.Random, *, kind: str = "literal"
             "item": f"{person.name}@{person.landmark}",
         },
     )
+
+
+@register_generator("organism-facts")
+def organism_facts(spec: Any, index: int, rng: random.Random, *, n_facts: int = 4) -> Example:
+    """Control: a world fact the organism's weights hold, asked as its training's fact rows are
+    written ("Facts: Greymill is in Varno . ... Ashtower is in" -> Ashtower's city). No story
+    and no needle: retrieval from context cannot help, so an ablation that breaks the question
+    kinds and not this breaks retrieval, not the model. `metadata["item"]` is the landmark
+    asked, so one landmark's examples stay in one split."""
+    if not 1 <= n_facts <= len(lang.LANDMARKS):
+        raise LocosError(f"{spec.name}[{index}]: n_facts must be between 1 and {len(lang.LANDMARKS)}")
+    landmarks = rng.sample(lang.LANDMARKS, n_facts)
+    asked = landmarks[-1]
+    context = " ".join([lang.FACTS_WORD, *lang.fact_words(landmarks[:-1])])
+    question = " ".join(lang.FACT.format(landmark=asked, city="").split()[:-1])
+    prompt = f"{context} {question}"
+    return Example(
+        task=spec.name,
+        index=index,
+        prompt=prompt,
+        answers=[lang.CITY_OF[asked]],
+        question_span=(len(context) + 1, len(prompt)),
+        context_span=(0, len(context)),
+        metadata={"seed": spec.seed, "task_version": spec.version, "kind": "facts",
+                  "landmarks": landmarks, "candidates": list(lang.CITIES), "item": asked},
+    )
