@@ -188,10 +188,10 @@ def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
     return None
 
 
-def agreement_rows(scores: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def agreement_rows(scores: np.ndarray, means: np.ndarray, top: int = TOP) -> tuple[np.ndarray, np.ndarray]:
     """Per row of `means` (`[R, n_heads]`: the heads' mean effects, one row per resample), the
     Spearman correlation of `scores` with it (average ranks for ties) and the AUROC of `scores`
-    for the `TOP` heads of largest effect (Mann-Whitney from average ranks: ties count half),
+    for the `top` heads of largest effect (Mann-Whitney from average ranks: ties count half),
     all rows at once."""
     from scipy.stats import rankdata
 
@@ -203,7 +203,7 @@ def agreement_rows(scores: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, n
     denom = np.sqrt((rs_c * rs_c).sum() * (rm_c * rm_c).sum(axis=1))
     with np.errstate(invalid="ignore", divide="ignore"):
         spearman = np.where(denom > 0, (rm_c @ rs_c) / np.where(denom > 0, denom, 1.0), np.nan)
-    top = min(TOP, n_heads - 1)
+    top = min(top, n_heads - 1)
     positives = np.argsort(-means, axis=1, kind="stable")[:, :top]
     auroc = ((rs[positives].sum(axis=1) - top * (top + 1) / 2) / (top * (n_heads - top))
              if top > 0 else np.full(means.shape[0], np.nan))

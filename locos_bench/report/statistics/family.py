@@ -1,0 +1,207 @@
+"""The organism family's leaderboard: every detector against each member's exhaustive ground
+truth, cross-fitted, and across the family with intervals over organisms and examples.
+
+Per member, task and mode (necessity under the run's mean ablation, sufficiency), from the
+member's `ground_truth.json` (every set of 1..3 heads, each set's per-example metric) and the
+detector's scores in the member's run, with no new forward:
+
+* **the oracle, cross-fitted**: the examples split in two halves by item; each half is read
+  with the best set of k chosen on the other half (tied best sets averaged), so its effect
+  carries no winner's curse;
+* **a detector's share at k**: its top-k set's mean effect (mean over draws) over the
+  cross-fitted oracle's, on the same examples;
+* **head-level AUROC**: its scores against the `TOP` heads of largest single-head effect on
+  the gold log-prob (the mean the search records: no per-example resampling of the labels).
+
+Across the family: the mean over members of the share (and of the AUROC), with a percentile
+interval from resampling the members and, inside each, its items (a two-level bootstrap);
+the AUROC's interval resamples members only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from locos_bench.errors import LocosError
+from locos_bench.names import head_name, rank_heads
+from locos_bench.report.statistics.bootstrap import LEVEL, Estimate, item_groups
+from locos_bench.report.statistics.oracle import MODES, outcome_vector
+from locos_bench.report.statistics.oracle_shares import agreement_rows
+
+TOP = 3
+"""Positives of the head-level AUROC: the heads of largest single-head effect (of 16)."""
+N_RESAMPLES = 2000
+
+
+class Member(BaseModel):
+    """One organism's inputs: its ground truth's tasks and splits, and each detector's scores
+    per task (one grid per draw)."""
+
+    name: str
+    truth: dict[str, Any]
+    scores: dict[str, dict[str, list[Any]]]
+    tie_seed: int | None = 0
+
+
+class MemberRow(BaseModel):
+    """One detector on one member and task: per mode and k, its mean effect and the oracle's,
+    per example (for the family's resampling), and its AUROC per mode."""
+
+    detector: str
+    items: list[str]
+    """Each example's item, prefixed by its task (the family resamples items)."""
+    effect: dict[str, dict[int, list[float]]]
+    oracle: dict[str, dict[int, list[float]]]
+    auroc: dict[str, float]
+    top: list[str]
+
+
+class FamilyRow(BaseModel):
+    detector: str
+    share: dict[str, dict[int, Estimate | None]]
+    """Mode -> k -> the family's mean share (None where no member's oracle has an effect)."""
+    auroc: dict[str, Estimate | None]
+    members: dict[str, dict[str, dict[int, float | None]]]
+    """Member -> mode -> k -> its own share (all tasks pooled)."""
+
+
+def halves(items: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Examples split in two by item, in order of first appearance (alternate items)."""
+    groups = item_groups(items)
+    first = groups % 2 == 0
+    return np.flatnonzero(first), np.flatnonzero(~first)
+
+
+def set_effects(result: Mapping[str, Any], mode: str, k: int) -> tuple[list[str], np.ndarray]:
+    """Every searched set of k heads and its per-example effect `[sets, n]`: the unablated metric
+    minus the ablated one (necessity), or the metric kept minus the floor (sufficiency)."""
+    base = outcome_vector(result["outcomes"]["unablated"])
+    floor = outcome_vector(result["outcomes"]["floor"])
+    names = [n for n in result[mode]["outcomes"] if n.count("+") == k - 1]
+    if not names:
+        raise LocosError(f"the ground truth has no {mode} sets of {k} heads")
+    values = np.stack([outcome_vector(result[mode]["outcomes"][n]) for n in names])
+    return names, (base - values) if mode == "necessity" else (values - floor)
+
+
+def cross_fitted(effects: np.ndarray, folds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per example, the effect of the best set chosen on the other half (tied bests averaged)."""
+    out = np.empty(effects.shape[1])
+    for fit, read in (folds, folds[::-1]):
+        means = effects[:, fit].mean(1)
+        best = np.flatnonzero(means >= means.max() - 1e-12)
+        out[read] = effects[best][:, read].mean(0)
+    return out
+
+
+def member_rows(member: Member, task: str, k_max: int = 3) -> list[MemberRow]:
+    """Every detector of `member` on `task` against its cross-fitted oracle at k = 1..k_max."""
+    result = member.truth["tasks"][task]
+    items = member.truth.get("splits", {}).get(task, {}).get("items")
+    if not items:
+        raise LocosError(f"{member.name}: the ground truth of {task} records no items (rerun "
+                         "scripts/organism_ground_truth.py)")
+    folds = halves(items)
+    tables = {(mode, k): set_effects(result, mode, k) for mode in MODES for k in range(1, k_max + 1)}
+    oracle = {mode: {k: cross_fitted(tables[mode, k][1], folds).tolist() for k in range(1, k_max + 1)}
+              for mode in MODES}
+    singles = {mode: _single_logprob(member.truth, task, mode) for mode in MODES}
+    rows = []
+    for detector, grids in member.scores.get(task, {}).items():
+        tops = [rank_heads(np.asarray(g, dtype=np.float64), tie_seed=member.tie_seed)[:k_max] for g in grids]
+        effect: dict[str, dict[int, list[float]]] = {m: {} for m in MODES}
+        for mode, k in itertools.product(MODES, range(1, k_max + 1)):
+            names, values = tables[mode, k]
+            where = {n: i for i, n in enumerate(names)}
+            picked = [where["+".join(head_name(h) for h in sorted(t[:k]))] for t in tops]
+            effect[mode][k] = values[picked].mean(0).tolist()
+        grid = np.asarray(grids[0], dtype=np.float64)
+        order = [head_name((layer, head)) for layer in range(grid.shape[0]) for head in range(grid.shape[1])]
+        auroc = {mode: float(agreement_rows(grid.ravel(), np.array([[singles[mode][h] for h in order]]), top=TOP)[1][0])
+                 for mode in MODES}
+        rows.append(MemberRow(detector=detector, items=[f"{task}/{i}" for i in items], effect=effect, oracle=oracle,
+                              auroc=auroc, top=[head_name(h) for h in tops[0]]))
+    return rows
+
+
+def _single_logprob(truth: Mapping[str, Any], task: str, mode: str) -> dict[str, float]:
+    """Each head's single-head effect on the gold log-prob (the search's mean)."""
+    result = truth["tasks"][task]
+    sets = result[mode]["sets"]
+    base, floor = result["unablated"][1], result["floor"][1]
+    return {n: (base - v[1]) if mode == "necessity" else (v[1] - floor) for n, v in sets.items() if "+" not in n}
+
+
+def family_rows(members: Mapping[str, Sequence[MemberRow]], *, k_max: int = 3, level: float = LEVEL,
+                n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[FamilyRow]:
+    """`members`: member -> its rows, every task pooled (each row one task's). Per detector,
+    the family's mean share and AUROC with two-level (member, then example) intervals."""
+    detectors = sorted({r.detector for rows in members.values() for r in rows})
+    names = sorted(members)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(names), size=(n_resamples, len(names)))
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    out = []
+    for det in detectors:
+        share: dict[str, dict[int, Estimate | None]] = {m: {} for m in MODES}
+        per_member: dict[str, dict[str, dict[int, float | None]]] = {n: {m: {} for m in MODES} for n in names}
+        for mode, k in itertools.product(MODES, range(1, k_max + 1)):
+            pairs = {n: _pooled([r for r in members[n] if r.detector == det], mode, k) for n in names}
+            for n, (num, den, _) in pairs.items():
+                per_member[n][mode][k] = float(num.mean() / den.mean()) if den.size and den.mean() > 0 else None
+            share[mode][k] = _two_level(pairs, names, picks, rng, q)
+        aurocs = {m: np.array([np.mean([r.auroc[m] for r in members[n] if r.detector == det] or [np.nan])
+                               for n in names]) for m in MODES}
+        auroc = {m: _members_only(v, picks, q) for m, v in aurocs.items()}
+        out.append(FamilyRow(detector=det, share=share, auroc=auroc, members=per_member))
+    return out
+
+
+def _pooled(rows: Sequence[MemberRow], mode: str, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A member's per-example detector and oracle effects and item groups, its tasks' examples
+    side by side."""
+    if not rows:
+        return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
+    return (np.concatenate([r.effect[mode][k] for r in rows]), np.concatenate([r.oracle[mode][k] for r in rows]),
+            item_groups([i for r in rows for i in r.items]))
+
+
+def _two_level(pairs: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], names: list[str], picks: np.ndarray,
+               rng: np.random.Generator, q: list[float]) -> Estimate | None:
+    """The mean over members of each member's share, and its percentile interval over
+    resamples of members and, inside each drawn member, of its items (each with its examples)."""
+    shares = [pairs[n][0].mean() / pairs[n][1].mean() for n in names if pairs[n][1].size and pairs[n][1].mean() > 0]
+    if not shares:
+        return None
+    values = []
+    for row in picks:
+        drawn = []
+        for i in row:
+            num, den, groups = pairs[names[i]]
+            if not den.size:
+                continue
+            n_groups = int(groups.max()) + 1
+            weight = np.bincount(rng.integers(0, n_groups, size=n_groups), minlength=n_groups)[groups].astype(float)
+            if weight @ den > 0:
+                drawn.append((weight @ num) / (weight @ den))
+        if drawn:
+            values.append(np.mean(drawn))
+    lo, hi = np.percentile(values, q)
+    return Estimate(float(np.mean(shares)), float(lo), float(hi))
+
+
+def _members_only(values: np.ndarray, picks: np.ndarray, q: list[float]) -> Estimate | None:
+    ok = np.isfinite(values)
+    if not ok.any():
+        return None
+    means = np.array([np.nanmean(values[row]) if np.isfinite(values[row]).any() else np.nan for row in picks])
+    lo, hi = np.nanpercentile(means, q)
+    return Estimate(float(np.nanmean(values)), float(lo), float(hi))
+
+
+__all__ = ["FamilyRow", "Member", "MemberRow", "cross_fitted", "family_rows", "halves", "member_rows", "set_effects"]

@@ -1,0 +1,131 @@
+"""The organism family's leaderboard (the documented equivalent of a `--model organism-family`
+run): every detector on every member, read against each member's ground truth.
+
+    .venv/bin/python scripts/family_leaderboard.py [--members organism,organism-seed1,...]
+        [--runs-dir runs/family] [--out leaderboard/organism-family]
+
+Per member it runs `locos-bench run --model MEMBER --detector all --budgets 1,2,3 --n-calib 16
+--n-ref 32 --n-eval 64` into `--runs-dir`/MEMBER (a rerun resumes it, as runs do), then reads
+each detector's top k against the member's `ground_truth.json` (`report.statistics.family`:
+cross-fitted, with intervals over members and items). A member that fails to load or run is
+named in the leaderboard, and the others still run. Writes `README.md` and `family.json` to
+`--out`, and prints its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from locos_bench.errors import LocosError  # noqa: E402
+from locos_bench.models.organism import FAMILY, ORGANISM_TASKS  # noqa: E402
+
+RUN_ARGS = ["--detector", "all", "--budgets", "1,2,3", "--n-calib", "16", "--n-ref", "32", "--n-eval", "64"]
+MODE_WORDS = {"necessity": "drop", "sufficiency": "kept"}
+
+
+def run_member(member: str, runs_dir: Path) -> Path:
+    """The member's run directory, after running (or resuming) its run."""
+    from locos_bench.cli import main as cli
+
+    out = runs_dir / member
+    code = cli(["run", "--model", member, *RUN_ARGS, "--output-dir", str(out)])
+    if code != 0:
+        raise LocosError(f"locos-bench run --model {member} exited {code}")
+    return out
+
+
+def read_member(member: str, run: Path) -> Any:
+    """A `family.Member` from a run directory and the ground truth its manifest recorded."""
+    from locos_bench.models.organism import GROUND_TRUTH, member_dir
+    from locos_bench.report.statistics.analysis import _scores
+    from locos_bench.report.statistics.family import Member
+    from locos_bench.report.statistics.oracle import read_ground_truth
+    from locos_bench.run.plan import RunPlan
+    from locos_bench.run.rundir import RunDir
+
+    rundir = RunDir(run)
+    manifest = rundir.read_manifest()
+    if not manifest.model_info.get("oracle"):
+        raise LocosError(f"{member} has no ground truth (run scripts/organism_ground_truth.py --member {member})")
+    truth = read_ground_truth(member_dir(member) / GROUND_TRUTH, manifest.model_info.get("oracle_sha256"))
+    plan = RunPlan.from_manifest(manifest)
+    done = {u.key: u for u in rundir.read_units()}
+    return Member(name=member, truth=truth, scores=_scores(plan, manifest, done), tie_seed=manifest.tie_seed)
+
+
+def _est(e: Any) -> str:
+    return "n/a" if e is None else f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]"
+
+
+def render(rows: list[Any], members: dict[str, Any], failed: dict[str, str], seconds: float) -> str:
+    """The leaderboard's Markdown."""
+    from locos_bench.report.statistics.oracle import MODES
+
+    lines = ["# The organism family against its oracles", "",
+             f"Members read: {', '.join(f'`{m}`' for m in members)}" + (
+                 f"; failed: {', '.join(f'`{m}` ({why})' for m, why in failed.items())}" if failed else "") + ".",
+             "", "Share of the cross-fitted oracle's effect (mean over members; 95% interval over members and "
+             "items), and head-level AUROC for the 3 heads of largest single-head effect on the gold log-prob "
+             "(interval over members):", "",
+             "| detector | " + " | ".join(f"{MODE_WORDS[m]}, k = {k}" for m in MODES for k in (1, 2, 3))
+             + " | AUROC, drop | AUROC, kept |", "|---" * 9 + "|"]
+    for r in sorted(rows, key=lambda r: -(r.share["sufficiency"][3].value if r.share["sufficiency"][3] else -9)):
+        lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[m][k]) for m in MODES for k in (1, 2, 3))
+                     + f" | {_est(r.auroc['necessity'])} | {_est(r.auroc['sufficiency'])} |")
+    lines += ["", "## Where reading and writing part ways", ""]
+    for name, member in members.items():
+        for task in ORGANISM_TASKS:
+            found = member.truth["summary"].get(task, {}).get("dissociation")
+            if found and (found["read_only"] or found["write_without_reading"]):
+                lines.append(f"- `{name}`, {task}: read-only {', '.join(found['read_only']) or 'none'}; "
+                             f"write-without-reading {', '.join(found['write_without_reading']) or 'none'}")
+    lines += ["", f"Family leaderboard built in {seconds:.0f} s (`scripts/family_leaderboard.py`)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--members", default=",".join(FAMILY))
+    parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "family")
+    parser.add_argument("--out", type=Path, default=ROOT / "leaderboard" / "organism-family")
+    args = parser.parse_args(argv)
+    from locos_bench.report.statistics.family import family_rows, member_rows
+
+    started = time.perf_counter()
+    members, failed = {}, {}
+    for member in [m for m in args.members.split(",") if m]:
+        try:
+            if member not in FAMILY:
+                raise LocosError(f"not a member of the organism family ({', '.join(FAMILY)})")
+            members[member] = read_member(member, run_member(member, args.runs_dir))
+        except (LocosError, OSError, ValueError) as exc:
+            failed[member] = str(exc).splitlines()[0]
+            print(f"{member}: {failed[member]}", file=sys.stderr)
+    if not members:
+        print("error: no member of the family could be read", file=sys.stderr)
+        return 2
+    per_member = {name: [row for task in ORGANISM_TASKS if task in m.truth["tasks"] for row in member_rows(m, task)]
+                  for name, m in members.items()}
+    rows = family_rows(per_member)
+    seconds = time.perf_counter() - started
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "family.json").write_text(json.dumps(
+        {"members": list(members), "failed": failed, "rows": [r.model_dump() for r in rows],
+         "per_member": {n: [r.model_dump() for r in rs] for n, rs in per_member.items()},
+         "seconds": round(seconds, 1)}, separators=(",", ":"), sort_keys=True) + "\n")
+    (args.out / "README.md").write_text(render(rows, members, failed, seconds))
+    print(f"wrote {args.out} in {seconds:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

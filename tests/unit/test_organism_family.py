@@ -1,0 +1,60 @@
+"""The organism family's pieces that need no trained weights: the members' registry, the
+dissociation test read from a ground truth, and the control task."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from locos_bench.errors import LocosError
+from locos_bench.models import organism
+from locos_bench.tasks import load_task, make_examples
+from locos_bench.tasks import organism_language as lang
+
+HEADS = ["L0H0", "L0H1", "L1H0", "L1H1"]
+
+
+def _truth(effect: dict[str, tuple[float, float]], base: float = 1.0, floor: float = 0.25) -> dict:
+    """An exhaustive search's tables from each set's (ablated, kept) metric, every set of 1-2
+    heads; a set not named ablates to `base` and keeps `floor` (no effect)."""
+    ablated, kept = {}, {}
+    for k in (1, 2):
+        for combo in itertools.combinations(HEADS, k):
+            name = "+".join(combo)
+            a, s = effect.get(name, (base, floor))
+            ablated[name], kept[name] = [a, 0.0], [s, 0.0]
+    return {"unablated": [base, 0.0], "floor": [floor, 0.0],
+            "necessity": {"sets": ablated}, "sufficiency": {"sets": kept}}
+
+
+def test_a_silent_reader_is_read_only_a_redundant_one_is_not_and_a_relay_writer_is_found():
+    # L1H0 reads the needle most and does nothing anywhere; L1H1 reads too but matters with L0H1
+    # (a redundant pair); L0H0 attends elsewhere and its ablation takes the answer away.
+    truth = _truth({"L0H0": (0.25, 0.3), "L0H1+L1H1": (0.5, 0.25), "L0H0+L0H1": (0.25, 0.3),
+                    "L0H0+L1H0": (0.25, 0.3), "L0H0+L1H1": (0.25, 0.3)})
+    reads = {"L1H0": 0.9, "L1H1": 0.8, "L0H1": 0.6, "L0H0": 0.1}
+    found = organism.dissociation(truth, reads, chance=0.25)
+    assert found["silent_alone"] == ["L1H0", "L1H1", "L0H1"]
+    assert found["read_only"] == ["L1H0"] and found["marginal"]["L1H1"] == pytest.approx(0.5)
+    assert found["write_without_reading"] == ["L0H0"]
+    # A writer that reads the needle is not one that writes without reading.
+    assert organism.dissociation(truth, {**reads, "L0H0": 0.7}, chance=0.25)["write_without_reading"] == []
+
+
+def test_every_member_has_a_directory_and_a_stranger_is_refused():
+    assert organism.FAMILY[0] == "organism" and organism.member_dir("organism") == organism.ORGANISM_DIR
+    assert {organism.member_dir(m).parent for m in organism.FAMILY[1:]} == {organism.FAMILY_DIR}
+    with pytest.raises(LocosError, match="not a member of the organism family"):
+        organism.member_dir("organism-seed9")
+
+
+def test_the_control_task_asks_a_fact_the_weights_hold_without_a_needle():
+    spec = load_task("organism-facts")
+    assert spec.kind == "control"
+    for ex in make_examples(spec, 20):
+        words = ex.prompt.split()
+        assert words[0] == lang.FACTS_WORD and words[-2:] == ["is", "in"] and not ex.needle_spans
+        assert ex.answers == [lang.CITY_OF[words[-3]]] and ex.item == words[-3]
+        assert ex.prompt[slice(*ex.question_span)] == " ".join(words[-3:])
+        assert all(w in lang.vocabulary() for w in words)
