@@ -130,6 +130,26 @@ def test_damaged_weights_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, 
     assert len(err.splitlines()) == 1 and "model.safetensors" in err, err
 
 
+def test_a_member_without_its_files_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """A family member whose manifest is missing, or whose weights differ from it, is refused
+    by `--check` and by loading, in one line naming the file."""
+    from locos_bench.cli import main
+
+    train = _script("train_organism")
+    monkeypatch.setattr(organism, "FAMILY_DIR", tmp_path)
+    assert train.main(["--check", "organism-seed1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / "organism-seed1" / organism.MANIFEST) in err, err
+    assert train.main(["--check", "organism", "--steps", "3"]) == 2
+    assert "--check retrains from the member's manifest" in capsys.readouterr().err
+    shutil.copytree(organism.ORGANISM_DIR, tmp_path / "organism-seed1")
+    weights = tmp_path / "organism-seed1" / organism.WEIGHTS / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\1")
+    assert main(["models", "organism-seed1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(weights) in err, err
+
+
 def test_a_bad_training_configuration_is_one_line_and_exit_2(tmp_path, capsys):
     train = _script("train_organism")
     bad = tmp_path / "bad.yaml"
