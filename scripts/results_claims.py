@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:  # run as `python scripts/results_claims.py`
 
 from scripts._claims import PageError, Runs, run_loader  # noqa: E402
 from scripts._claims_gemma import GEMMA_BLOCKS  # noqa: E402
+from scripts._claims_oracle import ORACLE_BLOCKS  # noqa: E402
 from scripts._claims_planted import PLANTED_BLOCKS  # noqa: E402
 
 PAGES = Path("docs") / "results"
@@ -40,13 +41,14 @@ NUMBER = re.compile(r"(?<![\w@/#.\-+])[+\-]?\d+(?:\.\d+)?(?!\w)")
 VERDICT = re.compile(r"\bseparabl[ey]\b")
 
 
-BLOCKS: dict[str, tuple[str, Callable[[Runs], str]]] = {**GEMMA_BLOCKS, **PLANTED_BLOCKS}
+BLOCKS: dict[str, tuple[str, Callable[[Runs], str]]] = {**GEMMA_BLOCKS, **PLANTED_BLOCKS, **ORACLE_BLOCKS}
 """Block name -> (the run it reads, what writes it)."""
 
 CHECKED: dict[str, tuple[str, ...]] = {
     "gemma3-default-seed0.md": ("What it shows",),
     "gemma3-sufficiency-steering.md": ("What it shows",),
     "organism-reference.md": ("What the oracle is", "What it shows"),
+    "oracle-real-weights.md": ("What it shows",),
     "planted-reference.md": ("What it shows",),
     "planted-nonliteral-reference.md": ("What it shows",),
     "planted-sufficiency-steering.md": ("What it shows",),
