@@ -29,7 +29,6 @@ from locos_bench.errors import LocosError  # noqa: E402
 from locos_bench.models.organism import FAMILY, ORGANISM_TASKS  # noqa: E402
 
 RUN_ARGS = ["--detector", "all", "--budgets", "1,2,3", "--n-calib", "16", "--n-ref", "32", "--n-eval", "64"]
-MODE_WORDS = {"necessity": "drop", "sufficiency": "kept"}
 
 
 def run_member(member: str, runs_dir: Path) -> Path:
@@ -62,25 +61,29 @@ def read_member(member: str, run: Path) -> Any:
     return Member(name=member, truth=truth, scores=_scores(plan, manifest, done), tie_seed=manifest.tie_seed)
 
 
-def _est(e: Any) -> str:
-    return "n/a" if e is None else f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]"
+def _est(e: Any, counted: int | None = None, of: int | None = None) -> str:
+    if e is None:
+        return "n/a"
+    return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]" + (f" ({counted} of {of})" if counted is not None and counted < of else "")
 
 
 def render(rows: list[Any], members: dict[str, Any], failed: dict[str, str], seconds: float) -> str:
     """The leaderboard's Markdown."""
-    from locos_bench.report.statistics.oracle import MODES
+    from locos_bench.report.statistics.family import VIEWS
 
+    views = [v for v in VIEWS if rows and v in rows[0].share]
     lines = ["# The organism family against its oracles", "",
              f"Members read: {', '.join(f'`{m}`' for m in members)}" + (
                  f"; failed: {', '.join(f'`{m}` ({why})' for m, why in failed.items())}" if failed else "") + ".",
              "", "Share of the cross-fitted oracle's effect (mean over members; 95% interval over members and "
-             "items), and head-level AUROC for the 3 heads of largest single-head effect on the gold log-prob "
+             "items; a member whose oracle's effect is under 0.05 is left out, and the count says so), and head-level AUROC for the 3 heads of largest single-head effect on the gold log-prob "
              "(interval over members):", "",
-             "| detector | " + " | ".join(f"{MODE_WORDS[m]}, k = {k}" for m in MODES for k in (1, 2, 3))
-             + " | AUROC, drop | AUROC, kept |", "|---" * 9 + "|"]
-    for r in sorted(rows, key=lambda r: -(r.share["sufficiency"][3].value if r.share["sufficiency"][3] else -9)):
-        lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[m][k]) for m in MODES for k in (1, 2, 3))
-                     + f" | {_est(r.auroc['necessity'])} | {_est(r.auroc['sufficiency'])} |")
+             "| detector | " + " | ".join(f"{v}, k = {k}" for v in views for k in (1, 2, 3))
+             + "".join(f" | AUROC, {v}" for v in views) + " |", "|---" * (1 + 4 * len(views)) + "|"]
+    for r in sorted(rows, key=lambda r: -(r.share["kept"][3].value if r.share.get("kept", {}).get(3) else -9)):
+        lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[v][k], r.counted[v][k], len(members))
+                                                         for v in views for k in (1, 2, 3))
+                     + "".join(f" | {_est(r.auroc[v])}" for v in views) + " |")
     lines += ["", "## Where reading and writing part ways", ""]
     for name, member in members.items():
         for task in ORGANISM_TASKS:

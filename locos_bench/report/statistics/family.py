@@ -30,9 +30,15 @@ from pydantic import BaseModel
 from locos_bench.errors import LocosError
 from locos_bench.names import head_name, rank_heads
 from locos_bench.report.statistics.bootstrap import LEVEL, Estimate, item_groups
-from locos_bench.report.statistics.oracle import MODES, outcome_vector
+from locos_bench.report.statistics.oracle import outcome_vector
 from locos_bench.report.statistics.oracle_shares import agreement_rows
 
+VIEWS = {"drop": ("necessity", None), "drop, mean-q": ("necessity", "mean-q"), "kept": ("sufficiency", None)}
+"""Each view of a member's ground truth: its mode and, for necessity under another ablation than
+the run's mean, the ablation (`by_ablation` in the file; a view the file lacks is skipped)."""
+MIN_EFFECT = 0.05
+"""A member's share at k is read only where its cross-fitted oracle's mean effect reaches this
+(5 % of the metric's range): below it the ratio is noise over almost nothing."""
 TOP = 3
 """Positives of the head-level AUROC: the heads of largest single-head effect (of 16)."""
 N_RESAMPLES = 2000
@@ -64,10 +70,12 @@ class MemberRow(BaseModel):
 class FamilyRow(BaseModel):
     detector: str
     share: dict[str, dict[int, Estimate | None]]
-    """Mode -> k -> the family's mean share (None where no member's oracle has an effect)."""
+    """View (`VIEWS`) -> k -> the family's mean share (None where no member's oracle has an effect)."""
     auroc: dict[str, Estimate | None]
     members: dict[str, dict[str, dict[int, float | None]]]
-    """Member -> mode -> k -> its own share (all tasks pooled)."""
+    """Member -> view -> k -> its own share (all tasks pooled; None below `MIN_EFFECT`)."""
+    counted: dict[str, dict[int, int]]
+    """View -> k -> how many members' shares the family's mean holds."""
 
 
 def halves(items: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -99,39 +107,45 @@ def cross_fitted(effects: np.ndarray, folds: tuple[np.ndarray, np.ndarray]) -> n
     return out
 
 
+def _view(truth: Mapping[str, Any], task: str, view: str) -> Mapping[str, Any] | None:
+    mode, ablation = VIEWS[view]
+    if ablation is None:
+        return truth["tasks"][task]
+    return truth.get("by_ablation", {}).get(ablation, {}).get(task)
+
+
 def member_rows(member: Member, task: str, k_max: int = 3) -> list[MemberRow]:
-    """Every detector of `member` on `task` against its cross-fitted oracle at k = 1..k_max."""
-    result = member.truth["tasks"][task]
+    """Every detector of `member` on `task` against its cross-fitted oracle at k = 1..k_max, in
+    each view of `VIEWS` its ground truth holds."""
     items = member.truth.get("splits", {}).get(task, {}).get("items")
     if not items:
         raise LocosError(f"{member.name}: the ground truth of {task} records no items (rerun "
                          "scripts/organism_ground_truth.py)")
     folds = halves(items)
-    tables = {(mode, k): set_effects(result, mode, k) for mode in MODES for k in range(1, k_max + 1)}
-    oracle = {mode: {k: cross_fitted(tables[mode, k][1], folds).tolist() for k in range(1, k_max + 1)}
-              for mode in MODES}
-    singles = {mode: _single_logprob(member.truth, task, mode) for mode in MODES}
+    results = {v: r for v in VIEWS if (r := _view(member.truth, task, v)) is not None}
+    tables = {(v, k): set_effects(r, VIEWS[v][0], k) for v, r in results.items() for k in range(1, k_max + 1)}
+    oracle = {v: {k: cross_fitted(tables[v, k][1], folds).tolist() for k in range(1, k_max + 1)} for v in results}
+    singles = {v: _single_logprob(r, VIEWS[v][0]) for v, r in results.items()}
     rows = []
     for detector, grids in member.scores.get(task, {}).items():
         tops = [rank_heads(np.asarray(g, dtype=np.float64), tie_seed=member.tie_seed)[:k_max] for g in grids]
-        effect: dict[str, dict[int, list[float]]] = {m: {} for m in MODES}
-        for mode, k in itertools.product(MODES, range(1, k_max + 1)):
-            names, values = tables[mode, k]
+        effect: dict[str, dict[int, list[float]]] = {v: {} for v in results}
+        for v, k in itertools.product(results, range(1, k_max + 1)):
+            names, values = tables[v, k]
             where = {n: i for i, n in enumerate(names)}
             picked = [where["+".join(head_name(h) for h in sorted(t[:k]))] for t in tops]
-            effect[mode][k] = values[picked].mean(0).tolist()
+            effect[v][k] = values[picked].mean(0).tolist()
         grid = np.asarray(grids[0], dtype=np.float64)
         order = [head_name((layer, head)) for layer in range(grid.shape[0]) for head in range(grid.shape[1])]
-        auroc = {mode: float(agreement_rows(grid.ravel(), np.array([[singles[mode][h] for h in order]]), top=TOP)[1][0])
-                 for mode in MODES}
+        auroc = {v: float(agreement_rows(grid.ravel(), np.array([[singles[v][h] for h in order]]), top=TOP)[1][0])
+                 for v in results}
         rows.append(MemberRow(detector=detector, items=[f"{task}/{i}" for i in items], effect=effect, oracle=oracle,
                               auroc=auroc, top=[head_name(h) for h in tops[0]]))
     return rows
 
 
-def _single_logprob(truth: Mapping[str, Any], task: str, mode: str) -> dict[str, float]:
+def _single_logprob(result: Mapping[str, Any], mode: str) -> dict[str, float]:
     """Each head's single-head effect on the gold log-prob (the search's mean)."""
-    result = truth["tasks"][task]
     sets = result[mode]["sets"]
     base, floor = result["unablated"][1], result["floor"][1]
     return {n: (base - v[1]) if mode == "necessity" else (v[1] - floor) for n, v in sets.items() if "+" not in n}
@@ -148,17 +162,21 @@ def family_rows(members: Mapping[str, Sequence[MemberRow]], *, k_max: int = 3, l
     q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
     out = []
     for det in detectors:
-        share: dict[str, dict[int, Estimate | None]] = {m: {} for m in MODES}
-        per_member: dict[str, dict[str, dict[int, float | None]]] = {n: {m: {} for m in MODES} for n in names}
-        for mode, k in itertools.product(MODES, range(1, k_max + 1)):
-            pairs = {n: _pooled([r for r in members[n] if r.detector == det], mode, k) for n in names}
+        views = [v for v in VIEWS if any(v in r.effect for rows in members.values() for r in rows)]
+        share: dict[str, dict[int, Estimate | None]] = {v: {} for v in views}
+        counted: dict[str, dict[int, int]] = {v: {} for v in views}
+        per_member: dict[str, dict[str, dict[int, float | None]]] = {n: {v: {} for v in views} for n in names}
+        for mode, k in itertools.product(views, range(1, k_max + 1)):
+            pairs = {n: _pooled([r for r in members[n] if r.detector == det and mode in r.effect], mode, k)
+                     for n in names}
             for n, (num, den, _) in pairs.items():
-                per_member[n][mode][k] = float(num.mean() / den.mean()) if den.size and den.mean() > 0 else None
+                per_member[n][mode][k] = float(num.mean() / den.mean()) if den.size and den.mean() >= MIN_EFFECT else None
+            counted[mode][k] = sum(v is not None for n in names for v in [per_member[n][mode][k]])
             share[mode][k] = _two_level(pairs, names, picks, rng, q)
-        aurocs = {m: np.array([np.mean([r.auroc[m] for r in members[n] if r.detector == det] or [np.nan])
-                               for n in names]) for m in MODES}
+        aurocs = {m: np.array([np.mean([r.auroc[m] for r in members[n] if r.detector == det and m in r.auroc]
+                                       or [np.nan]) for n in names]) for m in views}
         auroc = {m: _members_only(v, picks, q) for m, v in aurocs.items()}
-        out.append(FamilyRow(detector=det, share=share, auroc=auroc, members=per_member))
+        out.append(FamilyRow(detector=det, share=share, auroc=auroc, members=per_member, counted=counted))
     return out
 
 
@@ -175,7 +193,8 @@ def _two_level(pairs: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], n
                rng: np.random.Generator, q: list[float]) -> Estimate | None:
     """The mean over members of each member's share, and its percentile interval over
     resamples of members and, inside each drawn member, of its items (each with its examples)."""
-    shares = [pairs[n][0].mean() / pairs[n][1].mean() for n in names if pairs[n][1].size and pairs[n][1].mean() > 0]
+    shares = [pairs[n][0].mean() / pairs[n][1].mean() for n in names
+              if pairs[n][1].size and pairs[n][1].mean() >= MIN_EFFECT]
     if not shares:
         return None
     values = []
@@ -187,7 +206,7 @@ def _two_level(pairs: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], n
                 continue
             n_groups = int(groups.max()) + 1
             weight = np.bincount(rng.integers(0, n_groups, size=n_groups), minlength=n_groups)[groups].astype(float)
-            if weight @ den > 0:
+            if weight @ den >= MIN_EFFECT * weight.sum():
                 drawn.append((weight @ num) / (weight @ den))
         if drawn:
             values.append(np.mean(drawn))
