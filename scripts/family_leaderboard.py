@@ -58,7 +58,18 @@ def read_member(member: str, run: Path) -> Any:
     truth = read_ground_truth(member_dir(member) / GROUND_TRUTH, manifest.model_info.get("oracle_sha256"))
     plan = RunPlan.from_manifest(manifest)
     done = {u.key: u for u in rundir.read_units()}
+    for task, split in truth.get("splits", {}).items():
+        split.setdefault("items", _items(task, split["evaluation"]))
     return Member(name=member, truth=truth, scores=_scores(plan, manifest, done), tie_seed=manifest.tie_seed)
+
+
+def _items(task: str, indices: list[int]) -> list[str]:
+    """The items of a task's examples by index (a ground truth written before it recorded them:
+    the examples are rebuilt from the task's deterministic stream)."""
+    from locos_bench.tasks import load_task, make_examples
+
+    examples = make_examples(load_task(task), max(indices) + 1)
+    return [examples[i].item for i in indices]
 
 
 def _est(e: Any, counted: int | None = None, of: int | None = None) -> str:
