@@ -95,15 +95,42 @@ def render(rows: list[Any], members: dict[str, Any], failed: dict[str, str], sec
         lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[v][k], r.counted[v][k], len(members))
                                                          for v in views for k in (1, 2, 3))
                      + "".join(f" | {_est(r.auroc[v])}" for v in views) + " |")
-    lines += ["", "## Where reading and writing part ways", ""]
-    for name, member in members.items():
-        for task in ORGANISM_TASKS:
-            found = member.truth["summary"].get(task, {}).get("dissociation")
-            if found and (found["read_only"] or found["write_without_reading"]):
-                lines.append(f"- `{name}`, {task}: read-only {', '.join(found['read_only']) or 'none'}; "
-                             f"write-without-reading {', '.join(found['write_without_reading']) or 'none'}")
+    lines += ["", "## Where reading and writing part ways", ""] + parting_lines(members)
     lines += ["", f"Family leaderboard built in {seconds:.0f} s (`scripts/family_leaderboard.py`)."]
     return "\n".join(lines) + "\n"
+
+
+WRITE_SIDE = ("locos", "locos-argmax", "dla")
+READ_SIDE = ("attention", "retrieval-head", "qrhead", "headkv")
+
+
+def parting_lines(members: dict[str, Any]) -> list[str]:
+    """Per member and kind whose ground truth parts reading from writing: its heads, and per
+    detector how many of them its top 3 holds; then the answer to the family's question."""
+    from locos_bench.report.statistics.family import partings
+
+    found = [p for m in members.values() for p in partings(m, ORGANISM_TASKS)]
+    if not found:
+        return ["No member's ground truth shows a read-only or a write-without-reading head "
+                "(`models.organism.dissociation`), so the family cannot answer whether the write-side score "
+                "finds the writing heads where reading and writing part ways."]
+    lines = [f"- `{p.member}`, {p.task}: read-only {', '.join(p.read_only) or 'none'}; "
+             f"write-without-reading {', '.join(p.writers) or 'none'}" for p in found]
+    detectors = sorted({d for p in found for d in p.ranks})
+    count = {d: {kind: (sum(p.ranks[d][h] <= 3 for p in found if d in p.ranks for h in getattr(p, kind)),
+                        sum(len(getattr(p, kind)) for p in found if d in p.ranks)) for kind in ("writers", "read_only")}
+             for d in detectors}
+    lines += ["", "| detector | writers in its top 3 | read-only heads in its top 3 |", "|---|---|---|"]
+    lines += [f"| `{d}` | {count[d]['writers'][0]} of {count[d]['writers'][1]} | "
+              f"{count[d]['read_only'][0]} of {count[d]['read_only'][1]} |" for d in detectors]
+
+    def side(names: tuple[str, ...], kind: str) -> str:
+        return ", ".join(f"`{d}` {count[d][kind][0]} of {count[d][kind][1]}" for d in names if d in count) or "none ran"
+
+    lines += ["", f"**The answer, from these ground truths.** Write-without-reading heads in the top 3: "
+              f"write-side {side(WRITE_SIDE, 'writers')}; read-side {side(READ_SIDE, 'writers')}. Read-only heads "
+              f"in the top 3: read-side {side(READ_SIDE, 'read_only')}; write-side {side(WRITE_SIDE, 'read_only')}."]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

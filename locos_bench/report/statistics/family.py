@@ -223,4 +223,37 @@ def _members_only(values: np.ndarray, picks: np.ndarray, q: list[float]) -> Esti
     return Estimate(float(np.nanmean(values)), float(lo), float(hi))
 
 
-__all__ = ["FamilyRow", "Member", "MemberRow", "cross_fitted", "family_rows", "halves", "member_rows", "set_effects"]
+
+
+
+class Parting(BaseModel):
+    """Where a member's ground truth parts reading from writing on one task, and where each
+    detector ranks those heads (draw 0; rank 1 is its first head)."""
+
+    member: str
+    task: str
+    read_only: list[str]
+    writers: list[str]
+    ranks: dict[str, dict[str, int]]
+    """Detector -> head -> its rank."""
+
+
+def partings(member: Member, tasks: Sequence[str]) -> list[Parting]:
+    """Every task of `member` whose ground truth names a read-only or a write-without-reading
+    head (`models.organism.dissociation`), with each detector's rank of those heads."""
+    out = []
+    for task in tasks:
+        found = member.truth.get("summary", {}).get(task, {}).get("dissociation") or {}
+        heads = [*found.get("read_only", []), *found.get("write_without_reading", [])]
+        if not heads:
+            continue
+        ranks = {}
+        for detector, grids in member.scores.get(task, {}).items():
+            order = [head_name(h) for h in rank_heads(np.asarray(grids[0], dtype=np.float64), tie_seed=member.tie_seed)]
+            ranks[detector] = {h: order.index(h) + 1 for h in heads}
+        out.append(Parting(member=member.name, task=task, read_only=list(found.get("read_only", [])),
+                           writers=list(found.get("write_without_reading", [])), ranks=ranks))
+    return out
+
+__all__ = ["FamilyRow", "Member", "MemberRow", "Parting", "cross_fitted", "family_rows", "halves", "member_rows", "partings",
+           "set_effects"]
