@@ -4,7 +4,7 @@ run): every detector on every member, read against each member's ground truth.
     .venv/bin/python scripts/family_leaderboard.py [--members organism,organism-seed1,...]
         [--runs-dir runs/family] [--out leaderboard/organism-family]
 
-Per member it runs `locos-bench run --model MEMBER --detector all --budgets 1,2,3 --n-calib 16
+Per member it runs `locos-bench run --model MEMBER --detector all,qrhead,eap-ig --budgets 1,2,3 --n-calib 16
 --n-ref 32 --n-eval 64` into `--runs-dir`/MEMBER (a rerun resumes it, as runs do), then reads
 each detector's top k against the member's `ground_truth.json` (`report.statistics.family`:
 cross-fitted, with intervals over members and items). A member that fails to load or run is
@@ -28,13 +28,15 @@ if str(ROOT) not in sys.path:
 from locos_bench.errors import LocosError  # noqa: E402
 from locos_bench.models.organism import FAMILY, ORGANISM_TASKS  # noqa: E402
 
-RUN_ARGS = ["--detector", "all", "--budgets", "1,2,3", "--n-calib", "16", "--n-ref", "32", "--n-eval", "64"]
+RUN_ARGS = ["--detector", "all,qrhead,eap-ig", "--budgets", "1,2,3", "--n-calib", "16", "--n-ref", "32", "--n-eval", "64"]
 
 
 def run_member(member: str, runs_dir: Path) -> Path:
     """The member's run directory, after running (or resuming) its run."""
     from locos_bench.cli import main as cli
+    from locos_bench.models.organism import checked_weights, member_dir
 
+    checked_weights(member_dir(member))  # a missing or changed file: its one line names it
     out = runs_dir / member
     code = cli(["run", "--model", member, *RUN_ARGS, "--output-dir", str(out)])
     if code != 0:
