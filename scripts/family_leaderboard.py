@@ -46,10 +46,9 @@ def run_member(member: str, runs_dir: Path) -> Path:
 
 def read_member(member: str, run: Path) -> Any:
     """A `family.Member` from a run directory and the ground truth its manifest recorded."""
-    from locos_bench.models.organism import GROUND_TRUTH, member_dir
+    import numpy as np
+
     from locos_bench.report.statistics.analysis import _scores
-    from locos_bench.report.statistics.family import Member
-    from locos_bench.report.statistics.oracle import read_ground_truth
     from locos_bench.run.plan import RunPlan
     from locos_bench.run.rundir import RunDir
 
@@ -57,12 +56,24 @@ def read_member(member: str, run: Path) -> Any:
     manifest = rundir.read_manifest()
     if not manifest.model_info.get("oracle"):
         raise LocosError(f"{member} has no ground truth (run scripts/organism_ground_truth.py --member {member})")
-    truth = read_ground_truth(member_dir(member) / GROUND_TRUTH, manifest.model_info.get("oracle_sha256"))
     plan = RunPlan.from_manifest(manifest)
     done = {u.key: u for u in rundir.read_units()}
+    scores = {task: {det: [np.asarray(g, dtype=np.float64).tolist() for g in grids] for det, grids in by_det.items()}
+              for task, by_det in _scores(plan, manifest, done).items()}
+    return member_from(member, scores, manifest.tie_seed, manifest.model_info.get("oracle_sha256"))
+
+
+def member_from(member: str, scores: dict[str, Any], tie_seed: int | None, sha256: str | None) -> Any:
+    """A `family.Member` from its detectors' recorded scores and its shipped ground truth
+    (refused if it changed since the scores were recorded beside it)."""
+    from locos_bench.models.organism import GROUND_TRUTH, member_dir
+    from locos_bench.report.statistics.family import Member
+    from locos_bench.report.statistics.oracle import read_ground_truth
+
+    truth = read_ground_truth(member_dir(member) / GROUND_TRUTH, sha256)
     for task, split in truth.get("splits", {}).items():
         split.setdefault("items", _items(task, split["evaluation"]))
-    return Member(name=member, truth=truth, scores=_scores(plan, manifest, done), tie_seed=manifest.tie_seed)
+    return Member(name=member, truth=truth, scores=scores, tie_seed=tie_seed, sha256=sha256)
 
 
 def _items(task: str, indices: list[int]) -> list[str]:
@@ -80,13 +91,13 @@ def _est(e: Any, counted: int | None = None, of: int | None = None) -> str:
     return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]" + (f" ({counted} of {of})" if counted is not None and counted < of else "")
 
 
-def render(rows: list[Any], members: dict[str, Any], failed: dict[str, str], seconds: float) -> str:
+def render(rows: list[Any], names: list[str], partings: list[Any], failed: dict[str, str], seconds: float) -> str:
     """The leaderboard's Markdown."""
     from locos_bench.report.statistics.family import VIEWS
 
     views = [v for v in VIEWS if rows and v in rows[0].share]
     lines = ["# The organism family against its oracles", "",
-             f"Members read: {', '.join(f'`{m}`' for m in members)}" + (
+             f"Members read: {', '.join(f'`{m}`' for m in names)}" + (
                  f"; failed: {', '.join(f'`{m}` ({why})' for m, why in failed.items())}" if failed else "") + ".",
              "", "Share of the cross-fitted oracle's effect (mean over members; 95% interval over members and "
              "items; a member whose oracle's effect is under 0.05 is left out, and the count says so), and head-level AUROC for the 3 heads of largest single-head effect on the gold log-prob "
@@ -94,10 +105,10 @@ def render(rows: list[Any], members: dict[str, Any], failed: dict[str, str], sec
              "| detector | " + " | ".join(f"{v}, k = {k}" for v in views for k in (1, 2, 3))
              + "".join(f" | AUROC, {v}" for v in views) + " |", "|---" * (1 + 4 * len(views)) + "|"]
     for r in sorted(rows, key=lambda r: -(r.share["kept"][3].value if r.share.get("kept", {}).get(3) else -9)):
-        lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[v][k], r.counted[v][k], len(members))
+        lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[v][k], r.counted[v][k], len(names))
                                                          for v in views for k in (1, 2, 3))
                      + "".join(f" | {_est(r.auroc[v])}" for v in views) + " |")
-    lines += ["", "## Where reading and writing part ways", ""] + parting_lines(members)
+    lines += ["", "## Where reading and writing part ways", ""] + parting_lines(partings)
     lines += ["", f"Family leaderboard built in {seconds:.0f} s (`scripts/family_leaderboard.py`)."]
     return "\n".join(lines) + "\n"
 
@@ -106,12 +117,9 @@ WRITE_SIDE = ("locos", "locos-argmax", "dla")
 READ_SIDE = ("attention", "retrieval-head", "qrhead", "headkv")
 
 
-def parting_lines(members: dict[str, Any]) -> list[str]:
+def parting_lines(found: list[Any]) -> list[str]:
     """Per member and kind whose ground truth parts reading from writing: its heads, and per
     detector how many of them its top 3 holds; then the answer to the family's question."""
-    from locos_bench.report.statistics.family import partings
-
-    found = [p for m in members.values() for p in partings(m, ORGANISM_TASKS)]
     if not found:
         return ["No member's ground truth shows a read-only or a write-without-reading head "
                 "(`models.organism.dissociation`), so the family cannot answer whether the write-side score "
@@ -141,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "family")
     parser.add_argument("--out", type=Path, default=ROOT / "leaderboard" / "organism-family")
     args = parser.parse_args(argv)
-    from locos_bench.report.statistics.family import family_rows, member_rows
-
     started = time.perf_counter()
     members, failed = {}, {}
     for member in [m for m in args.members.split(",") if m]:
@@ -156,18 +162,39 @@ def main(argv: list[str] | None = None) -> int:
     if not members:
         print("error: no member of the family could be read", file=sys.stderr)
         return 2
-    per_member = {name: [row for task in ORGANISM_TASKS if task in m.truth["tasks"] for row in member_rows(m, task)]
-                  for name, m in members.items()}
-    rows = family_rows(per_member)
+    scores = {n: {"scores": m.scores, "tie_seed": m.tie_seed, "ground_truth_sha256": m.sha256} for n, m in members.items()}
+    built = build(members)
     seconds = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "family.json").write_text(json.dumps(
-        {"members": list(members), "failed": failed, "rows": [r.model_dump() for r in rows],
-         "per_member": {n: [r.model_dump() for r in rs] for n, rs in per_member.items()},
-         "seconds": round(seconds, 1)}, separators=(",", ":"), sort_keys=True) + "\n")
-    (args.out / "README.md").write_text(render(rows, members, failed, seconds))
+    record = {"members": scores, "failed": failed, "seconds": round(seconds, 1),
+              "rows": [r.model_dump() for r in built["rows"]], "partings": [p.model_dump() for p in built["partings"]]}
+    (args.out / "family.json").write_text(json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n")
+    (args.out / "README.md").write_text(render_record(record))
     print(f"wrote {args.out} in {seconds:.0f} s")
     return 0
+
+
+def build(members: dict[str, Any]) -> dict[str, Any]:
+    """The family's rows and partings from its members (scores and ground truths)."""
+    from locos_bench.report.statistics.family import family_rows, member_rows, partings
+
+    per_member = {name: [row for task in ORGANISM_TASKS if task in m.truth["tasks"] for row in member_rows(m, task)]
+                  for name, m in members.items()}
+    return {"rows": family_rows(per_member), "partings": [p for m in members.values() for p in partings(m, ORGANISM_TASKS)]}
+
+
+def rebuild(record: dict[str, Any]) -> dict[str, Any]:
+    """`build` again from a `family.json`'s recorded scores and the shipped ground truths."""
+    return build({n: member_from(n, m["scores"], m["tie_seed"], m["ground_truth_sha256"])
+                  for n, m in record["members"].items()})
+
+
+def render_record(record: dict[str, Any]) -> str:
+    """The leaderboard's Markdown from a `family.json` record."""
+    from locos_bench.report.statistics.family import FamilyRow, Parting
+
+    return render([FamilyRow.model_validate(r) for r in record["rows"]], list(record["members"]),
+                  [Parting.model_validate(p) for p in record["partings"]], record["failed"], record["seconds"])
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ class Member(BaseModel):
     truth: dict[str, Any]
     scores: dict[str, dict[str, list[Any]]]
     tie_seed: int | None = 0
+    sha256: str | None = None
+    """The ground truth's, as the member's run recorded it."""
 
 
 class MemberRow(BaseModel):
