@@ -93,24 +93,29 @@ def _est(e: Any, counted: int | None = None, of: int | None = None) -> str:
 
 def render(rows: list[Any], names: list[str], partings: list[Any], failed: dict[str, str], seconds: float) -> str:
     """The leaderboard's Markdown."""
-    from locos_bench.report.statistics.family import VIEWS
-
-    views = [v for v in VIEWS if rows and v in rows[0].share]
     lines = ["# The organism family against its oracles", "",
              f"Members read: {', '.join(f'`{m}`' for m in names)}" + (
                  f"; failed: {', '.join(f'`{m}` ({why})' for m, why in failed.items())}" if failed else "") + ".",
              "", "Share of the cross-fitted oracle's effect (mean over members; 95% interval over members and "
-             "items; a member whose oracle's effect is under 0.05 is left out, and the count says so), and head-level AUROC for the 3 heads of largest single-head effect on the gold log-prob "
-             "(interval over members):", "",
-             "| detector | " + " | ".join(f"{v}, k = {k}" for v in views for k in (1, 2, 3))
+             "items; a member whose oracle's effect is under 0.05 is left out, and the count says so), and head-level "
+             "AUROC for the 3 heads of largest single-head effect on the gold log-prob (interval over members):", "",
+             *share_table(rows, len(names)), "", "## Where reading and writing part ways", "", *parting_lines(partings),
+             "", f"Family leaderboard built in {seconds:.0f} s (`scripts/family_leaderboard.py`)."]
+    return "\n".join(lines) + "\n"
+
+
+def share_table(rows: list[Any], n_members: int) -> list[str]:
+    """Every detector's family share per view and k, and its AUROC per view."""
+    from locos_bench.report.statistics.family import VIEWS
+
+    views = [v for v in VIEWS if rows and v in rows[0].share]
+    lines = ["| detector | " + " | ".join(f"{v}, k = {k}" for v in views for k in (1, 2, 3))
              + "".join(f" | AUROC, {v}" for v in views) + " |", "|---" * (1 + 4 * len(views)) + "|"]
     for r in sorted(rows, key=lambda r: -(r.share["kept"][3].value if r.share.get("kept", {}).get(3) else -9)):
-        lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[v][k], r.counted[v][k], len(names))
+        lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[v][k], r.counted[v][k], n_members)
                                                          for v in views for k in (1, 2, 3))
                      + "".join(f" | {_est(r.auroc[v])}" for v in views) + " |")
-    lines += ["", "## Where reading and writing part ways", ""] + parting_lines(partings)
-    lines += ["", f"Family leaderboard built in {seconds:.0f} s (`scripts/family_leaderboard.py`)."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 WRITE_SIDE = ("locos", "locos-argmax", "dla")

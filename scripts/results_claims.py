@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:  # run as `python scripts/results_claims.py`
     sys.path.insert(0, str(ROOT))
 
 from scripts._claims import PageError, Runs, run_loader  # noqa: E402
+from scripts._claims_family import FAMILY_BLOCKS  # noqa: E402
 from scripts._claims_gemma import GEMMA_BLOCKS  # noqa: E402
 from scripts._claims_oracle import ORACLE_BLOCKS  # noqa: E402
 from scripts._claims_planted import PLANTED_BLOCKS  # noqa: E402
@@ -41,7 +42,7 @@ NUMBER = re.compile(r"(?<![\w@/#.\-+])[+\-]?\d+(?:\.\d+)?(?!\w)")
 VERDICT = re.compile(r"\bseparabl[ey]\b")
 
 
-BLOCKS: dict[str, tuple[str, Callable[[Runs], str]]] = {**GEMMA_BLOCKS, **PLANTED_BLOCKS, **ORACLE_BLOCKS}
+BLOCKS: dict[str, tuple[str, Callable[[Runs], str]]] = {**GEMMA_BLOCKS, **PLANTED_BLOCKS, **ORACLE_BLOCKS, **FAMILY_BLOCKS}
 """Block name -> (the run it reads, what writes it)."""
 
 CHECKED: dict[str, tuple[str, ...]] = {
