@@ -91,7 +91,8 @@ def _est(e: Any, counted: int | None = None, of: int | None = None) -> str:
     return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]" + (f" ({counted} of {of})" if counted is not None and counted < of else "")
 
 
-def render(rows: list[Any], names: list[str], partings: list[Any], failed: dict[str, str], seconds: float) -> str:
+def render(rows: list[Any], names: list[str], partings: list[Any], failed: dict[str, str], seconds: float,
+           specific: dict[str, Any] | None = None) -> str:
     """The leaderboard's Markdown."""
     lines = ["# The organism family against its oracles", "",
              f"Members read: {', '.join(f'`{m}`' for m in names)}" + (
@@ -100,6 +101,7 @@ def render(rows: list[Any], names: list[str], partings: list[Any], failed: dict[
              "items; a member whose oracle's effect is under 0.05 is left out, and the count says so), and head-level "
              "AUROC for the 3 heads of largest single-head effect on the gold log-prob (interval over members):", "",
              *share_table(rows, len(names)), "", "## Where reading and writing part ways", "", *parting_lines(partings),
+             "", "## Specific to retrieval?", "", *specificity_lines(specific or {}),
              "", f"Family leaderboard built in {seconds:.0f} s (`scripts/family_leaderboard.py`)."]
     return "\n".join(lines) + "\n"
 
@@ -115,6 +117,27 @@ def share_table(rows: list[Any], n_members: int) -> list[str]:
         lines.append(f"| `{r.detector}` | " + " | ".join(_est(r.share[v][k], r.counted[v][k], n_members)
                                                          for v in views for k in (1, 2, 3))
                      + "".join(f" | {_est(r.auroc[v])}" for v in views) + " |")
+    return lines
+
+
+SPECIFIC = 0.05
+"""A necessary set is specific to retrieval when it moves the control task's metric by at most this."""
+
+
+def specificity_lines(specific: dict[str, Any]) -> list[str]:
+    """Per member and ablation: how many of the best necessity sets (per kind and k) leave the
+    control task within `SPECIFIC`, and the ones that do not."""
+    if not any(specific.values()):
+        return ["No member's ground truth searched a control task."]
+    lines = ["The best necessity set of each kind at each k, ablated on the control task `organism-facts` "
+             f"(a fact the weights hold, no story): specific when the control moves by at most {SPECIFIC}.", ""]
+    for name, by_ablation in specific.items():
+        for ablation, tasks in by_ablation.items():
+            cells = [(task, k, c) for task, by_k in tasks.items() for k, c in by_k.items()]
+            off = [f"{task} k = {k} ({c['set']}: control drop {c['control_drop']:.3f})" for task, k, c in cells
+                   if c["control_drop"] > SPECIFIC]
+            lines.append(f"- `{name}`, `{ablation}`: {len(cells) - len(off)} of {len(cells)} specific"
+                         + (f"; not: {'; '.join(off)}" if off else ""))
     return lines
 
 
@@ -171,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     built = build(members)
     seconds = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    record = {"members": scores, "failed": failed, "seconds": round(seconds, 1),
+    record = {"members": scores, "failed": failed, "seconds": round(seconds, 1), "specificity": built["specificity"],
               "rows": [r.model_dump() for r in built["rows"]], "partings": [p.model_dump() for p in built["partings"]]}
     (args.out / "family.json").write_text(json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n")
     (args.out / "README.md").write_text(render_record(record))
@@ -185,7 +208,10 @@ def build(members: dict[str, Any]) -> dict[str, Any]:
 
     per_member = {name: [row for task in ORGANISM_TASKS if task in m.truth["tasks"] for row in member_rows(m, task)]
                   for name, m in members.items()}
-    return {"rows": family_rows(per_member), "partings": [p for m in members.values() for p in partings(m, ORGANISM_TASKS)]}
+    from locos_bench.models.organism import specificity
+
+    return {"rows": family_rows(per_member), "partings": [p for m in members.values() for p in partings(m, ORGANISM_TASKS)],
+            "specificity": {name: specificity(m.truth) for name, m in members.items()}}
 
 
 def rebuild(record: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +225,8 @@ def render_record(record: dict[str, Any]) -> str:
     from locos_bench.report.statistics.family import FamilyRow, Parting
 
     return render([FamilyRow.model_validate(r) for r in record["rows"]], list(record["members"]),
-                  [Parting.model_validate(p) for p in record["partings"]], record["failed"], record["seconds"])
+                  [Parting.model_validate(p) for p in record["partings"]], record["failed"], record["seconds"],
+                  record.get("specificity", {}))
 
 
 if __name__ == "__main__":

@@ -150,6 +150,25 @@ def dissociation(result: dict[str, Any], reads: dict[str, float], chance: float)
             "write_without_reading": writers}
 
 
+def specificity(truth: dict[str, Any]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """Whether retrieval's necessary sets break the model: per ablation, task and k, the best
+    necessity set (the first of those tied), its drop, and the drop it causes on the ground
+    truth's control task (every set is searched there too). Empty without a control."""
+    control = truth.get("control") or {}
+    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    for ablation, tasks in (("mean", truth.get("tasks", {})), *truth.get("by_ablation", {}).items()):
+        if ablation not in control:
+            continue
+        ctrl = control[ablation]
+        base = ctrl["unablated"][0]
+        out[ablation] = {
+            task: {k: {"set": best["metric"]["sets"][0], "drop": round(best["metric"]["value"], 6),
+                       "control_drop": round(base - ctrl["necessity"]["sets"][best["metric"]["sets"][0]][0], 6)}
+                   for k, best in result["necessity"]["by_k"].items()}
+            for task, result in tasks.items()}
+    return out
+
+
 def _marginal(table: dict[str, list[float]], head: str, empty: float) -> float:
     """The largest change of the metric when `head` joins a set of `table` (the empty set's
     value `empty`), over every set of `table` that holds it."""

@@ -81,3 +81,14 @@ def test_the_family_interval_covers_the_mean_over_members_in_simulation():
         estimate = _two_level(pairs, sorted(pairs), picks, rng, [2.5, 97.5])
         hits += estimate.low <= truth <= estimate.high
     assert hits / sims >= 0.85, hits / sims
+
+
+def test_specificity_reads_each_best_necessity_set_on_the_control():
+    truth = _truth({"L0H0": (0.25, 0.25), "L0H0+L1H0": (0.25, 0.25)})
+    truth["necessity"]["by_k"] = {"1": {"metric": {"sets": ["L0H0"], "value": 0.75}},
+                                  "2": {"metric": {"sets": ["L0H0+L1H0", "L0H0+L1H1"], "value": 0.75}}}
+    control = {"unablated": [1.0, 0.0], "necessity": {"sets": {"L0H0": [1.0, 0.0], "L0H0+L1H0": [0.4, 0.0]}}}
+    found = organism.specificity({"tasks": {"t": truth}, "control": {"mean": control}})
+    assert found == {"mean": {"t": {"1": {"set": "L0H0", "drop": 0.75, "control_drop": 0.0},
+                                    "2": {"set": "L0H0+L1H0", "drop": 0.75, "control_drop": 0.6}}}}
+    assert organism.specificity({"tasks": {"t": truth}}) == {}
