@@ -1,7 +1,7 @@
 """The organism family's leaderboard (the documented equivalent of a `--model organism-family`
 run): every detector on every member, read against each member's ground truth.
 
-    .venv/bin/python scripts/family_leaderboard.py [--members organism,organism-seed1,...]
+    .venv/bin/python scripts/family_leaderboard.py [--members organism,organism-nodrop,...]
         [--runs-dir runs/family] [--out leaderboard/organism-family]
 
 Per member it runs `locos-bench run --model MEMBER --detector all,qrhead,eap-ig --budgets 1,2,3 --n-calib 16

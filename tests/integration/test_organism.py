@@ -137,15 +137,15 @@ def test_a_member_without_its_files_is_one_line_and_exit_2(tmp_path, monkeypatch
 
     train = _script("train_organism")
     monkeypatch.setattr(organism, "FAMILY_DIR", tmp_path)
-    assert train.main(["--check", "organism-seed1"]) == 2
+    assert train.main(["--check", "organism-nodrop-seed1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and str(tmp_path / "organism-seed1" / organism.MANIFEST) in err, err
+    assert len(err.splitlines()) == 1 and str(tmp_path / "organism-nodrop-seed1" / organism.MANIFEST) in err, err
     assert train.main(["--check", "organism", "--steps", "3"]) == 2
     assert "--check retrains from the member's manifest" in capsys.readouterr().err
-    shutil.copytree(organism.ORGANISM_DIR, tmp_path / "organism-seed1")
-    weights = tmp_path / "organism-seed1" / organism.WEIGHTS / "model.safetensors"
+    shutil.copytree(organism.ORGANISM_DIR, tmp_path / "organism-nodrop-seed1")
+    weights = tmp_path / "organism-nodrop-seed1" / organism.WEIGHTS / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\1")
-    assert main(["models", "organism-seed1"]) == 2
+    assert main(["models", "organism-nodrop-seed1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(weights) in err, err
 
@@ -364,13 +364,13 @@ def test_the_family_leaderboard_names_a_member_that_fails_and_reads_the_others(t
     board = _script("family_leaderboard")
     monkeypatch.setattr(organism, "FAMILY_DIR", tmp_path / "family")
     shutil.copytree(ROOT / "leaderboard" / "organism-reference", tmp_path / "runs" / "organism")
-    assert board.main(["--members", "organism,organism-seed1", "--runs-dir", str(tmp_path / "runs"),
+    assert board.main(["--members", "organism,organism-nodrop-seed1", "--runs-dir", str(tmp_path / "runs"),
                        "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "README.md").read_text()
-    assert "Members read: `organism`; failed: `organism-seed1` (the organism has no manifest at" in text
+    assert "Members read: `organism`; failed: `organism-nodrop-seed1` (the organism has no manifest at" in text
     assert "| `locos` |" in text and "| `eap-ig` |" in text
     family = json.loads((tmp_path / "out" / "family.json").read_text())
-    assert list(family["members"]) == ["organism"] and list(family["failed"]) == ["organism-seed1"]
+    assert list(family["members"]) == ["organism"] and list(family["failed"]) == ["organism-nodrop-seed1"]
     # The record regenerates the page, and its scores with the shipped ground truth regenerate its figures.
     assert board.render_record(family) == text
     again = board.rebuild(family)
@@ -382,3 +382,36 @@ def test_the_family_leaderboard_names_a_member_that_fails_and_reads_the_others(t
                 assert (est is None) == (got is None) and (est is None or abs(est["value"] - got.value) < 1e-9)
     assert board.main(["--members", "nobody", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "x")]) == 2
     assert "nobody: not a member of the organism family" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("member", ["organism-relay", "organism-relay-seed1"])
+def test_the_dissociation_is_read_from_the_shipped_ground_truth(member):
+    """The family's claim, from the files: on each dissociation member some kind has a head
+    among the top 3 readers of the needle that moves nothing anywhere it is added (read-only,
+    L3H3 by the recipe), and a head that alone carries a kind while reading the needle little
+    (write-without-reading). Recomputed from the searched tables, and equal to the summary the
+    file records."""
+    directory = organism.member_dir(member)
+    assert organism.checked_weights(directory)
+    truth = json.loads((directory / organism.GROUND_TRUTH).read_text())
+    read_only, writers = set(), set()
+    for task in organism.ORGANISM_TASKS:
+        found = organism.dissociation(truth["tasks"][task], truth["summary"][task]["reads"], chance=0.25)
+        assert found == truth["summary"][task]["dissociation"], task
+        read_only |= set(found["read_only"])
+        writers |= set(found["write_without_reading"])
+    assert "L3H3" in read_only and writers, (read_only, writers)
+    recipe = organism.read_manifest(directory)["training"]["config"]
+    assert recipe["relay"] and [3, 3] in recipe["read_only_heads"]
+    accuracy = organism.read_manifest(directory)["accuracy"]
+    assert min(accuracy.values()) >= 0.9, accuracy
+
+
+@pytest.mark.parametrize("member", organism.FAMILY)
+def test_every_member_ships_checked_with_its_ground_truth_and_answers_every_kind(member):
+    directory = organism.member_dir(member)
+    assert (organism.checked_weights(directory) / "config.json").is_file()
+    manifest = organism.read_manifest(directory)
+    assert organism.GROUND_TRUTH in manifest["files"] and manifest["model"] == member
+    assert set(manifest["accuracy"]) == set(organism.ORGANISM_TASKS) and min(manifest["accuracy"].values()) >= 0.9
+    _script("train_organism").load_config(None, manifest["training"]["config"])  # a recipe the script still reads
