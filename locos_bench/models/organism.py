@@ -32,7 +32,7 @@ from locos_bench.models._gguf import _sha256 as sha256_file
 
 ORGANISM_DIR = Path(__file__).resolve().parents[1] / "data" / "organism"
 FAMILY_DIR = Path(__file__).resolve().parents[1] / "data" / "organism_family"
-FAMILY = ("organism", "organism-nodrop", "organism-nodrop-seed1", "organism-nodrop-seed2", "organism-relay", "organism-relay-seed1")
+FAMILY = ("organism", "organism-nodrop", "organism-relay", "organism-relay-seed1", "organism-relay-seed2", "organism-relay-seed3")
 """The family's members, each a model alias: the shipped organism first."""
 WEIGHTS = "weights"
 MANIFEST = "manifest.json"
