@@ -50,6 +50,7 @@ CHECKED: dict[str, tuple[str, ...]] = {
     "gemma3-sufficiency-steering.md": ("What it shows",),
     "organism-reference.md": ("What the oracle is", "What it shows"),
     "oracle-real-weights.md": ("What it shows",),
+    "organism-family.md": ("What it shows",),
     "planted-reference.md": ("What it shows",),
     "planted-nonliteral-reference.md": ("What it shows",),
     "planted-sufficiency-steering.md": ("What it shows",),
