@@ -57,6 +57,8 @@ MUTATIONS = [
     ("organism-reference.md", "the other pairs 0.00-0.58", "the other pairs 0.00-0.48"),
     ("organism-reference.md", "`locos-argmax`'s too", "`locos-argmax`'s not"),
     ("planted-nonliteral-sufficiency-steering.md", "separable below it", "not separable from it"),
+    ("oracle-real-weights.md", "| L11H2 | 3.05 [2.75, 3.41] |", "| L11H2 | 3.06 [2.75, 3.41] |"),  # an oracle file's figure
+    ("organism-family.md", "| `attention` | 0 of 17 | 8 of 11 |", "| `attention` | 0 of 17 | 9 of 11 |"),  # the family's
 ]
 
 
