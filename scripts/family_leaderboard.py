@@ -31,13 +31,18 @@ from locos_bench.models.organism import FAMILY, ORGANISM_TASKS  # noqa: E402
 RUN_ARGS = ["--detector", "all,qrhead,eap-ig", "--budgets", "1,2,3", "--n-calib", "16", "--n-ref", "32", "--n-eval", "64"]
 
 
-def run_member(member: str, runs_dir: Path) -> Path:
-    """The member's run directory, after running (or resuming) its run."""
+def run_member(member: str, runs_dir: Path, resume: bool = True) -> Path:
+    """The member's run directory, after running (or resuming) its run; with `resume` False, the
+    run already there, unresumed."""
     from locos_bench.cli import main as cli
     from locos_bench.models.organism import checked_weights, member_dir
 
     checked_weights(member_dir(member))  # a missing or changed file: its one line names it
     out = runs_dir / member
+    if not resume:
+        if not (out / "manifest.json").is_file():
+            raise LocosError(f"no run of {member} in {runs_dir} (run without --no-run)")
+        return out
     code = cli(["run", "--model", member, *RUN_ARGS, "--output-dir", str(out)])
     if code != 0:
         raise LocosError(f"locos-bench run --model {member} exited {code}")
@@ -176,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", default=",".join(FAMILY))
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "family")
     parser.add_argument("--out", type=Path, default=ROOT / "leaderboard" / "organism-family")
+    parser.add_argument("--no-run", action="store_true",
+                        help="read the runs already in --runs-dir without resuming them (their files still checked)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     members, failed = {}, {}
@@ -183,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if member not in FAMILY:
                 raise LocosError(f"not a member of the organism family ({', '.join(FAMILY)})")
-            members[member] = read_member(member, run_member(member, args.runs_dir))
+            run = run_member(member, args.runs_dir, resume=not args.no_run)
+            members[member] = read_member(member, run)
         except (LocosError, OSError, ValueError) as exc:
             failed[member] = str(exc).splitlines()[0]
             print(f"{member}: {failed[member]}", file=sys.stderr)

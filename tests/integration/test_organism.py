@@ -359,13 +359,13 @@ def test_the_published_run_reads_every_detector_against_the_oracle():
 
 
 def test_the_family_leaderboard_names_a_member_that_fails_and_reads_the_others(tmp_path, monkeypatch, capsys):
-    """One member's run resumed from the published organism run (so no detector reruns), one
+    """One member's run read from the published organism run (`--no-run`: no detector reruns), one
     member without files: the leaderboard reads the first and names the second with its reason."""
     board = _script("family_leaderboard")
     monkeypatch.setattr(organism, "FAMILY_DIR", tmp_path / "family")
     shutil.copytree(ROOT / "leaderboard" / "organism-reference", tmp_path / "runs" / "organism")
     assert board.main(["--members", "organism,organism-relay-seed3", "--runs-dir", str(tmp_path / "runs"),
-                       "--out", str(tmp_path / "out")]) == 0
+                       "--out", str(tmp_path / "out"), "--no-run"]) == 0
     text = (tmp_path / "out" / "README.md").read_text()
     assert "Members read: `organism`; failed: `organism-relay-seed3` (the organism has no manifest at" in text
     assert "| `locos` |" in text and "| `eap-ig` |" in text
