@@ -37,6 +37,7 @@ from locos_bench.detectors import get_detector_class, make_detector
 from locos_bench.errors import LocosError, unknown
 from locos_bench.harness.driver import Run
 from locos_bench.harness.progress import Progress, duration
+from locos_bench.models.experts import expert_geometry, expert_parameters, touched_share
 from locos_bench.run import BASELINE, RunConfig, RunPlan, UnitKind
 from locos_bench.run.splits import ExternalControl
 
@@ -329,7 +330,8 @@ def gpu_estimate(work: Work, run: Run, gpu: str, *, host_call: float = 0.0, host
     memory_gib, tflops, bandwidth = GPUS[gpu]
     model = run.model
     geo = model.geometry
-    params = sum(p.numel() for p in model.bridge.original_model.parameters())
+    hf = model.bridge.original_model
+    params = sum(p.numel() for p in hf.parameters())
     weights = params * memory.BYTES["bfloat16"]
     tokens = run.config.context_tokens
     free = memory_gib * memory.GIB - weights
@@ -337,10 +339,16 @@ def gpu_estimate(work: Work, run: Run, gpu: str, *, host_call: float = 0.0, host
         raise LocosError(f"{run.config.model} needs {weights / memory.GIB:.1f} GiB of weights in bfloat16: more than "
                          f"the {memory_gib} GiB of a {gpu}")
     batch = memory.batch_size_for(geo, tokens, int(free), "bfloat16")
-    flops_per_token = 2 * params + 4 * geo.n_layers * geo.n_heads * geo.d_head * tokens
+    moe = expert_geometry(hf)
+    # A mixture of experts holds every expert but computes, per token, with its top k only; a
+    # decoding step reads the experts its batch's rows route to.
+    in_experts = expert_parameters(hf, moe) if moe else 0
+    active = params - in_experts + (in_experts * moe.top_k // moe.n_experts if moe else 0)
+    read = params - in_experts + (in_experts * touched_share(moe, batch) if moe else 0)
+    flops_per_token = 2 * active + 4 * geo.n_layers * geo.n_heads * geo.d_head * tokens
     per_token = flops_per_token / (tflops * 1e12 * MFU)  # prefill is compute-bound
     overhead = max(LAUNCH * geo.n_layers, host_call)
-    per_step = weights / (bandwidth * 1e12) + overhead  # a step reads every weight once
+    per_step = read * memory.BYTES["bfloat16"] / (bandwidth * 1e12) + overhead  # a step reads the weights it uses once
     per_trial = overhead + work.trial_tokens * per_token + work.trial_steps * per_step
 
     def price(w: Work) -> dict[str, float]:
@@ -353,7 +361,8 @@ def gpu_estimate(work: Work, run: Run, gpu: str, *, host_call: float = 0.0, host
                     upper_seconds=sum(price(upper).values()) if upper is not None else None,
                     where=f"{gpu} ({memory_gib:g} GiB, bfloat16, batch {batch} from free memory)",
                     rates=f"roofline: {tflops:g} TFLOP/s at {MFU:.0%} for prefill, {bandwidth:g} TB/s reading "
-                          f"the weights per decoding step, {overhead * 1e3:.1f} ms a call (host or launches)")
+                          f"the weights per decoding step, {overhead * 1e3:.1f} ms a call (host or launches)"
+                          + (f"; {moe.top_k} of {moe.n_experts} experts computed per token" if moe else ""))
 
 
 def _seconds(work: Work, per_token: float, per_step: float, batch_ratio: float = 1.0,

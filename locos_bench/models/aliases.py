@@ -19,6 +19,7 @@ _NO_THINKING = {"enable_thinking": False}
 
 _MULTIMODAL = "multimodal checkpoint (Gemma3ForConditionalGeneration): its language model is loaded"
 _LOCOS = "a LOCOS paper headline model (--preset paper)"
+_MOE = "mixture of experts: every expert is held in memory, only the routed ones cost compute"
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
@@ -78,6 +79,14 @@ for _spec in [
         ModelSpec("llama3-8b", "meta-llama/Llama-3.1-8B", "hub", config="llama3-8b"),
         ModelSpec("llama3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "hub", chat=True,
                   kind="instruct", config="llama3-8b"),
+        ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "hub", chat=True, kind="instruct", config="qwen3-30b-a3b",
+                  chat_template_kwargs=_NO_THINKING, note=_MOE + "; hybrid thinking model: enable_thinking=False"),
+        ModelSpec("olmoe-1b-7b", "allenai/OLMoE-1B-7B-0924", "hub", config="olmoe-1b-7b", note=_MOE),
+        ModelSpec("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "hub", config="mixtral-8x7b", note=_MOE),
+        ModelSpec("gpt-oss-20b", "openai/gpt-oss-20b", "hub", chat=True, kind="instruct", config="gpt-oss-20b",
+                  note=_MOE + "; per-head attention sinks keep the explicit attention path, and no "
+                       "streaming heads; the hub weights are MXFP4, which transformers dequantises where its MXFP4 "
+                       "kernels are missing (not checked here: no hub)"),
 ]:
     MODELS.add(_spec.alias, _spec, source="built-in", aliases=_spec.also)
 

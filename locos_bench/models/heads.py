@@ -327,8 +327,8 @@ def attention_rows(
 
     Recomputed from cached rotated q and k (`hook_rot_q`, `hook_rot_k`) with the layer's
     own score scaling (Gemma: `query_pre_attn_scalar ** -0.5`), the causal mask, the
-    sliding window of local layers and any logit soft-capping, so the full `[H, T, T]`
-    pattern is never stored."""
+    sliding window of local layers, any logit soft-capping and any attention sinks, so the
+    full `[H, T, T]` pattern is never stored."""
     geo = model.geometry
     attn = model.bridge.blocks[layer].attn.original_component
     device = cache[hook_rot_q(layer)].device
@@ -343,6 +343,12 @@ def attention_rows(
         scores = torch.tanh(scores / cap) * cap
     allowed = visible_keys(model, layer, pos, k.shape[0])
     scores = scores.masked_fill(~allowed, float("-inf"))
+    sinks = getattr(attn, "sinks", None)
+    if sinks is not None:
+        # gpt-oss: a learnt per-head logit joins every row's softmax and takes its share of the
+        # mass, but no value; the row's probabilities then sum to less than 1.
+        sink = sinks.detach().float().to(device).view(-1, 1, 1).expand(-1, scores.shape[1], 1)
+        return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     return torch.softmax(scores, dim=-1)
 
 

@@ -17,6 +17,7 @@ from locos_bench.errors import LocosError, unknown
 from locos_bench.models._gguf import cached_checkpoint
 from locos_bench.models.aliases import canonical_name, offline_models, resolve_spec
 from locos_bench.models.architecture import HeadGeometry
+from locos_bench.models.experts import expert_geometry
 from locos_bench.models.memory import _check_gpu_fits
 from locos_bench.models.spec import DTYPES, ModelSpec
 
@@ -211,8 +212,11 @@ def wrap_model(
     hf_model = hf_model.to(device=device, dtype=torch_dtype).eval()
     if not hf_model.config.architectures:
         hf_model.config.architectures = [type(hf_model).__name__]
+    experts = expert_geometry(hf_model)  # before booting: an unknown router is refused first
     bridge = _boot(spec, hf_model, tokenizer, device, torch_dtype)
     info = dict(info or {})
+    if experts is not None:
+        info["experts"] = asdict(experts)
     if attention == "sdpa":
         from locos_bench.models.lean_attention import install
 

@@ -17,6 +17,7 @@ from typing import Any
 from locos_bench.errors import LocosError, unknown
 from locos_bench.models.aliases import resolve_spec, shipped_config
 from locos_bench.models.architecture import HeadGeometry, hf_config
+from locos_bench.models.experts import expert_geometry, expert_parameters
 from locos_bench.models.spec import DTYPES, ModelSpec
 
 GIB = 1024**3
@@ -68,7 +69,14 @@ def parameter_counts(config: Any) -> dict[str, int]:
         language += sum(p.numel() for p in model.lm_head.parameters()
                         if not any(p is q for q in inner.language_model.parameters()))
         return {"language_model": language, "dropped_on_load": total - language}
-    return {"language_model": total, "dropped_on_load": 0}
+    counts = {"language_model": total, "dropped_on_load": 0}
+    experts = expert_geometry(model)
+    if experts is not None:
+        # Every expert is held in memory; a token's forward reads only its top k of them.
+        idle = expert_parameters(model, experts) * (experts.n_experts - experts.top_k) // experts.n_experts
+        counts["active_per_token"] = total - idle
+        counts["experts"] = asdict(experts)
+    return counts
 
 
 def kv_cache_bytes(geo: HeadGeometry, tokens: int, dtype: str = "bfloat16") -> int:
@@ -117,6 +125,8 @@ def memory_estimate(raw_config: dict[str, Any], contexts: Mapping[str, int], dty
         "max_position_embeddings": text_config(config).max_position_embeddings,
         "parameters": params["language_model"],
         "parameters_dropped_on_load": params["dropped_on_load"],
+        **({"parameters_active_per_token": params["active_per_token"], "experts": params["experts"]}
+           if "experts" in params else {}),
         "dtype": dtype,
         "weights_gib": round(weights / GIB, 2),
         "memory_by_preset": memory,

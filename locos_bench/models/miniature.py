@@ -22,11 +22,22 @@ ARCHITECTURES: dict[str, str] = {
     "gemma3-text": "gemma3-1b",
     "gemma3-multimodal": "gemma3-4b",
     "llama3": "llama3-8b",
+    "qwen3-moe": "qwen3-30b-a3b",
+    "olmoe": "olmoe-1b-7b",
+    "mixtral": "mixtral-8x7b",
+    "gpt-oss": "gpt-oss-20b",
 }
 """Each architecture docs/architecture.md names, and the shipped configuration it scales (named as its alias)."""
 
-TINY = dict(d_model=64, d_head=16, d_mlp=128, window=16, max_positions=4096, max_kv_heads=2)
-"""Scaled-down sizes: layer types, GQA ratio, norms, RoPE settings and tying stay the real ones."""
+TINY = dict(d_model=64, d_head=16, d_mlp=128, window=16, max_positions=4096, max_kv_heads=2, experts=8,
+            experts_per_token=2)
+"""Scaled-down sizes: layer types, GQA ratio, norms, RoPE settings, tying and the router's
+normalisation stay the real ones. A mixture of experts keeps at most 8 experts and routes each
+token to fewer of them than it has (TransformerLens reads a router whose top-k equals its
+expert count as unrouted)."""
+
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts")
+"""Where a config names its expert count (each architecture uses one of them)."""
 
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
@@ -65,6 +76,7 @@ def scale_down(config: dict[str, Any], *, vocab_size: int) -> dict[str, Any]:
         num_attention_heads=n_kv * (heads // kv), num_key_value_heads=n_kv, head_dim=TINY["d_head"],
         vocab_size=vocab_size, max_position_embeddings=TINY["max_positions"],
     )
+    _scale_experts(text)
     if text.get("sliding_window"):
         text["sliding_window"] = TINY["window"]
     if "query_pre_attn_scalar" in text:
@@ -76,6 +88,19 @@ def scale_down(config: dict[str, Any], *, vocab_size: int) -> dict[str, Any]:
         for key in ("boi_token_index", "eoi_token_index", "image_token_index"):
             tiny[key] = vocab_size - 1
     return tiny
+
+
+def _scale_experts(text: dict[str, Any]) -> None:
+    """Fewer, narrower experts, each token still routed to fewer than all of them."""
+    key = next((k for k in EXPERT_COUNT_KEYS if text.get(k)), None)
+    if key is None:
+        return
+    experts = min(text[key], TINY["experts"])
+    text[key] = experts
+    text["num_experts_per_tok"] = min(text.get("num_experts_per_tok") or 1, TINY["experts_per_token"], experts - 1)
+    for width in ("moe_intermediate_size", "shared_expert_intermediate_size"):
+        if width in text:
+            text[width] = TINY["d_mlp"]
 
 
 def at_head_count(name: str, *, n_layers: int, n_heads: int, n_kv_heads: int, vocab_size: int,

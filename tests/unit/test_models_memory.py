@@ -84,3 +84,34 @@ def test_the_papers_headline_models_have_their_geometry_offline(alias):
     # the paper preset's context (NoLiMa at 16k) has its KV cache and peak memory planned
     paper = info["memory_by_preset"]["paper"]
     assert paper["context_tokens"] == 16100 and paper["peak_gib_batch_1"] > info["weights_gib"]
+
+
+# The checkpoints' own model cards: total and activated parameters (billions).
+PUBLISHED_MOE = {"qwen3-30b-a3b": (30.5, 3.3), "olmoe-1b-7b": (6.9, 1.3), "mixtral-8x7b": (46.7, 12.9)}
+
+
+@pytest.mark.parametrize("alias", sorted(PUBLISHED_MOE))
+def test_a_mixture_of_experts_is_estimated_with_its_active_parameters(alias):
+    """Memory holds every expert; compute reads the routed ones. Both within 2% of the card."""
+    total, active = PUBLISHED_MOE[alias]
+    info = models.estimate_memory(alias, preset_contexts())
+    assert info["parameters"] / 1e9 == pytest.approx(total, rel=0.02)
+    assert info["parameters_active_per_token"] / 1e9 == pytest.approx(active, rel=0.02)
+    assert info["experts"]["top_k"] < info["experts"]["n_experts"]
+    assert "mixture of experts" in info["note"]
+
+
+def test_gpt_oss_counts_its_embedding_table_as_active():
+    """gpt-oss-20b's card says 3.61B active, counting the unembedding but not the embedding table
+    (201,088 x 2,880, a lookup); this estimate counts every weight a token's forward reads, so it
+    holds the table too (as Qwen3's and OLMoE's cards do)."""
+    info = models.estimate_memory("gpt-oss-20b", preset_contexts())
+    table = 201_088 * 2_880
+    assert (info["parameters_active_per_token"] - table) / 1e9 == pytest.approx(3.61, rel=0.01)
+    assert info["parameters"] / 1e9 == pytest.approx(20.9, rel=0.02)
+    assert info["sliding_window"] == 128 and len(info["sliding_layers"]) == 12
+
+
+def test_dense_models_name_no_experts():
+    info = models.estimate_memory("qwen3-8b", preset_contexts())
+    assert "experts" not in info and "parameters_active_per_token" not in info
