@@ -171,12 +171,15 @@ def specificity(truth: dict[str, Any]) -> dict[str, dict[str, dict[str, dict[str
 
 def _marginal(table: dict[str, list[float]], head: str, empty: float) -> float:
     """The largest change of the metric when `head` joins a set of `table` (the empty set's
-    value `empty`), over every set of `table` that holds it."""
+    value `empty`), over every set of `table` that holds it and whose rest `table` holds too
+    (a greedy set past the exhaustive size has unmeasured subsets)."""
     worst = 0.0
     for name, value in table.items():
         parts = name.split("+")
         if head in parts:
             rest = "+".join(p for p in parts if p != head)
+            if rest and rest not in table:
+                continue
             without = table[rest][0] if rest else empty
             worst = max(worst, abs(value[0] - without))
     return worst

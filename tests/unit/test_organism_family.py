@@ -92,3 +92,14 @@ def test_specificity_reads_each_best_necessity_set_on_the_control():
     assert found == {"mean": {"t": {"1": {"set": "L0H0", "drop": 0.75, "control_drop": 0.0},
                                     "2": {"set": "L0H0+L1H0", "drop": 0.75, "control_drop": 0.6}}}}
     assert organism.specificity({"tasks": {"t": truth}}) == {}
+
+
+def test_marginal_effect_skips_sets_whose_rest_was_not_searched():
+    """Greedy growth past the exhaustive k measures a 4-set without its other 3-subsets: the
+    marginal effect reads only the pairs both measured (the shipped organism's search, with
+    `--greedy-to 5`, failed on this)."""
+    from locos_bench.models.organism import _marginal
+
+    table = {"L0H0": [0.9], "L0H1": [0.8], "L0H0+L0H1": [0.5], "L0H0+L0H1+L1H0+L1H1": [0.1]}
+    assert _marginal(table, "L0H1", 1.0) == pytest.approx(0.4)  # L0H0+L0H1 against L0H0
+    assert _marginal(table, "L1H0", 1.0) == 0.0  # its only set's rest was never measured
