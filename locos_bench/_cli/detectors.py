@@ -1,4 +1,5 @@
-"""`locos-bench detectors [--json]`: every registered detector, where it comes from, its
+"""`locos-bench detectors [--json]`: every registered detector, what it ranks (heads or
+experts), where it comes from, its
 parameters (with defaults), its cost class (forward passes per calibration example) and the
 presets whose `--detector all` includes it."""
 
@@ -21,15 +22,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def collect() -> list[dict[str, Any]]:
     """One row per detector; plugin warnings go to stderr as one line each."""
     from locos_bench.detectors import detector_names, detector_source, get_detector_class
+    from locos_bench.detectors.registry import detector_unit
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        names = detector_names()
+        names = [*detector_names(), *detector_names("expert")]
     for warning in caught:
         print(f"locos-bench: warning: {warning.message}", file=sys.stderr)
     rows = []
     for name in names:
-        row: dict[str, Any] = {"name": name, "source": detector_source(name)}
+        row: dict[str, Any] = {"name": name, "source": detector_source(name), "unit": detector_unit(name)}
         try:
             cls = get_detector_class(name)
         except Exception as exc:  # a built-in whose module is missing must not hide the rest
@@ -64,10 +66,10 @@ def _table_row(r: dict[str, Any]) -> list[Any]:
     cost = r["cost"] if r["available"] else "unavailable"
     note = r["description"] if r["available"] else r["error"]
     in_all = "every" if r.get("presets") is None else ", ".join(r["presets"]) or "none (named only)"
-    return [r["name"], r["source"], cost, in_all, params, note]
+    return [r["name"], r["unit"], r["source"], cost, in_all, params, note]
 
 
 def main(args: argparse.Namespace) -> int:
-    print_rows(collect(), as_json=args.json, cells=_table_row, widths=[None, None, 30, 14, 30, 50],
-               headers=["detector", "source", "forward passes / example", "in `all` of presets", "parameters", ""])
+    print_rows(collect(), as_json=args.json, cells=_table_row, widths=[None, None, None, 30, 14, 30, 50],
+               headers=["detector", "unit", "source", "forward passes / example", "in `all` of presets", "parameters", ""])
     return 0

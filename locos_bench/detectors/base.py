@@ -46,6 +46,8 @@ class HeadScores:
     forward_passes: int = 0
     seconds: float = 0.0
     per_example: Tensor | None = None
+    unit: str = "head"
+    """What the scores rank: `head` (`[n_layers, n_heads]`) or `expert` (`[n_layers, n_experts]`)."""
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -72,6 +74,7 @@ class HeadScores:
             "top": [list(h) for h in self.ranking()[:10]],
             "forward_passes": self.forward_passes,
             "seconds": round(self.seconds, 4),
+            **({"unit": self.unit} if self.unit != "head" else {}),
         }
 
 
@@ -83,6 +86,8 @@ class Detector:
         cost: Forward passes per calibration example, as a human-readable formula
             (`"1"`, `"1 + n_heads/batch"`); shown by `locos-bench detectors`.
         stochastic: Whether the result depends on `rng` (only `random` by default).
+        unit: What it ranks: `head` (scores `[n_layers, n_heads]`) or `expert`
+            (`[n_layers, n_experts]` on a mixture of experts; `detectors.experts`).
         presets: The presets whose `--detector all` includes it (None: every preset). A
             detector too slow for the CPU default run names `("paper",)`; naming it in
             `--detector` runs it under any preset.
@@ -92,6 +97,7 @@ class Detector:
     """
 
     name: ClassVar[str] = ""
+    unit: ClassVar[str] = "head"
     cost: ClassVar[str] = "?"
     stochastic: ClassVar[bool] = False
     presets: ClassVar[tuple[str, ...] | None] = None
@@ -160,32 +166,39 @@ def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> He
     expected = (geo.n_layers, geo.n_heads)
     if not isinstance(result, HeadScores):
         raise LocosError(f"detector {detector!r} returned {type(result).__name__}, not HeadScores")
+    cols = "n_heads"
+    if result.unit == "expert":
+        from locos_bench.detectors.experts import expert_shape
+
+        expected, cols = expert_shape(model), "n_experts"
     if not isinstance(result.scores, Tensor):
         raise LocosError(f"detector {detector!r} returned scores as a {type_name(result.scores)}; expected a "
-                         f"torch.Tensor of shape [n_layers, n_heads] = {list(expected)}")
+                         f"torch.Tensor of shape [n_layers, {cols}] = {list(expected)}")
     if tuple(result.scores.shape) != expected:
         raise LocosError(
             f"detector {detector!r} returned scores of shape {tuple(result.scores.shape)}; "
-            f"expected [n_layers, n_heads] = {list(expected)}"
+            f"expected [n_layers, {cols}] = {list(expected)}"
         )
     if not result.scores.is_floating_point():  # bool scores all tie; integer ones mostly do
         raise LocosError(f"detector {detector!r} returned scores of dtype {result.scores.dtype}; expected a "
                          "floating-point tensor (convert with .float())")
     bad = (~torch.isfinite(result.scores)).nonzero().tolist()
     if bad:
-        where = ", ".join(head_name(tuple(h)) for h in bad[:5])
+        from locos_bench.interventions.experts import expert_name
+
+        where = ", ".join((expert_name if cols == "n_experts" else head_name)(tuple(h)) for h in bad[:5])
         raise LocosError(f"detector {detector!r} returned non-finite scores at {where}")
     per = result.per_example
     if per is not None and not isinstance(per, Tensor):
         raise LocosError(f"detector {detector!r} returned per-example scores as a {type_name(per)}; expected a "
-                         f"torch.Tensor of shape [n_examples, n_layers, n_heads]")
+                         f"torch.Tensor of shape [n_examples, n_layers, {cols}]")
     if per is not None and not per.is_floating_point():
         raise LocosError(f"detector {detector!r} returned per-example scores of dtype {per.dtype}; expected a "
                          "floating-point tensor (convert with .float())")
     if per is not None and (per.ndim != 3 or tuple(per.shape[1:]) != expected or per.shape[0] < 1
                             or not bool(torch.isfinite(per).all())):
         raise LocosError(f"detector {detector!r} returned per-example scores of shape {tuple(per.shape)}; "
-                         f"expected finite [n_examples, n_layers, n_heads] = [n, {expected[0]}, {expected[1]}]")
+                         f"expected finite [n_examples, n_layers, {cols}] = [n, {expected[0]}, {expected[1]}]")
     return result
 
 
@@ -201,6 +214,8 @@ def run_detector(detector: Detector, model: LoadedModel, examples: Sequence[Exam
     name = detector.name or type(detector).__name__
     start, lent = time.perf_counter(), shared_passes.borrowed()
     result = detector.score(model, examples, rng=rng)
+    if isinstance(result, HeadScores) and result.unit != detector.unit:
+        raise LocosError(f"detector {name!r} ranks {detector.unit}s but returned {result.unit} scores")
     validate_scores(result, model, name)
     result.detector = result.detector or name
     result.params = result.params or detector.get_params()

@@ -48,9 +48,15 @@ _BUILTINS = {
     "echo": "locos_bench.detectors.echo:EchoHeads",
     "razor-attention": "locos_bench.detectors.echo:RazorAttentionHeads",
     "random": "locos_bench.detectors.random:RandomHeads",
+    "expert-routing": "locos_bench.detectors.experts:ExpertRouting",
+    "expert-locos": "locos_bench.detectors.experts:ExpertLocos",
+    "expert-patching": "locos_bench.detectors.experts:ExpertPatching",
+    "expert-random": "locos_bench.detectors.experts:ExpertRandom",
 }
 for _name, _target in _BUILTINS.items():
     DETECTORS.add(_name, _target, source="built-in")
+UNITS = ("head", "expert")
+"""What a detector ranks (its class's `unit`): attention heads, or a mixture of experts' experts."""
 
 _plugins_loaded = False
 
@@ -222,9 +228,26 @@ def make_detector(name: str, **params: Any) -> Any:
         raise LocosError(f"detector {name!r}: bad parameters {params}: {exc}") from None
 
 
-def detector_names() -> list[str]:
+def detector_names(unit: str = "head") -> list[str]:
+    """The registered detectors that rank `unit` (`UNITS`); a built-in's unit is read from its
+    module path, so listing imports nothing heavy."""
+    if unit not in UNITS:
+        from locos_bench.errors import unknown
+
+        raise unknown("unit", unit, UNITS)
     load_plugins()
-    return DETECTORS.names()
+    return [name for name in DETECTORS.names() if detector_unit(name) == unit]
+
+
+def detector_unit(name: str) -> str:
+    """What detector `name` ranks (`head` for a plugin that fails to import: the run records why)."""
+    target = _BUILTINS.get(name)
+    if target is not None and DETECTORS._entries[name].target == target:
+        return "expert" if target.startswith("locos_bench.detectors.experts:") else "head"
+    try:
+        return getattr(get_detector_class(name), "unit", "head")
+    except Exception:
+        return "head"
 
 
 def detector_source(name: str) -> str:

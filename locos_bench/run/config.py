@@ -425,6 +425,9 @@ def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:
                 continue
             if name == "all":
                 names.extend(n for n in available if in_all(n))
+            elif name in detector_names("expert"):
+                raise LocosError(f"detector {name!r} ranks experts, and this run ranks attention heads "
+                                 f"(head detectors: {', '.join(available)})")
             elif name not in available:
                 raise unknown("detector", name, [*available, "all"])
             else:

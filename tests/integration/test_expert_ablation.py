@@ -153,3 +153,108 @@ def test_bad_expert_ablations_are_refused_by_name(moe_models, planted):
         pass
     with pytest.raises(LocosError, match="needs their reference means"), expert_ablation(moe, [(0, 0)], mode="mean"):
         pass
+
+
+# -- expert detectors -------------------------------------------------------------------------
+# The detectors read the routing through the experts module's own arguments, so two layouts
+# cover them: Mixtral's (concatenated, softmax then top k) and gpt-oss's (transposed, biased,
+# top k then softmax). The routers' own rules are covered above on all four.
+
+
+@pytest.fixture(params=["mixtral", "gpt-oss"])
+def moe_layout(request, moe_models):
+    return moe_models[request.param]
+
+
+def _examples(model, n=2):
+    from locos_bench.tasks import load_task, make_examples
+
+    short = load_task("kv-retrieval").model_copy(update={"context_lengths": [120]})
+    return make_examples(short, n, model=model)
+
+
+def _score(model, name, examples):
+    import numpy as np
+
+    from locos_bench.detectors import make_detector, run_detector
+
+    return run_detector(make_detector(name), model, examples, rng=np.random.default_rng(0))
+
+
+def test_splitting_the_experts_leaves_the_forward_unchanged(moe_layout):
+    from locos_bench.detectors.experts import _split_experts
+
+    ids = torch.tensor([_ids(moe_layout)])
+    with torch.no_grad():
+        plain = moe_layout.bridge.original_model(ids).logits
+        sink = {}
+        with _split_experts(moe_layout, sink):
+            split = moe_layout.bridge.original_model(ids).logits
+        again = moe_layout.bridge.original_model(ids).logits
+    torch.testing.assert_close(split, plain, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(again, plain, rtol=0, atol=0)  # the module's forward is restored
+    assert set(sink) == set(moe_layers(moe_layout)[0].layers)
+
+
+def test_routing_shares_sum_to_k_per_layer(moe_layout):
+    result = _score(moe_layout, "expert-routing", _examples(moe_layout))
+    geo, _ = moe_layers(moe_layout)
+    assert result.unit == "expert" and result.to_json()["unit"] == "expert"
+    torch.testing.assert_close(result.scores.sum(-1), torch.full((len(geo.layers),), float(geo.top_k)))
+
+
+def test_expert_locos_sums_to_the_mlp_write_toward_the_answer(moe_layout):
+    """Over a layer's experts, the write-side scores add up to the whole MLP output's
+    projection on the gold tokens at the answer positions, minus the same off the needle."""
+    from locos_bench.detectors import _common, _drops
+
+    examples = _examples(moe_layout, 1)
+    result = _score(moe_layout, "expert-locos", examples)
+    prep = _drops.prepare(moe_layout, examples, "t", answer_tokens="mean", corrupt=False)[0]
+    off = _common.prepare(moe_layout, examples, "t")[0].off_needle
+    geo, mlps = moe_layers(moe_layout)
+    outs = {}
+    handles = [mlps[layer].experts.register_forward_hook(lambda m, a, o, layer=layer: outs.__setitem__(layer, o))
+               for layer in geo.layers]
+    with torch.no_grad():
+        moe_layout.bridge.original_model(prep.ids[None])
+    for h in handles:
+        h.remove()
+    u = moe_layout.bridge.original_model.lm_head.weight[prep.answer_ids].double()
+    for layer in geo.layers:
+        out = outs[layer].double()
+        expected = ((out[prep.positions] * u).sum(-1) - (out[off] @ u.T).mean(0)).mean()
+        assert float(result.scores[layer].double().sum()) == pytest.approx(float(expected), rel=1e-3, abs=1e-5)
+
+
+def test_patching_an_expert_no_answer_position_routes_to_drops_nothing(moe_layout):
+    from locos_bench.detectors import _drops
+
+    examples = _examples(moe_layout, 1)
+    result = _score(moe_layout, "expert-patching", examples)
+    prep = _drops.prepare(moe_layout, examples, "t", answer_tokens="mean", corrupt=True)[0]
+    clean, _ = _routing_and_mlp_out(moe_layout, prep.ids.tolist())
+    dirty, _ = _routing_and_mlp_out(moe_layout, prep.corrupted.tolist())
+    geo, _ = moe_layers(moe_layout)
+    idle = [(layer, e) for layer in geo.layers for e in range(geo.n_experts)
+            if not (clean[layer][0][prep.positions] == e).any() and not (dirty[layer][0][prep.positions] == e).any()]
+    assert idle, "every expert was routed to at some answer position"
+    for layer, e in idle:
+        assert abs(float(result.scores[layer, e])) < 1e-5
+    assert result.scores.abs().max() > 1e-4  # and some expert's patch matters
+    assert result.forward_passes == 2 + len(geo.layers) * geo.n_experts
+
+
+def test_expert_detectors_are_refused_where_units_differ(planted, moe_models):
+    from locos_bench.detectors import detector_names
+    from locos_bench.run import RunConfig
+
+    from locos_bench.tasks import load_task, make_examples
+
+    for name in ("expert-routing", "expert-locos", "expert-patching", "expert-random"):
+        with pytest.raises(LocosError, match="has no experts"):
+            _score(planted, name, make_examples(load_task("planted-kv"), 1))
+    assert "expert-locos" not in detector_names() and "expert-locos" in detector_names("expert")
+    assert not set(detector_names()) & set(detector_names("expert"))
+    with pytest.raises(LocosError, match="'expert-routing' ranks experts, and this run ranks attention heads"):
+        RunConfig(model="mixtral", detectors=["locos,expert-routing"]).resolved()

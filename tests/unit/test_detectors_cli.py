@@ -22,6 +22,7 @@ from locos_bench.models.planted import planted_ground_truth
 BUILTINS = {
     "locos", "locos-teacher-forced", "locos-argmax", "dla", "attention", "retrieval-head", "qrhead", "headkv", "echo",
     "attention-knockout", "activation-patching", "path-patching", "attribution-patching", "eap-ig", "random", "razor-attention",
+    "expert-routing", "expert-locos", "expert-patching", "expert-random",
 }
 
 
@@ -57,6 +58,7 @@ def test_detectors_json_lists_every_builtin(capsys):
     assert rows["locos-teacher-forced"]["params"]["decoding"] == "teacher-forced"
     assert rows["locos-teacher-forced"]["presets"] == []  # named only, never in `--detector all`
     assert rows["locos"]["cost"] == "1 + greedy decoding" and rows["random"]["stochastic"] is True
+    assert {name for name, row in rows.items() if row["unit"] == "expert"} == {n for n in BUILTINS if n.startswith("expert-")}
 
 
 def test_detectors_table(capsys):

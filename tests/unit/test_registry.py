@@ -42,7 +42,10 @@ def test_the_registry_lists_exactly_the_detectors_the_package_defines():
     class) fails here: the built-ins listed are the ones defined."""
     defined = defined_builtins()
     assert len(defined) >= 10 and {"locos", "attention", "random"} <= defined  # the scan found them
-    assert {n for n in detector_names() if detector_source(n) == "built-in"} == defined
+    listed = {n for unit in ("head", "expert") for n in detector_names(unit) if detector_source(n) == "built-in"}
+    assert listed == defined
+    assert {n for n in detector_names("expert") if detector_source(n) == "built-in"} == {
+        "expert-routing", "expert-locos", "expert-patching", "expert-random"}  # the units apart
 
 
 def test_listing_names_imports_no_detector_module():

@@ -1,0 +1,243 @@
+"""Expert detectors: the head detectors' analogues with a mixture of experts' expert,
+`(layer, expert)`, as the unit. Scores are `[n_layers, n_experts]`; higher means more important.
+
+* `expert-routing` (read-side): how often the router sends the answer positions `q_j` to the
+  expert: the share of `q_j` whose top k holds it.
+* `expert-locos` (write-side, the LOCOS analogue): what the expert writes toward the answer.
+  At each answer position `q_j`, the expert's gated output `w_e(x) f_e(x)` (0 where the token
+  did not route to it) projected on the gold token's unembedding row `u_{a_j}`, minus the mean
+  of the same projection over the off-needle context positions (what it writes toward that
+  token anywhere); averaged over `j`. Where LOCOS reads a head's write from the needle's
+  positions, an expert writes only at its own position: the position conditioned on the
+  needle is the one that predicts the answer.
+* `expert-patching` (causal): the drop in the teacher-forced gold log-prob when the expert's
+  gated output at the answer positions takes its value from a run with every needle replaced
+  (`_drops.corrupt_needles`, as activation patching corrupts for heads); one forward per expert.
+* `expert-random`: uniform random scores from the harness's `rng`, the floor.
+
+The one-pass detectors (`expert-routing`, `expert-locos`) compute each expert's output once,
+inside the forward (`_split_experts`): no expert is run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from locos_bench.detectors import _drops
+from locos_bench.detectors.base import Detector, HeadScores
+from locos_bench.detectors.registry import register_detector
+from locos_bench.errors import LocosError
+from locos_bench.interventions.experts import moe_layers
+from locos_bench.models import LoadedModel
+from locos_bench.tasks import Example
+
+
+class ExpertDetector(Detector):
+    """Base class of detectors that rank experts: `score` returns `[n_layers, n_experts]`."""
+
+    unit: ClassVar[str] = "expert"
+
+
+def expert_shape(model: LoadedModel) -> tuple[int, int]:
+    """`(n_layers, n_experts)`; a model whose dense layers sit among its expert layers is refused."""
+    geo, _ = moe_layers(model)
+    if geo.layers != list(range(model.geometry.n_layers)):
+        raise LocosError(f"{model.name}: experts in layers {geo.layers} only; expert units need every layer routed")
+    return model.geometry.n_layers, geo.n_experts
+
+
+@contextmanager
+def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
+    """Within the block, each expert layer's forward computes every routed expert once, keeps
+    `sink[layer] = (index [N, k], gated {expert: (rows, slot output [n, D])})` and returns their
+    sum (what the layer returns, to float rounding)."""
+    geo, mlps = moe_layers(model)
+    originals = {}
+
+    def split(layer: int, module: Any) -> Any:
+        own = type(module).forward
+
+        def forward(x: Tensor, index: Tensor, weights: Tensor) -> Tensor:
+            out = torch.zeros_like(x)
+            gated = {}
+            for expert in index.unique().tolist():
+                rows, slot = torch.where(index == expert)
+                alone = own(module, x[rows], torch.full((len(rows), 1), expert, device=x.device),
+                            torch.ones(len(rows), 1, dtype=x.dtype, device=x.device))
+                y = alone * weights[rows, slot, None].to(alone.dtype)
+                out.index_add_(0, rows, y.to(out.dtype))
+                gated[expert] = (rows, y)
+            sink[layer] = (index, gated)
+            return out
+        return forward
+
+    try:
+        for layer in geo.layers:
+            module = mlps[layer].experts
+            originals[layer] = module.__dict__.get("forward")
+            module.forward = split(layer, module)
+        yield
+    finally:
+        for layer in geo.layers:
+            module = mlps[layer].experts
+            if originals.get(layer) is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = originals[layer]
+
+
+def _one_pass(detector: ExpertDetector, model: LoadedModel, examples: Sequence[Example],
+              per_position: Any) -> HeadScores:
+    """Run each example once with `_split_experts` and average `per_position(prep, sink, W_U)`."""
+    name = detector.name or type(detector).__name__
+    shape = expert_shape(model)
+    preps = _drops.prepare(model, examples, name, answer_tokens="mean", corrupt=False)
+    hf = model.bridge.original_model
+    unembed = hf.lm_head.weight
+    rows = []
+    for prep in preps:
+        sink: dict[int, Any] = {}
+        with torch.no_grad(), _split_experts(model, sink):
+            hf(prep.ids[None])
+        rows.append(per_position(prep, sink, unembed, shape).double().cpu())
+    per_example = torch.stack(rows)
+    return HeadScores(scores=per_example.mean(0).float(), detector=name, params=detector.get_params(),
+                      forward_passes=len(preps), per_example=per_example.float(), unit="expert")
+
+
+@register_detector("expert-routing")
+class ExpertRouting(ExpertDetector):
+    """The share of answer positions the router sends to each expert (read-side)."""
+
+    cost = "1"
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        def share(prep: Any, sink: dict, unembed: Tensor, shape: tuple[int, int]) -> Tensor:
+            out = torch.zeros(shape, dtype=torch.float64)
+            for layer, (index, _) in sink.items():
+                chosen = index[prep.positions]  # [P, k]
+                out[layer] = torch.bincount(chosen.flatten(), minlength=shape[1]).double() / len(prep.positions)
+            return out
+        return _one_pass(self, model, examples, share)
+
+
+@register_detector("expert-locos")
+class ExpertLocos(ExpertDetector):
+    """What each expert writes toward the answer at the answer positions, minus what it writes
+    toward it off the needle (write-side; the module docstring defines it)."""
+
+    cost = "1"
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        tokenized = {}
+
+        def write(prep: Any, sink: dict, unembed: Tensor, shape: tuple[int, int]) -> Tensor:
+            off = tokenized[prep.where]
+            u = unembed[prep.answer_ids].double()  # [P, D]
+            out = torch.zeros(shape, dtype=torch.float64)
+            n = prep.ids.shape[0]
+            for layer, (_, gated) in sink.items():
+                for expert, (rows, y) in gated.items():
+                    full = torch.zeros(n, y.shape[-1], dtype=torch.float64)
+                    full.index_add_(0, rows, y.double())
+                    at = (full[prep.positions] * u).sum(-1)  # [P]: the write at q_j toward a_j
+                    anywhere = (full[off] @ u.T).mean(0)  # [P]: toward a_j, off the needle
+                    out[layer, expert] = (at - anywhere).mean()
+            return out
+
+        from locos_bench.detectors import _common
+
+        expert_shape(model)  # a dense model is refused before its examples are read
+        for t in _common.prepare(model, examples, self.name or "expert-locos"):
+            tokenized[_common.where(t)] = t.off_needle
+        return _one_pass(self, model, examples, write)
+
+
+@register_detector("expert-patching")
+class ExpertPatching(ExpertDetector):
+    """Per expert, its gated output at the answer positions taken from the needle-corrupted
+    run; score = the drop in the mean gold-answer log-prob (causal)."""
+
+    cost = "2 + n_experts_total"
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        name = self.name or "expert-patching"
+        shape = expert_shape(model)
+        geo, mlps = moe_layers(model)
+        hf = model.bridge.original_model
+        preps = _drops.prepare(model, examples, name, answer_tokens="mean", corrupt=True)
+        rows_out, passes = [], 0
+        for prep in preps:
+            corrupted: dict[int, Any] = {}
+            with torch.no_grad(), _split_experts(model, corrupted):
+                hf(prep.corrupted[None])
+            with torch.no_grad():
+                clean = _drops.gold_logprob(hf(prep.ids[None]).logits[:, prep.positions], prep.answer_ids)
+            passes += 2
+            drops = torch.zeros(shape, dtype=torch.float64)
+            for layer in geo.layers:
+                for expert in range(geo.n_experts):
+                    with torch.no_grad(), _patched(mlps[layer].experts, expert, prep.positions, corrupted[layer]):
+                        logits = hf(prep.ids[None]).logits[:, prep.positions]
+                    drops[layer, expert] = float(clean - _drops.gold_logprob(logits, prep.answer_ids))
+                    passes += 1
+            rows_out.append(drops)
+        per_example = torch.stack(rows_out)
+        return HeadScores(scores=per_example.mean(0).float(), detector=name, params=self.get_params(),
+                          forward_passes=passes, per_example=per_example.float(), unit="expert")
+
+
+@contextmanager
+def _patched(module: Any, expert: int, positions: Sequence[int], corrupted: Any) -> Iterator[None]:
+    """The expert's gated output at `positions` replaced by the corrupted run's (0 where that
+    run did not route the position to it)."""
+    _, gated = corrupted
+    n_positions = max(positions) + 1
+    theirs = None
+    if expert in gated:
+        rows, y = gated[expert]
+        theirs = torch.zeros(n_positions, y.shape[-1], dtype=y.dtype)
+        keep = rows < n_positions
+        theirs.index_add_(0, rows[keep], y[keep])
+
+    def hook(mod: Any, args: tuple, output: Tensor) -> Tensor:
+        x, index, weights = args
+        hit = index == expert
+        rows = hit.any(-1).nonzero().flatten()
+        mine = torch.zeros_like(output)
+        if len(rows):
+            slot = hit[rows].float().argmax(-1)
+            alone = type(mod).forward(mod, x[rows], torch.full((len(rows), 1), expert, device=x.device),
+                                      torch.ones(len(rows), 1, dtype=x.dtype, device=x.device))
+            mine[rows] = alone * weights[rows, slot, None].to(alone.dtype)
+        out = output.clone()
+        pos = torch.as_tensor(list(positions), dtype=torch.long)
+        out[pos] -= mine[pos]
+        if theirs is not None:
+            out[pos] += theirs[pos].to(out.dtype)
+        return out
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@register_detector("expert-random")
+class ExpertRandom(ExpertDetector):
+    """Independent uniform `[0, 1)` scores per expert from the harness's `rng`; no forward pass."""
+
+    cost = "0"
+    stochastic = True
+
+    def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
+        shape = expert_shape(model)
+        return HeadScores(scores=torch.from_numpy(rng.random(shape)).float(), detector=self.name or "expert-random",
+                          params=self.get_params(), unit="expert")
