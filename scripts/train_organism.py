@@ -111,11 +111,17 @@ class Shape(BaseModel):
     init_std: float = Field(0.02, gt=0.0)
     rope_theta: float = Field(10000.0, gt=0.0)
     max_positions: int = Field(256, ge=32)
+    experts: int = Field(0, ge=0)
+    """Experts per layer's MLP (a Mixtral: Llama attention, a routed mixture of `d_ff`-wide
+    experts); 0 keeps the dense Llama."""
+    experts_per_token: int = Field(2, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> Shape:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
+        if self.experts and not self.experts_per_token < self.experts:
+            raise ValueError(f"experts_per_token {self.experts_per_token} must be below experts {self.experts}")
         return self
 
 
@@ -168,6 +174,10 @@ class TrainConfig(BaseModel):
     write nothing by construction."""
     aux_weight: float = Field(1.0, ge=0.0)
     """The auxiliary readout's loss weight (beside the answers' loss)."""
+    balance_weight: float = Field(0.01, ge=0.0)
+    """A mixture of experts' load-balancing loss weight (Switch Transformer's: the expert
+    count times the sum over experts of the share of routed slots and the mean router
+    probability), so that routing does not collapse onto a few experts."""
 
     @model_validator(mode="after")
     def _check_heads(self) -> TrainConfig:
@@ -217,14 +227,22 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> Any:
 
     s = cfg.shape
     torch.manual_seed(cfg.seed)
-    config = LlamaConfig(
+    fields = dict(
         vocab_size=vocab_size, hidden_size=s.d_model, intermediate_size=s.d_ff, num_hidden_layers=s.n_layers,
         num_attention_heads=s.n_heads, num_key_value_heads=s.n_heads, max_position_embeddings=s.max_positions,
         rope_theta=s.rope_theta, initializer_range=s.init_std, tie_word_embeddings=False,
         bos_token_id=lang.vocabulary().index("<bos>"), eos_token_id=lang.vocabulary().index("<eos>"),
         pad_token_id=lang.vocabulary().index("<pad>"), attn_implementation="eager")
-    model = LlamaForCausalLM(config)
-    model.config.architectures = ["LlamaForCausalLM"]
+    if s.experts:
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        config = MixtralConfig(**fields, num_local_experts=s.experts, num_experts_per_tok=s.experts_per_token,
+                               rms_norm_eps=1e-6, sliding_window=None)
+        config._experts_implementation = "eager"  # the per-expert loop: deterministic on CPU
+        model = MixtralForCausalLM(config)
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**fields))
+    model.config.architectures = [type(model).__name__]
     return model
 
 
@@ -285,7 +303,33 @@ def _rms(x: Any, weight: Any, eps: float) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
-def lean_logits(model: Any, ids: Any, head_keep: Any = None, capture: Any = ()) -> Any:
+def mlp_out(mlp: Any, h: Any, routing: list | None = None) -> Any:
+    """A layer's MLP on `h` `[B, T, D]`: the dense SwiGLU, or a mixture of experts through its
+    own router and experts, appending the router's logits `[B * T, E]` to `routing`."""
+    import torch.nn.functional as F
+
+    if not hasattr(mlp, "experts"):
+        return mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+    flat = h.reshape(-1, h.shape[-1])
+    logits, weights, index = mlp.gate(flat)
+    if routing is not None:
+        routing.append(logits)
+    return mlp.experts(flat, index, weights).view_as(h)
+
+
+def balance_loss(routing: list, top_k: int, mask: Any) -> Any:
+    """Switch Transformer's load-balancing loss, averaged over layers, on the tokens `mask` keeps."""
+    import torch
+
+    losses = []
+    for logits in routing:
+        probs = torch.softmax(logits.float(), -1)[mask.view(-1)]
+        chosen = torch.zeros_like(probs).scatter_(1, probs.topk(top_k, -1).indices, 1.0)
+        losses.append(probs.shape[1] * (chosen.mean(0) / top_k * probs.mean(0)).sum())
+    return torch.stack(losses).mean()
+
+
+def lean_logits(model: Any, ids: Any, head_keep: Any = None, capture: Any = (), routing: list | None = None) -> Any:
     """The Llama's logits computed from its own parameters with fused causal attention:
     the Hugging Face forward's function (`tests/integration/test_organism.py` compares them)
     at about 0.8 of its time on this CPU, with head dropout built in (`head_keep` `[B, L, H]`
@@ -317,7 +361,7 @@ def lean_logits(model: Any, ids: Any, head_keep: Any = None, capture: Any = ()) 
         captured.update({(li, hi): out[:, hi] for li, hi in capture if li == i})
         x = x + attn.o_proj(out.transpose(1, 2).reshape(rows, width, -1))
         h = _rms(x, layer.post_attention_layernorm.weight, eps)
-        x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+        x = x + mlp_out(mlp, h, routing)
     logits = model.lm_head(_rms(x, model.model.norm.weight, eps))
     return (logits, captured) if capture else logits
 
@@ -404,9 +448,12 @@ def train(cfg: TrainConfig, log: Any = None) -> tuple[Any, Any, dict[str, Any]]:
         current = cfg.stages[stage]
         ids, labels, cells = batch(rng, current, cfg, ids_of)
         keep = head_keep(current.head_dropout, ids.shape[0], model.config, generator)
-        logits, captured = lean_logits(model, ids, keep, capture=list(readouts)) if readouts \
-            else (lean_logits(model, ids, keep), {})
+        routing: list = []
+        logits, captured = lean_logits(model, ids, keep, capture=list(readouts), routing=routing) if readouts \
+            else (lean_logits(model, ids, keep, routing=routing), {})
         loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+        if routing and cfg.balance_weight:
+            loss = loss + cfg.balance_weight * balance_loss(routing, cfg.shape.experts_per_token, ids != ids_of["<pad>"])
         if readouts:
             extra, right = aux_loss(readouts, captured, cells)
             loss = loss + cfg.aux_weight * extra

@@ -248,7 +248,6 @@ def test_patching_an_expert_no_answer_position_routes_to_drops_nothing(moe_layou
 def test_expert_detectors_are_refused_where_units_differ(planted, moe_models):
     from locos_bench.detectors import detector_names
     from locos_bench.run import RunConfig
-
     from locos_bench.tasks import load_task, make_examples
 
     for name in ("expert-routing", "expert-locos", "expert-patching", "expert-random"):
