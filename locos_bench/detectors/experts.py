@@ -15,8 +15,9 @@
   (`_drops.corrupt_needles`, as activation patching corrupts for heads); one forward per expert.
 * `expert-random`: uniform random scores from the harness's `rng`, the floor.
 
-The one-pass detectors (`expert-routing`, `expert-locos`) compute each expert's output once,
-inside the forward (`_split_experts`): no expert is run twice.
+The one-pass detectors run one forward per example: `expert-routing` only reads the routing;
+`expert-locos` computes each routed expert's output once, inside the forward
+(`_split_experts`), so no expert runs twice.
 """
 
 from __future__ import annotations
@@ -92,9 +93,25 @@ def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
                 module.forward = originals[layer]
 
 
+@contextmanager
+def _routing_only(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
+    """Within the block, each expert layer's forward keeps `sink[layer] = (index [N, k], {})`;
+    the experts run as they always do."""
+    geo, mlps = moe_layers(model)
+    handles = [mlps[layer].experts.register_forward_pre_hook(
+        lambda module, args, layer=layer: sink.__setitem__(layer, (args[1].detach(), {})))
+        for layer in geo.layers]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _one_pass(detector: ExpertDetector, model: LoadedModel, examples: Sequence[Example],
-              per_position: Any) -> HeadScores:
-    """Run each example once with `_split_experts` and average `per_position(prep, sink, W_U)`."""
+              per_position: Any, *, split: bool = True) -> HeadScores:
+    """Run each example once, with each expert's gated output kept (`_split_experts`) or only
+    the routing (`split=False`), and average `per_position(prep, sink, W_U, shape)`."""
     name = detector.name or type(detector).__name__
     shape = expert_shape(model)
     preps = _drops.prepare(model, examples, name, answer_tokens="mean", corrupt=False)
@@ -103,7 +120,7 @@ def _one_pass(detector: ExpertDetector, model: LoadedModel, examples: Sequence[E
     rows = []
     for prep in preps:
         sink: dict[int, Any] = {}
-        with torch.no_grad(), _split_experts(model, sink):
+        with torch.no_grad(), (_split_experts if split else _routing_only)(model, sink):
             hf(prep.ids[None])
         rows.append(per_position(prep, sink, unembed, shape).double().cpu())
     per_example = torch.stack(rows)
@@ -124,7 +141,7 @@ class ExpertRouting(ExpertDetector):
                 chosen = index[prep.positions]  # [P, k]
                 out[layer] = torch.bincount(chosen.flatten(), minlength=shape[1]).double() / len(prep.positions)
             return out
-        return _one_pass(self, model, examples, share)
+        return _one_pass(self, model, examples, share, split=False)
 
 
 @register_detector("expert-locos")
@@ -138,16 +155,16 @@ class ExpertLocos(ExpertDetector):
         tokenized = {}
 
         def write(prep: Any, sink: dict, unembed: Tensor, shape: tuple[int, int]) -> Tensor:
-            off = tokenized[prep.where]
+            off = torch.as_tensor(tokenized[prep.where])
+            positions = torch.as_tensor(prep.positions)
             u = unembed[prep.answer_ids].double()  # [P, D]
             out = torch.zeros(shape, dtype=torch.float64)
-            n = prep.ids.shape[0]
             for layer, (_, gated) in sink.items():
                 for expert, (rows, y) in gated.items():
-                    full = torch.zeros(n, y.shape[-1], dtype=torch.float64)
-                    full.index_add_(0, rows, y.double())
-                    at = (full[prep.positions] * u).sum(-1)  # [P]: the write at q_j toward a_j
-                    anywhere = (full[off] @ u.T).mean(0)  # [P]: toward a_j, off the needle
+                    toward = y.double() @ u.T  # [n_e, P]: each routed token's write toward each a_j
+                    at_q = rows[:, None] == positions[None, :]  # [n_e, P]: the row is q_j
+                    at = (toward * at_q).sum(0)  # [P]: the write at q_j toward a_j (0 if not routed)
+                    anywhere = toward[torch.isin(rows, off)].sum(0) / len(off)  # [P]: toward a_j, off the needle
                     out[layer, expert] = (at - anywhere).mean()
             return out
 
