@@ -20,6 +20,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 LONG_FIRST = [
     "tests/regression/test_reference_runs.py",
     "tests/integration/test_architectures.py",
+    "tests/integration/test_architectures_moe.py",
     "tests/integration/test_ray.py",
     "tests/integration/test_clean_prefix.py",
     "tests/integration/test_attention.py",

@@ -38,21 +38,28 @@ from tests.unit.test_ablation import (  # noqa: F401
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
-def architecture_dirs(tmp_path_factory):
-    """Each miniature saved once per session as a local HF directory."""
+MOE = ["qwen3-moe", "olmoe", "mixtral", "gpt-oss"]
+"""The mixtures of experts: the same tests, in their own file (`test_architectures_moe.py`), so
+pytest-xdist can hand them to another worker."""
+ARCHS = [a for a in ARCHITECTURES if a not in MOE]
+"""The architectures this file's tests run on."""
+
+
+@pytest.fixture(scope="module")
+def architecture_dirs(tmp_path_factory, request):
+    """Each miniature of the module's `ARCHS` saved once as a local HF directory."""
     root = tmp_path_factory.mktemp("architectures")
-    return {arch: miniature(arch, root / arch) for arch in ARCHITECTURES}
+    return {arch: miniature(arch, root / arch) for arch in request.module.ARCHS}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def architecture_models(architecture_dirs):
     return {arch: load_model(str(path)) for arch, path in architecture_dirs.items()}
 
 
-@pytest.fixture(params=list(ARCHITECTURES))
-def arch(request):
-    return request.param
+def pytest_generate_tests(metafunc):
+    if "arch" in metafunc.fixturenames:
+        metafunc.parametrize("arch", metafunc.module.ARCHS)
 
 
 @pytest.fixture
