@@ -53,9 +53,9 @@ if str(ROOT) not in sys.path:
 
 from locos_bench.errors import LocosError  # noqa: E402
 from locos_bench.models.organism import (  # noqa: E402
-    FAMILY,
     MANIFEST,
     ORGANISM_TASKS,
+    SHIPPED,
     WEIGHTS,
     member_dir,
     read_manifest,
@@ -534,8 +534,8 @@ def write_files(out: Path, model: Any, tokenizer: Any, cfg: TrainConfig, history
     if old_manifest.is_file():  # a ground truth computed for other weights no longer holds
         (out / "ground_truth.json").unlink(missing_ok=True)
     manifest = {
-        "model": out.name if out.name in FAMILY else "organism",
-        "architecture": "LlamaForCausalLM",
+        "model": out.name if out.name in SHIPPED else "organism",
+        "architecture": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
         "training": {"config": json.loads(cfg.model_dump_json()), **history},
         "accuracy": accuracy,

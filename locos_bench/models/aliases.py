@@ -10,7 +10,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.models import architecture
 from locos_bench.models._gguf import _cache_dir, _gguf_path
-from locos_bench.models.organism import FAMILY, ORGANISM_TASKS, WEIGHTS, member_dir
+from locos_bench.models.organism import FAMILY, MOE, ORGANISM_TASKS, WEIGHTS, member_dir
 from locos_bench.models.spec import ModelSpec
 from locos_bench.registry import Registry
 
@@ -49,6 +49,9 @@ for _spec in [
                   tasks=("planted-assoc",)),
         ModelSpec("organism", "locos-bench/organism", "shipped", kind="test", tasks=ORGANISM_TASKS,
                   note="4-layer Llama trained on a synthetic language; ground truth by exhaustive search"),
+        ModelSpec(MOE, f"locos-bench/{MOE}", "shipped", kind="test", tasks=ORGANISM_TASKS,
+                  note="the organism's language on a 4-layer Mixtral (8 experts, top 2), trained by the same "
+                       "script (docs/moe.md)"),
         *(ModelSpec(member, f"locos-bench/{member}", "shipped", kind="test", tasks=ORGANISM_TASKS,
                     note="a sibling of `organism`, trained by the same script from its own recipe "
                          "(docs/models.md, the organism family)")

@@ -34,6 +34,11 @@ ORGANISM_DIR = Path(__file__).resolve().parents[1] / "data" / "organism"
 FAMILY_DIR = Path(__file__).resolve().parents[1] / "data" / "organism_family"
 FAMILY = ("organism", "organism-nodrop", "organism-relay", "organism-relay-seed1", "organism-relay-seed2", "organism-relay-seed3")
 """The family's members, each a model alias: the shipped organism first."""
+MOE = "organism-moe"
+"""The mixture-of-experts organism: the relay recipe on a Mixtral (`scripts/organism_recipes/organism-moe.yaml`)."""
+MOE_DIR = Path(__file__).resolve().parents[1] / "data" / "organism_moe"
+SHIPPED = (*FAMILY, MOE)
+"""Every trained organism shipped in the package, each a model alias."""
 WEIGHTS = "weights"
 MANIFEST = "manifest.json"
 GROUND_TRUTH = "ground_truth.json"
@@ -44,11 +49,13 @@ RETRAIN_HINT = "retrain with scripts/train_organism.py, or restore {where} from 
 
 
 def member_dir(alias: str = "organism") -> Path:
-    """The directory of a family member's files (`FAMILY`); one clear error for another name."""
+    """The directory of a shipped organism's files (`SHIPPED`); one clear error for another name."""
     if alias == "organism":
         return ORGANISM_DIR
+    if alias == MOE:
+        return MOE_DIR
     if alias not in FAMILY:
-        raise LocosError(f"{alias!r} is not a member of the organism family: {', '.join(FAMILY)}")
+        raise LocosError(f"{alias!r} is not a shipped organism: {', '.join(SHIPPED)}")
     return FAMILY_DIR / alias
 
 

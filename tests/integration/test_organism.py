@@ -415,3 +415,37 @@ def test_every_member_ships_checked_with_its_ground_truth_and_answers_every_kind
     assert organism.GROUND_TRUTH in manifest["files"] and manifest["model"] == member
     assert set(manifest["accuracy"]) == set(organism.ORGANISM_TASKS) and min(manifest["accuracy"].values()) >= 0.9
     _script("train_organism").load_config(None, manifest["training"]["config"])  # a recipe the script still reads
+
+
+def test_a_mixture_of_experts_organism_trains_balanced_and_loads_with_its_experts(tmp_path):
+    """The MoE organism's recipe on a tiny model: a Mixtral whose training forward is the
+    Hugging Face forward, deterministic, its load-balancing loss at its floor (1) for uniform
+    routing, and saved as a checkpoint whose experts `load_model` reads."""
+    import torch
+
+    from locos_bench.models import load_model
+
+    train = _script("train_organism")
+    shape = train.Shape(d_model=16, n_layers=2, n_heads=2, d_ff=16, experts=4, experts_per_token=2, init_std=0.5)
+    cfg = train.TrainConfig(shape=shape, batch=8, steps=4, window=2, eval_examples=4)
+    model = train.build_model(cfg, len(lang.vocabulary()))
+    assert type(model).__name__ == "MixtralForCausalLM"
+    ids, _, _ = train.batch(random.Random(0), cfg.stages[-1], cfg, {w: i for i, w in enumerate(lang.vocabulary())})
+    routing = []
+    with torch.no_grad():
+        torch.testing.assert_close(train.lean_logits(model, ids, routing=routing), model(ids).logits, atol=1e-4, rtol=1e-4)
+    assert len(routing) == 2 and routing[0].shape == (ids.numel(), 4)
+    uniform = [torch.zeros(12, 4)]  # every expert equally likely: the loss's floor
+    assert float(train.balance_loss(uniform, 2, torch.ones(12, dtype=torch.bool))) == pytest.approx(1.0)
+    skewed = [torch.tensor([[9.0, 8.0, 0.0, 0.0]] * 12)]
+    assert float(train.balance_loss(skewed, 2, torch.ones(12, dtype=torch.bool))) > 1.5
+    first, tokenizer, history = train.train(cfg, log=lambda line: None)
+    second, _, _ = train.train(cfg, log=lambda line: None)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), name
+    manifest = train.write_files(tmp_path, first, tokenizer, cfg, history, {}, 1.0, ([0.0], [0.0]))
+    assert manifest["architecture"] == "MixtralForCausalLM"
+    loaded = load_model(str(tmp_path / organism.WEIGHTS))
+    assert loaded.info["experts"]["n_experts"] == 4 and loaded.info["experts"]["top_k"] == 2
+    with pytest.raises(ValueError, match="experts_per_token 4 must be below experts 4"):
+        train.Shape(experts=4, experts_per_token=4)
