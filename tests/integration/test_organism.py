@@ -449,3 +449,19 @@ def test_a_mixture_of_experts_organism_trains_balanced_and_loads_with_its_expert
     assert loaded.info["experts"]["n_experts"] == 4 and loaded.info["experts"]["top_k"] == 2
     with pytest.raises(ValueError, match="experts_per_token 4 must be below experts 4"):
         train.Shape(experts=4, experts_per_token=4)
+
+
+def test_the_moe_organism_ships_checked_answers_every_kind_and_routes_to_its_experts():
+    from locos_bench.models import load_model
+
+    directory = organism.member_dir(organism.MOE)
+    assert (organism.checked_weights(directory) / "config.json").is_file()
+    manifest = organism.read_manifest(directory)
+    assert manifest["model"] == organism.MOE and manifest["architecture"] == "MixtralForCausalLM"
+    assert set(manifest["accuracy"]) == set(organism.ORGANISM_TASKS) and min(manifest["accuracy"].values()) >= 0.9
+    recipe = manifest["training"]["config"]
+    assert recipe["shape"]["experts"] == 8 and recipe["shape"]["experts_per_token"] == 2 and recipe["relay"]
+    _script("train_organism").load_config(None, recipe)  # a recipe the script still reads
+    model = load_model(organism.MOE)
+    assert model.info["experts"] == {"layers": [0, 1, 2, 3], "n_experts": 8, "top_k": 2, "renormalised": True,
+                                     "router": "MixtralTopKRouter"}
