@@ -116,7 +116,7 @@ def _one_pass(detector: ExpertDetector, model: LoadedModel, examples: Sequence[E
     shape = expert_shape(model)
     preps = _drops.prepare(model, examples, name, answer_tokens="mean", corrupt=False)
     hf = model.bridge.original_model
-    unembed = hf.lm_head.weight
+    unembed = hf.lm_head.weight.detach()
     rows = []
     for prep in preps:
         sink: dict[int, Any] = {}
