@@ -45,7 +45,7 @@ def test_a_silent_reader_is_read_only_a_redundant_one_is_not_and_a_relay_writer_
 def test_every_member_has_a_directory_and_a_stranger_is_refused():
     assert organism.FAMILY[0] == "organism" and organism.member_dir("organism") == organism.ORGANISM_DIR
     assert {organism.member_dir(m).parent for m in organism.FAMILY[1:]} == {organism.FAMILY_DIR}
-    with pytest.raises(LocosError, match="not a member of the organism family"):
+    with pytest.raises(LocosError, match="is not a shipped organism"):
         organism.member_dir("organism-seed9")
 
 
