@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:  # run as `python scripts/results_claims.py`
 from scripts._claims import PageError, Runs, run_loader  # noqa: E402
 from scripts._claims_family import FAMILY_BLOCKS  # noqa: E402
 from scripts._claims_gemma import GEMMA_BLOCKS  # noqa: E402
+from scripts._claims_moe import MOE_BLOCKS  # noqa: E402
 from scripts._claims_oracle import ORACLE_BLOCKS  # noqa: E402
 from scripts._claims_planted import PLANTED_BLOCKS  # noqa: E402
 
@@ -42,7 +43,8 @@ NUMBER = re.compile(r"(?<![\w@/#.\-+])[+\-]?\d+(?:\.\d+)?(?!\w)")
 VERDICT = re.compile(r"\bseparabl[ey]\b")
 
 
-BLOCKS: dict[str, tuple[str, Callable[[Runs], str]]] = {**GEMMA_BLOCKS, **PLANTED_BLOCKS, **ORACLE_BLOCKS, **FAMILY_BLOCKS}
+BLOCKS: dict[str, tuple[str, Callable[[Runs], str]]] = {**GEMMA_BLOCKS, **PLANTED_BLOCKS, **ORACLE_BLOCKS, **FAMILY_BLOCKS,
+                                                      **MOE_BLOCKS}
 """Block name -> (the run it reads, what writes it)."""
 
 CHECKED: dict[str, tuple[str, ...]] = {
@@ -51,6 +53,7 @@ CHECKED: dict[str, tuple[str, ...]] = {
     "organism-reference.md": ("What the oracle is", "What it shows"),
     "oracle-real-weights.md": ("What it shows",),
     "organism-family.md": ("What it shows",),
+    "organism-moe-reference.md": ("What it shows",),
     "planted-reference.md": ("What it shows",),
     "planted-nonliteral-reference.md": ("What it shows",),
     "planted-sufficiency-steering.md": ("What it shows",),
