@@ -59,6 +59,8 @@ MUTATIONS = [
     ("planted-nonliteral-sufficiency-steering.md", "separable below it", "not separable from it"),
     ("oracle-real-weights.md", "| L11H2 | 3.05 [2.75, 3.41] |", "| L11H2 | 3.06 [2.75, 3.41] |"),  # an oracle file's figure
     ("organism-family.md", "| `attention` | 0 of 17 | 8 of 11 |", "| `attention` | 0 of 17 | 9 of 11 |"),  # the family's
+    ("organism-moe-reference.md", "`locos-argmax` 0.462", "`locos-argmax` 0.472"),  # the MoE organism's
+    ("organism-moe-reference.md", "drops separably less than random heads", "drops separably more than random heads"),
 ]
 
 
