@@ -74,14 +74,16 @@ def test_a_new_manifest_records_the_items():
 
 
 def test_a_published_manifest_without_items_reads_them_from_the_task_data():
-    """The organism's 64 evaluation examples hold 52, 51 and 51 items (its manifest predates
-    the field); kv-retrieval's 16 hold 16; a task not at hand keeps every example its own."""
+    """The organism's 64 evaluation examples hold 52, 51 and 51 items: read from the task data
+    when a manifest predates the field, the same as the republished manifest records; kv-retrieval's
+    16 hold 16; a task not at hand keeps every example its own."""
     from locos_bench.report.statistics.units import task_items
     from locos_bench.run.rundir import load_run
 
     manifest, _ = load_run(ROOT / "leaderboard" / "organism-reference")
-    assert all(e.items is None for e in manifest.tasks)
-    assert [len(set(task_items(e, 64))) for e in manifest.tasks] == [52, 51, 51]
+    assert [len(set(e.items)) for e in manifest.tasks] == [52, 51, 51]  # recorded since f77a2db
+    older = [e.model_copy(update={"items": None}) for e in manifest.tasks]  # as a manifest from before it
+    assert [task_items(e, 64) for e in older] == [e.items for e in manifest.tasks]
     gemma, _ = load_run(ROOT / "leaderboard" / "gemma3-default-seed0")
     kv = next(e for e in gemma.tasks if e.name == "kv-retrieval")
     assert kv.items is not None and len(set(kv.items)) == 16  # published after the field: recorded
