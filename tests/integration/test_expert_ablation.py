@@ -53,8 +53,9 @@ def test_route_with_nothing_banned_is_the_router(moe):
     router = getattr(router, "original_component", router)
     x = torch.randn(7, moe.geometry.d_model, generator=torch.Generator().manual_seed(0))
     theirs, ours = router(x), route(router, x, [])
-    for a, b in zip(theirs, ours):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(ours[2], theirs[2], rtol=0, atol=0)  # the same experts chosen
+    for a, b in zip(theirs[:2], ours[:2]):  # logits and weights: two code paths, float tolerance
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
 
 
 def test_a_masked_expert_is_chosen_by_no_token_and_others_take_its_place(moe):
