@@ -26,6 +26,27 @@ def head_name(head: Sequence[int]) -> str:
     return f"L{head[0]}H{head[1]}"
 
 
+def unit_name(unit: Sequence[int], kind: str = "head") -> str:
+    """A run's unit as it prints: a head `L3H5`, or an expert `(layer, expert)` `L3E5`."""
+    return head_name(unit) if kind == "head" else f"L{int(unit[0])}E{int(unit[1])}"
+
+
+REFERENCE_ROLES = ("locos", "random")
+"""The reference detectors every other is compared with: the write-side score and the floor."""
+
+
+def references(detectors: Sequence[str], order: Sequence[str] = REFERENCE_ROLES) -> list[str]:
+    """The references among `detectors`, in `order` of their roles: `locos` and `random`, or
+    on an expert run their analogues `expert-locos` and `expert-random`."""
+    present = set(detectors)
+    return [name for role in order for name in (role, f"expert-{role}") if name in present][:len(order)]
+
+
+def reference_role(name: str) -> str:
+    """`expert-locos` -> `locos`: the role a reference detector plays (`REFERENCE_ROLES`)."""
+    return name.removeprefix("expert-")
+
+
 def set_name(heads: Sequence[Sequence[int]]) -> str:
     """`L0H1+L2H3`: a head set as the organism's ground truth names it (heads sorted)."""
     return "+".join(head_name(h) for h in sorted(tuple(h) for h in heads))

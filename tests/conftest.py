@@ -90,6 +90,13 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
+def organism_moe():
+    from locos_bench.models import load_model
+
+    return load_model("organism-moe")
+
+
+@pytest.fixture(scope="session")
 def planted():
     from locos_bench.models import load_model
 

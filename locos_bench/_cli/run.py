@@ -55,9 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local datasets: DATA/<task> in each release's layout (paper preset: "
                              "real benchmarks found there replace their synthetic twins)")
     parser.add_argument("--budgets", type=_int_list, help="numbers of ablated heads, e.g. 1,2,4,8,16")
+    parser.add_argument("--unit", default="head", metavar="head|expert",
+                        help="what detectors rank and budgets count: attention heads (default), or the experts "
+                             "(layer, expert) of a mixture of experts (`locos-bench detectors` shows each unit)")
     parser.add_argument("--ablation", default=None,
                         help="mean, zero or scale:ALPHA on each head's output z; mean-q or zero-q on its query "
-                             "(before QK-norm and RoPE) (default: the preset's, else mean)")
+                             "(before QK-norm and RoPE); with --unit expert: mask (router masking) or mean "
+                             "(default: the preset's, else mean)")
     parser.add_argument("--positionwise", action="store_true",
                         help="mean ablation (mean, mean-q) per token position (each row's positions from its "
                              "attention mask; the flat mean where fewer than 2 reference prompts reach)")
@@ -184,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
         quiet=args.quiet, data=args.data, explain=args.explain,
         lm_eval_tasks=args.lm_eval_tasks or [], sufficiency=args.sufficiency,
         kv_sink=args.kv_sink, kv_window=args.kv_window, steer_alphas=args.steer_alphas, bottom_k=args.bottom_k,
-        control_budgets=args.control_budgets,
+        control_budgets=args.control_budgets, unit=args.unit,
     )
     resolved = cfg.resolved()
     held = RunDir(resolved.output_dir)

@@ -1,7 +1,9 @@
 """Detector conformance checks any detector author can run (scikit-learn style).
 
 Every check scores heads of the `planted` model (a GQA Llama built in memory; no download)
-on a few `planted-kv` examples and asserts one contract of DESIGN.md's `Detector`::
+on a few `planted-kv` examples and asserts one contract of DESIGN.md's `Detector`; an expert
+detector (`unit = "expert"`) is scored on the shipped `organism-moe` (4 layers of 8 experts,
+top 2) and its `organism-nonliteral` examples instead::
 
     from locos_bench.detectors.conformance import parametrize_with_checks
 
@@ -16,8 +18,9 @@ each check, so checks never share state), classes, or zero-argument factories.
 Checks:
     params: `get_params()` is JSON-serialisable, `__init__` stores only the parameters, and
         a clone from the parameters has the same parameters; `cost` and `stochastic` are set.
-    output: `score` returns `HeadScores` of shape `[n_layers, n_heads]`, finite, named after
-        the detector, with non-negative `forward_passes` and `seconds`.
+    output: `score` returns `HeadScores` of shape `[n_layers, n_heads]` (an expert detector:
+        `[n_layers, n_experts]`, unit `expert`), finite, named after the detector, with
+        non-negative `forward_passes` and `seconds`.
     deterministic: the same `rng` seed gives identical scores; a detector that is not
         `stochastic` gives identical scores under another seed too.
     no_hooks_left: no hook is left on any module of the bridge after scoring, nor after a
@@ -25,7 +28,8 @@ Checks:
         and `.grad` are as before.
     weights_unchanged: a hash of every weight and buffer is the same before and after.
     gqa: on a model whose query heads share key/value heads, query heads that share a
-        key/value head are scored separately (not one score broadcast per group).
+        key/value head are scored separately (not one score broadcast per group); an expert
+        detector's experts of one layer are scored separately (not one score per layer).
     invalid_output_caught: a wrong-shape or NaN result from this detector is rejected by
         `validate_scores` with an error naming the detector (what the harness runs).
     no_answer_key: the model this detector is handed (the one the harness hands it) carries
@@ -64,16 +68,24 @@ DetectorLike = Any  # a registered name, a Detector instance or class, or a fact
 _TARGETS: list[tuple[Any, tuple[Any, ...]]] = []
 
 
-def conformance_model() -> Any:
-    """The planted model (tiny, built in memory, GQA: 4 query heads on 2 key/value heads),
-    or the model given to `on_model`."""
-    return _TARGETS[-1][0] if _TARGETS else _planted_model()
+def conformance_model(unit: str = "head") -> Any:
+    """The planted model (tiny, built in memory, GQA: 4 query heads on 2 key/value heads), for
+    `unit` `expert` the shipped `organism-moe`, or the model given to `on_model`."""
+    if _TARGETS:
+        return _TARGETS[-1][0]
+    return _moe_model() if unit == "expert" else _planted_model()
 
 
-def conformance_examples() -> tuple[Any, ...]:
-    """The first `N_EXAMPLES` examples of `planted-kv` (contexts of 48 and 96 tokens), or
-    the examples given to `on_model`."""
-    return _TARGETS[-1][1] if _TARGETS else _planted_examples()
+def conformance_examples(unit: str = "head") -> tuple[Any, ...]:
+    """The first `N_EXAMPLES` examples of `planted-kv` (contexts of 48 and 96 tokens), for
+    `unit` `expert` of `organism-nonliteral`, or the examples given to `on_model`."""
+    if _TARGETS:
+        return _TARGETS[-1][1]
+    return _moe_examples() if unit == "expert" else _planted_examples()
+
+
+def _unit(det: Any) -> str:
+    return getattr(det, "unit", "head")
 
 
 @contextlib.contextmanager
@@ -107,6 +119,22 @@ def _planted_examples() -> tuple[Any, ...]:
     from locos_bench.tasks import load_task, make_examples
 
     return tuple(make_examples(load_task("planted-kv"), N_EXAMPLES))
+
+
+@functools.cache
+def _moe_model() -> Any:
+    from locos_bench.models import load_model
+
+    model = load_model("organism-moe")
+    _wire_hooks(model)
+    return model
+
+
+@functools.cache
+def _moe_examples() -> tuple[Any, ...]:
+    from locos_bench.tasks import load_task, make_examples
+
+    return tuple(make_examples(load_task("organism-nonliteral"), N_EXAMPLES, model=_moe_model()))
 
 
 # ---------------------------------------------------------------------------------------
@@ -144,7 +172,8 @@ def _name(det: Detector) -> str:
 
 
 def _score(det: Detector, seed: int = 0) -> HeadScores:
-    return det.score(conformance_model(), list(conformance_examples()), rng=np.random.default_rng(seed))
+    unit = _unit(det)
+    return det.score(conformance_model(unit), list(conformance_examples(unit)), rng=np.random.default_rng(seed))
 
 
 _RESULTS: dict[tuple[Any, ...], HeadScores] = {}
@@ -152,7 +181,7 @@ _RESULTS: dict[tuple[Any, ...], HeadScores] = {}
 
 def _shared_result(det: Detector) -> HeadScores:
     """One seed-0 result per (class, name, parameters), shared by the read-only checks."""
-    key = (id(conformance_model()), type(det), _name(det), json.dumps(det.get_params(), sort_keys=True, default=repr))
+    key = (id(conformance_model(_unit(det))), type(det), _name(det), json.dumps(det.get_params(), sort_keys=True, default=repr))
     if key not in _RESULTS:
         _RESULTS[key] = _score(det)
     return _RESULTS[key]
@@ -240,12 +269,17 @@ def check_params(detector: DetectorLike) -> None:
 
 def check_output(detector: DetectorLike) -> None:
     det = make_instance(detector)
-    model = conformance_model()
+    model = conformance_model(_unit(det))
     result = _shared_result(det)
     assert isinstance(result, HeadScores), f"{_name(det)}: score returned {type(result).__name__}"
-    geo = model.geometry
-    assert tuple(result.scores.shape) == (geo.n_layers, geo.n_heads), (
-        f"{_name(det)}: scores of shape {tuple(result.scores.shape)}, expected {(geo.n_layers, geo.n_heads)}"
+    assert result.unit == _unit(det), f"{_name(det)}: ranks {_unit(det)}s, yet returned {result.unit} scores"
+    expected = (model.geometry.n_layers, model.geometry.n_heads)
+    if result.unit == "expert":
+        from locos_bench.detectors.experts import expert_shape
+
+        expected = expert_shape(model)
+    assert tuple(result.scores.shape) == expected, (
+        f"{_name(det)}: scores of shape {tuple(result.scores.shape)}, expected {expected}"
     )
     assert result.scores.is_floating_point(), f"{_name(det)}: scores must be floating point"
     assert torch.isfinite(result.scores).all(), f"{_name(det)}: non-finite scores"
@@ -279,7 +313,7 @@ class _Injected(RuntimeError):
 
 def check_no_hooks_left(detector: DetectorLike) -> None:
     det = make_instance(detector)
-    model = conformance_model()
+    model = conformance_model(_unit(det))
     hooks, state = hook_snapshot(model), state_snapshot(model)
     _score(det)
     after = hook_snapshot(model)
@@ -308,7 +342,7 @@ def check_no_hooks_left(detector: DetectorLike) -> None:
 
 def check_weights_unchanged(detector: DetectorLike) -> None:
     det = make_instance(detector)
-    model = conformance_model()
+    model = conformance_model(_unit(det))
     before = weights_hash(model)
     _score(det)
     assert weights_hash(model) == before, f"{_name(det)}: score changed the model's weights or buffers"
@@ -316,6 +350,11 @@ def check_weights_unchanged(detector: DetectorLike) -> None:
 
 def check_gqa(detector: DetectorLike) -> None:
     det = make_instance(detector)
+    if _unit(det) == "expert":
+        scores = _shared_result(det).scores
+        assert (scores - scores[:, :1]).abs().amax() > 0, (
+            f"{_name(det)}: every expert of a layer has one score; score each expert (layer, expert)")
+        return
     model = conformance_model()
     geo = model.geometry
     assert geo.n_kv_heads < geo.n_heads, "the conformance model must share key/value heads (GQA)"
@@ -331,15 +370,16 @@ def check_gqa(detector: DetectorLike) -> None:
 
 def check_invalid_output_caught(detector: DetectorLike) -> None:
     det = make_instance(detector)
-    model = conformance_model()
+    model = conformance_model(_unit(det))
     name = _name(det)
     result = _shared_result(det)
     if not isinstance(result, HeadScores):
         raise AssertionError(f"{name}: score returned {type(result).__name__}, not HeadScores")
+    unit = result.unit
     corrupt: list[Any] = [
-        HeadScores(scores=result.scores[:-1], detector=name),  # a layer missing
-        HeadScores(scores=result.scores.reshape(-1), detector=name),  # flattened
-        HeadScores(scores=result.scores.clone().fill_(float("nan")), detector=name),
+        HeadScores(scores=result.scores[:-1], detector=name, unit=unit),  # a layer missing
+        HeadScores(scores=result.scores.reshape(-1), detector=name, unit=unit),  # flattened
+        HeadScores(scores=result.scores.clone().fill_(float("nan")), detector=name, unit=unit),
         result.scores,  # a bare tensor instead of HeadScores
     ]
     for bad in corrupt:
@@ -352,7 +392,7 @@ def check_invalid_output_caught(detector: DetectorLike) -> None:
 
 
 def check_no_answer_key(detector: DetectorLike) -> None:
-    model = conformance_model()
+    model = conformance_model(_unit(make_instance(detector)))
     leaks = answer_key_leaks(model)
     assert not leaks, (
         f"{label(detector)}: the model it is handed carries the planted answer key at "

@@ -18,7 +18,6 @@ from locos_bench.harness.interrupts import own_interrupt
 from locos_bench.interventions import (
     AblationSpec,
     HeadAblation,
-    HeadMeans,
     HeadSetAblation,
     reference_means,
 )
@@ -74,7 +73,7 @@ class Worker:
         self.tasks = tasks
         self.log = log or (lambda message: print(message, file=sys.stderr, flush=True))
         self.timings: dict[str, float] = {}
-        self._means: dict[str, HeadMeans | None] = {}
+        self._means: dict[str, Any] = {}  # HeadMeans, or ExpertMeans on an expert run
         self._prefixes: dict[str, Any] = {}
         self._passes: Any = None  # `shared_passes.PassMemo` of the detect phase
         self._passes_task: str | None = None
@@ -153,9 +152,10 @@ class Worker:
                 values = data.values(self.model, self._hooks(job, means), batch_size=self.config.batch_size)
                 return UnitRecord.for_key(key, job.heads, job.heads_from, values=values,
                                           seconds=time.perf_counter() - start)
-            if key.kind in (UnitKind.EVAL, UnitKind.BOTTOM):
-                return self._eval_unit(data, job, means)
-            return self._rank_unit(data, job, means)
+            with self._experts_ablated(job, means):
+                if key.kind in (UnitKind.EVAL, UnitKind.BOTTOM):
+                    return self._eval_unit(data, job, means)
+                return self._rank_unit(data, job, means)
 
     def run_many(self, jobs: Sequence[Job]) -> list[UnitRecord]:
         """Compute `jobs`, in order; evaluations of one task share batches (several head sets
@@ -166,7 +166,8 @@ class Worker:
         groups: dict[tuple, list[int]] = {}
         for n, job in enumerate(jobs):
             external = isinstance(self.tasks[job.key.task], ExternalControl)
-            if job.key.kind in _SHARED and self.config.eval_head_sets > 1 and not external:
+            shared = self.config.eval_head_sets > 1 and self.config.unit == "head"
+            if job.key.kind in _SHARED and shared and not external:
                 examples = (job.key.split, job.key.draw if job.key.split else 0)  # one batch, one example set
                 groups.setdefault((job.key.task, job.key.kind, job.key.alpha, examples), []).append(n)
             else:
@@ -223,8 +224,9 @@ class Worker:
                                   kv_kept=kv_kept_share(self.model.geometry, job.heads, lengths, sink=sink, window=window),
                                   unaffected_layers=list(unaffected), seconds=time.perf_counter() - start)
 
-    def _reference(self, data: RunTask) -> HeadMeans | None:
-        """The task's mean activations, computed once when its first ablation needs them."""
+    def _reference(self, data: RunTask) -> Any:
+        """The task's mean activations (`HeadMeans`; an expert run's `ExpertMeans`), computed
+        once when its first ablation needs them."""
         name = data.spec.name
         if name not in self._means:
             means = None
@@ -232,7 +234,12 @@ class Worker:
             if ablation.needs_reference:
                 with self._timed("reference"):
                     ids = [tokenize_example(ex, self.model.tokenizer).input_ids for ex in data.reference]
-                    means = reference_means(self.model, ids, positionwise=ablation.positionwise, site=ablation.site)
+                    if self.config.unit == "expert":
+                        from locos_bench.interventions.experts import expert_means
+
+                        means = expert_means(self.model, ids)
+                    else:
+                        means = reference_means(self.model, ids, positionwise=ablation.positionwise, site=ablation.site)
             self._means[name] = means
         return self._means[name]
 
@@ -266,22 +273,39 @@ class Worker:
         unit's alpha."""
         return AblationSpec("scale", key.alpha) if key.kind == UnitKind.STEER else self.config.ablation
 
-    def _hooks(self, job: Job, means: HeadMeans | None) -> list:
-        if not job.heads:
+    def _hooks(self, job: Job, means: Any) -> list:
+        """The TransformerLens hooks that ablate the job's heads (none on an expert run)."""
+        if not job.heads or self.config.unit != "head":
             return []
         return HeadAblation([tuple(h) for h in job.heads], self._spec(job.key), means).hooks()
 
-    def _eval_unit(self, data: TaskData, job: Job, means: HeadMeans | None) -> UnitRecord:
+    def _experts_ablated(self, job: Job, means: Any) -> Any:
+        """Around an expert run's evaluation: the job's experts ablated (`expert_ablation`,
+        torch hooks on the model's own modules); a head run's heads are `_hooks`."""
+        from contextlib import nullcontext
+
+        if not job.heads or self.config.unit != "expert":
+            return nullcontext()
+        from locos_bench.interventions.experts import expert_ablation
+
+        return expert_ablation(self.model, job.heads, mode=self.config.ablation.mode, means=means)
+
+    def _clean_prefix(self, data: TaskData) -> Any:
+        """The task's clean prefix store, on a head run; an expert run starts every pass at
+        layer 0 (its experts are ablated by hooks the clean prefix cannot see)."""
+        return self._prefix(data) if self.config.unit == "head" else None
+
+    def _eval_unit(self, data: TaskData, job: Job, means: Any) -> UnitRecord:
         """The evaluation split with the job's heads ablated (the simple path: one head set)."""
         from locos_bench.evaluation import evaluate_task
 
         start = time.perf_counter()
         with self._batches_shown([job]):
             rows = evaluate_task(self.model, data.spec, data.evaluation, hooks=self._hooks(job, means),
-                                 batch_size=self.config.batch_size, prefix=self._prefix(data))
+                                 batch_size=self.config.batch_size, prefix=self._clean_prefix(data))
         return self._eval_record(data, job, rows, time.perf_counter() - start)
 
-    def _rank_unit(self, data: TaskData, job: Job, means: HeadMeans | None) -> UnitRecord:
+    def _rank_unit(self, data: TaskData, job: Job, means: Any) -> UnitRecord:
         """One head ablated alone: teacher-forced gold log-prob only (no generation)."""
         from locos_bench.evaluation import gold_logprobs
 
@@ -289,7 +313,7 @@ class Worker:
         with self._batches_shown([job]):
             values = gold_logprobs(self.model, data.tokenized(self.model, "evaluation"),
                                    hooks=self._hooks(job, means), batch_size=self.config.batch_size,
-                                   prefix=self._prefix(data))
+                                   prefix=self._clean_prefix(data))
         return UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: values},
                                   seconds=time.perf_counter() - start)
 

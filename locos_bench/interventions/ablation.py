@@ -78,7 +78,8 @@ class AblationSpec:
     positionwise: bool = False
     sink: str = DEFAULT_SINK
     target: str = "z"
-    """What is replaced: `z` (the head's output, before `W_O`) or `q` (its query)."""
+    """What is replaced: `z` (the head's output, before `W_O`), `q` (its query) or `expert` (an
+    expert's output, `mean`, or its routing, `mask`)."""
 
     @classmethod
     def parse(cls, text: str, *, positionwise: bool = False, sink: str | None = None) -> AblationSpec:
@@ -104,6 +105,17 @@ class AblationSpec:
                                  "(scale:2.0 amplifies, scale:0.5 damps; ablation zero removes the heads)")
             return cls("scale", alpha)
         raise LocosError(f"unknown ablation {text!r}; choose {ABLATIONS}")
+
+    @classmethod
+    def expert(cls, text: str) -> AblationSpec:
+        """The ablation of an expert run (`target` `expert`): `mask` (router masking) or `mean`
+        (the expert's output replaced by its mean; `interventions.experts`)."""
+        from locos_bench.interventions.experts import MODES
+
+        if text.strip() not in MODES:
+            raise LocosError(f"unknown expert ablation {text.strip()!r}; an expert run (--unit expert) "
+                             f"takes {' or '.join(MODES)}")
+        return cls(text.strip(), target="expert")
 
     def __str__(self) -> str:
         if self.target == "q":

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from locos_bench.errors import LocosError
 from locos_bench.models.experts import ExpertGeometry, expert_geometry
+from locos_bench.names import unit_name
 
 Expert = tuple[int, int]
 """`(layer, expert)`: the unit an expert detector ranks."""
@@ -37,7 +38,7 @@ MODES = ("mask", "mean")
 
 def expert_name(expert: Sequence[int]) -> str:
     """`(3, 5)` -> `L3E5`, as heads are `L3H5`."""
-    return f"L{int(expert[0])}E{int(expert[1])}"
+    return unit_name(expert, "expert")
 
 
 def moe_layers(model: Any) -> tuple[ExpertGeometry, list[Any]]:

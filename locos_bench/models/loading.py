@@ -99,19 +99,22 @@ class LoadedModel:
         }
 
 
-def describe_with_answer_key(model: LoadedModel, ablation: str = "mean") -> dict[str, Any]:
+def describe_with_answer_key(model: LoadedModel, ablation: str = "mean", unit: str = "head") -> dict[str, Any]:
     """`model.describe()` plus, for a built-in planted model, its answer key (`ground_truth`,
     `ground_truth_task`), looked up by the model's alias in `models.planted`, and for the
     organism its exhaustive search's best head sets (`oracle`, `models.organism`), and for a
     model with a shipped oracle under `ablation` its file and sha256 (`oracle_search`,
     `models.oracle_files`; a run passes its own ablation): what a run's
     manifest records and `locos-bench models NAME` prints. The key never rides on the model,
-    so a detector, which only sees the model, cannot read it."""
+    so a detector, which only sees the model, cannot read it. Every answer key here is of
+    heads: an expert run (`unit` `expert`) records the model's facts alone."""
     from locos_bench.models.oracle_files import oracle_info
     from locos_bench.models.organism import organism_ground_truth
     from locos_bench.models.planted import planted_ground_truth
 
     key = None
+    if unit != "head":
+        return {**model._facts(), **model.info}
     if model.spec.source == "builtin":
         key = planted_ground_truth(model.spec.alias)
     elif model.spec.source == "shipped":

@@ -20,7 +20,9 @@ def run_settings(manifest: Manifest) -> dict[str, str]:
     out = {"--model": manifest.model, "--tasks": ",".join(t.name for t in tasks),
            "--detector": ",".join(d.name for d in manifest.detectors),
            "--budgets": ",".join(map(str, manifest.budgets)), "--ablation": manifest.ablation}
-    if manifest.ablation not in QUERY_MODES:  # a query ablation takes no sink rule (`run` refuses one)
+    if manifest.unit != "head":  # experts take no sink rule
+        out["--unit"] = manifest.unit
+    elif manifest.ablation not in QUERY_MODES:  # a query ablation takes no sink rule (`run` refuses one)
         out["--sink"] = manifest.sink
     if manifest.positionwise:
         out["--positionwise"] = ""

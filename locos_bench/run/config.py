@@ -106,6 +106,10 @@ class RunConfig:
     """Budgets at which control tasks are evaluated (`CONTROL_BUDGETS`): `all`, or `largest`
     (the largest budget only; specificity is then read at that budget). None: the preset's,
     else `all`."""
+    unit: str = "head"
+    """What the detectors rank and the budgets count (`detectors.UNITS`): attention heads, or a
+    mixture of experts' experts, `(layer, expert)`, ablated by `mask` or `mean`
+    (`interventions.experts`)."""
 
     def resolved(self) -> ResolvedConfig:
         """The run these flags name, resolved once: unset fields filled from the preset, every
@@ -122,7 +126,8 @@ class RunConfig:
         calibration_draws = 1 if cfg.calibration_draws is None else cfg.calibration_draws
         kv_sink, kv_window = _streaming(cfg)
         alphas = _check_alphas(cfg.steer_alphas or [])
-        detectors = _resolve_detectors(cfg.detectors, cfg.preset)
+        _check_unit(cfg)
+        detectors = _resolve_detectors(cfg.detectors, cfg.preset, cfg.unit)
         from locos_bench.run.plan import need_retrieval
         from locos_bench.tasks import load_task, resolve_tasks, spec_tokens
 
@@ -157,7 +162,10 @@ class RunConfig:
             raise unknown("--control-budgets value", control_budgets, CONTROL_BUDGETS)
         from locos_bench.interventions import AblationSpec  # torch: only once the names are checked
 
-        ablation = AblationSpec.parse(cfg.ablation or DEFAULT_ABLATION, positionwise=cfg.positionwise, sink=cfg.sink)
+        if cfg.unit == "expert":
+            ablation = AblationSpec.expert(cfg.ablation or DEFAULT_ABLATION)
+        else:
+            ablation = AblationSpec.parse(cfg.ablation or DEFAULT_ABLATION, positionwise=cfg.positionwise, sink=cfg.sink)
         output_dir = cfg.output_dir
         if output_dir is None:
             output_dir = Path("runs") / f"{cfg.model.replace('/', '_')}-{cfg.preset}-seed{cfg.seed}"
@@ -175,7 +183,7 @@ class RunConfig:
             sufficiency=bool(cfg.sufficiency),
             kv_sink=kv_sink, kv_window=kv_window, steer_alphas=tuple(alphas), bottom_k=tuple(bottom_k),
             control_budgets=control_budgets, default_dir=cfg.output_dir is None, retry_failed=cfg.retry_failed,
-            skip_bad_rows=cfg.skip_bad_rows,
+            skip_bad_rows=cfg.skip_bad_rows, unit=cfg.unit,
         )
 
 
@@ -247,6 +255,8 @@ class ResolvedConfig:
     worker); otherwise a failed unit counts as done."""
     skip_bad_rows: bool = False
     """A bad row of a user's data file is skipped (and counted) rather than fatal."""
+    unit: str = "head"
+    """`head` or `expert`: what the run's detectors rank and its budgets count."""
 
     @property
     def positionwise(self) -> bool:
@@ -271,13 +281,13 @@ class ResolvedConfig:
         if self.batch_size is None:
             size, why = model.batch_size_for(self.context_tokens)
             changes.update(batch_size=size, batch_size_chosen=f"{size} ({why})")
-        heads = model.geometry.n_total_heads
+        heads, noun = unit_count(self.unit, model)
         if self.rank_diagnostic > heads:
-            raise LocosError(f"--rank-diagnostic {self.rank_diagnostic} is more than the {heads} heads of "
-                             f"{self.model}: give at most {heads} (every head ablated alone)")
+            raise LocosError(f"--rank-diagnostic {self.rank_diagnostic} is more than the {heads} {noun}s of "
+                             f"{self.model}: give at most {heads} (every {noun} ablated alone)")
         above = [k for k in self.budgets if k > heads]
         if len(above) > 1 or (above and heads in self.budgets):
-            raise LocosError(f"--budgets {','.join(map(str, above))} would all become {heads}, the model's head "
+            raise LocosError(f"--budgets {','.join(map(str, above))} would all become {heads}, the model's {noun} "
                              f"count{' (already a budget)' if heads in self.budgets else ''}: keep at most one "
                              f"budget of {heads} or more")
         if above:  # one budget past the model's heads: every head ablated, said as a warning
@@ -307,6 +317,36 @@ class ResolvedConfig:
         for name in ("variants", "fallbacks"):
             data[name] = tuple(tuple(pair) for pair in data[name])
         return cls(**data)
+
+
+def unit_count(unit: str, model: Any) -> tuple[int, str]:
+    """How many units of `unit` the loaded `model` has, and the unit's noun; a dense model on an
+    expert run is refused in one line."""
+    if unit == "head":
+        return model.geometry.n_total_heads, "head"
+    if not model.info.get("experts"):
+        raise LocosError(f"{model.name} has no experts (a dense model): --unit expert needs a mixture of experts")
+    from locos_bench.detectors.experts import expert_shape
+
+    layers, experts = expert_shape(model)
+    return layers * experts, "expert"
+
+
+_HEAD_ONLY = (("sufficiency", "--sufficiency (heads streaming)"), ("steer_alphas", "--steer-alphas"),  # an expert
+              ("positionwise", "--positionwise"), ("sink", "--sink"), ("explain", "--explain"),  # run refuses
+              ("lm_eval_tasks", "--lm-eval-tasks"))  # each of these options that act on heads, by its flag
+
+
+def _check_unit(cfg: RunConfig) -> None:
+    """`unit` known, and an expert run without the options that only heads have."""
+    from locos_bench.detectors.registry import UNITS
+
+    if cfg.unit not in UNITS:
+        raise unknown("--unit", cfg.unit, UNITS)
+    if cfg.unit == "expert":
+        for name, flag in _HEAD_ONLY:
+            if getattr(cfg, name):
+                raise LocosError(f"{flag} acts on attention heads; an expert run (--unit expert) cannot take it")
 
 
 def _check_alphas(alphas: Sequence[float]) -> list[float]:
@@ -404,9 +444,10 @@ def _resolve_bottom_k(requested: Sequence[str], detectors: Sequence[str], *, giv
     return [d for d in detectors if d in chosen]
 
 
-def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:
-    """Detector names in order; `all` is every registered detector whose `presets` admit
-    `preset` (a detector that fails to import is left to the run, which records why)."""
+def _resolve_detectors(requested: Sequence[str], preset: str, unit: str = "head") -> list[str]:
+    """Detector names in order; `all` is every registered detector of `unit` whose `presets`
+    admit `preset` (a detector that fails to import is left to the run, which records why). A
+    detector of the other unit is refused by name."""
     from locos_bench.detectors import detector_names, get_detector_class
 
     def in_all(name: str) -> bool:
@@ -416,7 +457,8 @@ def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:
             return True
         return presets is None or preset in presets
 
-    available = detector_names()
+    available = detector_names(unit)
+    other = "expert" if unit == "head" else "head"
     names: list[str] = []
     for item in requested:
         for name in item.split(","):
@@ -425,9 +467,9 @@ def _resolve_detectors(requested: Sequence[str], preset: str) -> list[str]:
                 continue
             if name == "all":
                 names.extend(n for n in available if in_all(n))
-            elif name in detector_names("expert"):
-                raise LocosError(f"detector {name!r} ranks experts, and this run ranks attention heads "
-                                 f"(head detectors: {', '.join(available)})")
+            elif name in detector_names(other):
+                raise LocosError(f"detector {name!r} ranks {other}s, and this run ranks {unit}s "
+                                 f"({unit} detectors: {', '.join(available)}; --unit {other} ranks {other}s)")
             elif name not in available:
                 raise unknown("detector", name, [*available, "all"])
             else:

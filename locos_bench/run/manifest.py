@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from locos_bench.names import references
 from locos_bench.run.plan import ALL_BUDGETS, EACH_RETRIEVAL, FIRST_RETRIEVAL
 from locos_bench.run.provenance import Provenance, provenance
 
@@ -78,7 +79,6 @@ class Streaming(BaseModel):
     window: int
 
 
-REFERENCES = ("locos", "random")
 """The detectors every other one is compared with in a run's family, when the run has them."""
 
 
@@ -123,7 +123,7 @@ def default_family(detectors: Sequence[str], *, sufficiency: bool = False, steer
                    bottom_k: Sequence[str] = ()) -> Family:
     """The family a run of `detectors` pre-specifies (`Family`): the same for a run directory
     whose manifest predates the field, from its own configuration."""
-    refs = [r for r in REFERENCES if r in detectors]
+    refs = references(detectors)
     pairs = [(d, r) for d in detectors if d not in refs for r in refs]
     pairs += [(a, b) for i, a in enumerate(refs) for b in refs[i + 1:]]
     figures = [f"{part}:{metric}" for part, on in (("ablation", True), ("sufficiency", sufficiency),
@@ -205,6 +205,11 @@ class Manifest(BaseModel):
     """How `random`'s draws are stratified (`RandomStrata`); None: plain uniform draws (every
     run without a fitting oracle, and runs recorded before it)."""
 
+    unit: str = "head"
+    """What the detectors ranked and the budgets count: `head` (every run recorded before the
+    field), or `expert`, `(layer, expert)` of a mixture of experts, where `heads` in the records
+    hold experts and `ablation` is `mask` or `mean` (`interventions.experts`)."""
+
     family: Family | None = None
     """The comparisons behind the run's verdicts, written by the run. None in manifests
     written before it: `verdict_family` derives the same from the run's configuration."""
@@ -221,7 +226,7 @@ class Manifest(BaseModel):
         """The part that must match for a rerun to resume into the same directory."""
         return self.model_dump(include={"model", "tasks", "detectors", "budgets", "ablation",
                                         "positionwise", "sink", "random_draws", "random_seed", "calibration_draws",
-                                        "seed", "rank_diagnostic", "sufficiency", "steer_alphas"})
+                                        "seed", "rank_diagnostic", "sufficiency", "steer_alphas", "unit"})
 
 
 def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any]) -> Manifest:
@@ -234,7 +239,7 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
     """
     from locos_bench.models import describe_with_answer_key
 
-    model_info = describe_with_answer_key(model, str(config.ablation))
+    model_info = describe_with_answer_key(model, str(config.ablation), config.unit)
     if config.batch_size_chosen is not None:
         model_info["batch_size_chosen"] = config.batch_size_chosen
     return Manifest(
@@ -246,7 +251,7 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         provenance=provenance(config.device), fallbacks=dict(config.fallbacks), control_heads=EACH_RETRIEVAL,
         control_budgets=config.control_budgets,
         steer_alphas=list(config.steer_alphas), steer_calibration=bool(config.steer_alphas),
-        bottom_k=list(config.bottom_k),
+        bottom_k=list(config.bottom_k), unit=config.unit,
         sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
         family=default_family(list(config.detectors), sufficiency=bool(config.sufficiency),
                               steering=bool(config.steer_alphas), bottom_k=list(config.bottom_k)),

@@ -221,7 +221,7 @@ class RunPlan:
         calibration_draws: Draws of each deterministic detector: one per disjoint calibration
             subset (`run.splits`), each scored and evaluated.
         rank_diagnostic: How many of each detector's top heads are ablated alone.
-        n_heads: Query heads of the model (caps the rank diagnostic); None if unknown.
+        n_heads: The model's query heads (an expert run: experts); caps the rank diagnostic.
         control_heads: `EACH_RETRIEVAL`, or `FIRST_RETRIEVAL` for a run recorded before it.
         sufficiency: Whether each retrieval task also gets `suff` units (its floor, and each
             detector draw's top-k heads full at every budget).
@@ -257,9 +257,9 @@ class RunPlan:
     def from_manifest(cls, manifest: Any) -> RunPlan:
         """The plan of the run a `Manifest` describes."""
         info = manifest.model_info or {}
-        n_heads = None
-        if "n_layers" in info and "n_heads" in info:
-            n_heads = int(info["n_layers"]) * int(info["n_heads"])
+        n_heads, experts = None, info.get("experts") if getattr(manifest, "unit", "head") == "expert" else None
+        if experts or "n_layers" in info and "n_heads" in info:
+            n_heads = len(experts["layers"]) * experts["n_experts"] if experts else info["n_layers"] * info["n_heads"]
         return cls(
             tasks=tuple(PlannedTask(t.name, t.kind, getattr(t, "variant_of", None) or "") for t in manifest.tasks),
             detectors=tuple(PlannedDetector(d.name, bool(d.stochastic)) for d in manifest.detectors),

@@ -28,7 +28,7 @@ from locos_bench.errors import LocosError
 from locos_bench.models import describe_with_answer_key
 from locos_bench.models.planted import planted_ground_truth
 
-ALL = detector_names()
+ALL = detector_names() + detector_names("expert")
 BUILTINS = [n for n in ALL if detector_source(n) == "built-in"]
 
 
@@ -171,6 +171,44 @@ class ScoresKVHeads(_Base):
         return self._result(model, kv.repeat_interleave(geo.n_heads // geo.n_kv_heads, dim=1))
 
 
+class _ExpertBase(_Base):
+    """A minimal honest expert detector: `[n_layers, n_experts]` scores of unit `expert`."""
+
+    unit = "expert"
+
+    def _result(self, model, scores):
+        return HeadScores(scores=scores, detector=self.name, params=self.get_params(), unit="expert")
+
+    def score(self, model, examples, *, rng):
+        from locos_bench.detectors.experts import expert_shape
+
+        layers, experts = expert_shape(model)
+        return self._result(model, torch.arange(layers * experts, dtype=torch.float32).reshape(layers, experts))
+
+
+class ExpertScoresHeads(_ExpertBase):
+    """Declares experts but scores the `[n_layers, n_heads]` heads."""
+
+    def score(self, model, examples, *, rng):
+        return self._result(model, torch.zeros(model.geometry.n_layers, model.geometry.n_heads))
+
+
+class ExpertReturnsHeadUnit(_ExpertBase):
+    """Right shape, wrong unit: says `head`."""
+
+    def score(self, model, examples, *, rng):
+        out = super().score(model, examples, rng=rng)
+        return HeadScores(scores=out.scores, detector=self.name, params=self.get_params())
+
+
+class ScoresLayers(_ExpertBase):
+    """One score per layer broadcast to its experts (an expert detector's analogue of the GQA bug)."""
+
+    def score(self, model, examples, *, rng):
+        out = super().score(model, examples, rng=rng)
+        return self._result(model, out.scores[:, :1].expand_as(out.scores).clone())
+
+
 @pytest.fixture
 def restore_model():
     yield
@@ -202,6 +240,9 @@ def restore_model():
         (LeavesGrads(), "no_hooks_left", AssertionError),
         (MutatesWeights(), "weights_unchanged", AssertionError),
         (ScoresKVHeads(), "gqa", AssertionError),
+        (ExpertScoresHeads(), "output", AssertionError),
+        (ExpertReturnsHeadUnit(), "output", AssertionError),
+        (ScoresLayers(), "gqa", AssertionError),
     ],
     ids=lambda x: type(x).__name__ if isinstance(x, Detector) else None,
 )
@@ -219,10 +260,11 @@ def test_leak_after_exception_is_reported_as_such(restore_model):
         conformance.check_no_hooks_left(LeaksHookOnError())
 
 
-def test_a_correct_toy_detector_passes_every_check():
-    """The suite is not so strict that a minimal honest detector fails it."""
+@pytest.mark.parametrize("honest", [_Base(), _ExpertBase()], ids=["head", "expert"])
+def test_a_correct_toy_detector_passes_every_check(honest):
+    """The suite is not so strict that a minimal honest detector of either unit fails it."""
     conformance._RESULTS.clear()
-    for check in detector_checks(_Base()):
+    for check in detector_checks(honest):
         check()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from locos_bench.names import references
 from locos_bench.report.rendering.display import fmt, fmt_ci, fmt_p, table
 from locos_bench.report.rendering.oracle_shares import oracle_sentence
 from locos_bench.report.statistics.results import FamilyStats, RunStats, Verdict
@@ -80,7 +81,7 @@ def _sentence(stats: FamilyStats, figure: str) -> str:
     if not stats.identified:
         return f"On the {figure} nothing can be separable at this n ({floor_text(stats)})."
     parts = []
-    for ref in ("random", "locos"):
+    for ref in references({v.reference for v in stats.verdicts}, ("random", "locos")):
         against = [v for v in stats.verdicts if v.reference == ref]
         if not against:
             continue

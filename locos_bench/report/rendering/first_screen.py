@@ -11,11 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from locos_bench.names import references
 from locos_bench.report.rendering.display import fmt, fmt_ci, rank_text, table
 from locos_bench.report.statistics.results import GOLD, RunStats, Verdict
 from locos_bench.report.statistics.separability import summary_key
 
-REFERENCES = ("random", "locos")
+ROLES = ("random", "locos")
+
+
+def _references(run: RunStats) -> list[str]:
+    """The columns' references: `random` and `locos`, or on an expert run `expert-random` and
+    `expert-locos` (a role without its detector keeps the role's name, and shows —)."""
+    names = [row.detector for row in run.summary]
+    return [(references(names, (role,)) or [role])[0] for role in ROLES]
 """The references every detector is judged against, in the order the page shows them."""
 CONCLUSION_CHARS = 400
 """About the most a first-screen conclusion says; past it, the names become counts."""
@@ -45,7 +53,7 @@ def summary_first(run: RunStats) -> str:
     head, gold = _verdicts(run, "headline"), _verdicts(run, GOLD)
     level = fmt(100 * (1 - run.alpha), 0)
     headers = ["detector", "rank set", "headline drop-area", "gold drop-area (nats)",
-               *[f"vs {ref}" for ref in REFERENCES]]
+               *[f"vs {ref}" for ref in _references(run)]]
     if truth:
         headers.insert(2, "precision@n")
     rows = []
@@ -53,7 +61,7 @@ def summary_first(run: RunStats) -> str:
         cells = [row.detector, rank_text(sets.get(row.detector)), fmt_ci(row.figures["headline"]["retrieval"]),
                  fmt_ci(row.figures[GOLD]["retrieval"]),
                  *[f"{_side(head.get((row.detector, ref)))} / {_side(gold.get((row.detector, ref)))}"
-                   for ref in REFERENCES]]
+                   for ref in _references(run)]]
         if truth:
             cells.insert(2, fmt(row.truth["precision_at_n"]) if row.truth else "—")
         rows.append(cells)
@@ -78,7 +86,7 @@ def _clause(run: RunStats, key: str, figure: str) -> str:
     if not fam.identified:
         return f"on the {figure} nothing can be separable at this n"
     parts = []
-    for ref in REFERENCES:
+    for ref in _references(run):
         against = [v for v in fam.verdicts if v.reference == ref]
         if not against:
             continue

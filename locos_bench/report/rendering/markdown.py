@@ -95,7 +95,7 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         if versus:
             parts += ["Paired differences (this detector − reference):", versus]
         parts += stability_table(run, task)
-        ranks = rank_table(task)
+        ranks = rank_table(task, run.manifest.unit)
         if ranks:
             parts += ["Per-rank diagnostic: each of a detector's top heads ablated alone "
                       "(gold log-prob drop, nats):", ranks]

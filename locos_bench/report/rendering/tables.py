@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from locos_bench.names import head_name
+from locos_bench.names import head_name, references, unit_name
 from locos_bench.report.rendering.display import cell, detector_label, fmt, fmt_ci, overlap_k, rank_text, table
 from locos_bench.report.rendering.notes import NO_STABILITY, STABILITY, at_largest
 from locos_bench.report.statistics.results import GOLD, RunStats, TaskResult
@@ -29,19 +29,30 @@ def header_table(run: RunStats) -> str:
     model = m.model
     if info.get("resolves_to") and info.get("resolves_to") != m.model:
         model += f" ({info['resolves_to']})"
-    if "n_layers" in info and "n_heads" in info:
+    experts = info.get("experts") if m.unit == "expert" else None
+    if experts:
+        model += (f"; {len(experts['layers'])} layers × {experts['n_experts']} experts = "
+                  f"{len(experts['layers']) * int(experts['n_experts'])} experts (top {experts['top_k']} per token, "
+                  f"{experts['router']})")
+    elif "n_layers" in info and "n_heads" in info:
         model += (f"; {info['n_layers']} layers × {info['n_heads']} heads = "
                   f"{int(info['n_layers']) * int(info['n_heads'])} heads")
     query = "each head's query before QK-norm and RoPE, " if m.ablation.endswith("-q") else ""
     ablation = m.ablation + (f" ({query}position-wise" if m.positionwise else f" ({query}position-agnostic")
     # The sink rule is named where it is `keep`: runs before the option wrote the mean there.
     ablation += ", BOS sink left untouched)" if m.sink == "keep" and m.ablation == "mean" else ")"
+    if m.unit == "expert":
+        ablation = m.ablation + (" (router masking: the expert leaves every token's top k, the gates renormalised)"
+                                 if m.ablation == "mask" else " (the expert's output replaced by its mean over the "
+                                 "reference tokens routed to it, times the same gate)")
     p = m.provenance
     packages = ", ".join(f"{name} {ver}" for name, ver in sorted(p.packages.items()))
     timings = ", ".join(f"{phase} {fmt(sec, 1)} s" for phase, sec in m.timings.items()) or "—"
     stats = (f"paired bootstrap over evaluation examples, B = {run.n_resamples}, "
              f"{fmt(100 * run.level, 0)}% {run.method} intervals")
     rows = [
+        *([["unit", "expert: each detector ranks the experts `(layer, expert)`, named L3E5, and a budget k "
+            "ablates k of them; wherever a table of this run says head, read expert"]] if m.unit == "expert" else []),
         ["model", model],
         ["budgets k", ", ".join(map(str, run.budgets))
          + (f" (control tasks at k={run.budgets[-1]} only)" if at_largest(m) else "")],
@@ -50,7 +61,7 @@ def header_table(run: RunStats) -> str:
         *([["calibration draws", f"{m.calibration_draws} disjoint calibration subsets, each "
             "detector chosen and evaluated on each; intervals resample draws, then examples"]]
           if m.calibration_draws > 1 else []),
-        ["rank diagnostic", f"top {m.rank_diagnostic} heads ablated one at a time"],
+        ["rank diagnostic", f"top {m.rank_diagnostic} {m.unit}s ablated one at a time"],
         ["seed", m.seed],
         ["batch size", m.batch_size],
         ["commit", p.git_commit or "—"],
@@ -185,7 +196,7 @@ def ground_truth_table(run: RunStats, task: TaskResult) -> str | None:
 
 
 def versus_table(run: RunStats, task: TaskResult) -> str | None:
-    refs = [r for r in ("locos", "random") if r in task.detectors and task.detectors[r].ok]
+    refs = [r for r in references(list(task.detectors)) if task.detectors[r].ok]
     if not refs:
         return None
     kmax = run.budgets[-1]
@@ -228,7 +239,7 @@ def stability_table(run: RunStats, task: TaskResult) -> list[str]:
     return [STABILITY.format(n_calib=drawn, b=first.n_resamples, k=k0), table(rows, headers)]
 
 
-def rank_table(task: TaskResult) -> str | None:
+def rank_table(task: TaskResult, unit: str = "head") -> str | None:
     dets = [r for r in task.detectors.values() if r.ranks]
     if not dets:
         return None
@@ -241,7 +252,7 @@ def rank_table(task: TaskResult) -> str | None:
         for i in range(1, n + 1):
             r = by_rank.get(i)
             est = r.drops.get(GOLD) if r else None
-            row.append(f"{head_name(r.head)} {fmt(est.value)}" if r and est else "—")
+            row.append(f"{unit_name(r.head, unit)} {fmt(est.value)}" if r and est else "—")
         rows.append(row)
     return table(rows, headers)
 

@@ -156,7 +156,7 @@ def _task_result(plan: RunPlan, manifest: Manifest, entry: Any, source: str, n: 
     add_versus(results, boot, metrics)
     if source == entry.name:
         for res in results.values():
-            fill_stability(res, plan, entry.name, done, budgets, n_resamples, manifest.seed)
+            fill_stability(res, plan, entry.name, done, budgets, n_resamples, manifest.seed, manifest.unit)
     if sets is not None and source == entry.name:
         for det, res in results.items():
             draws = [done.get(plan.scores_key(source, det, d)) for d in plan.draws(det)]

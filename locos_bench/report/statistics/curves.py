@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from locos_bench.names import references
 from locos_bench.report.statistics import ratios
 from locos_bench.report.statistics.bootstrap import Bootstrap, Draws, Estimate, PerDraw, combine, spread, weighted_sum
 from locos_bench.report.statistics.results import GOLD, RATES, Curve, DetectorResult, RankResult, TaskResult
 from locos_bench.report.statistics.units import DrawSets, draw_term, first_line, stratify, vector
 from locos_bench.run import RunPlan
 
-REFERENCES = ("locos", "random")
 """Detectors every other one is compared against, when present in the run."""
 
 
@@ -156,8 +156,8 @@ def detector_result(plan: RunPlan, name: str, task: str, source: str, n: int, do
 def add_versus(results: dict[str, DetectorResult], boot: Bootstrap, metrics: list[str]) -> None:
     """Fill each ranked row's `versus`: its drop-area and drop at the largest k minus each
     reference's, per example (and draw), on the task's shared resamples."""
-    for ref in REFERENCES:
-        if ref not in results or not results[ref].ok:
+    for ref in references(list(results)):
+        if not results[ref].ok:
             continue
         r = results[ref]
         for res in results.values():

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from locos_bench.names import reference_role
 from locos_bench.report.statistics.bootstrap import Draws, Estimate, PerDraw
 from locos_bench.report.statistics.curves import summary_curves
 from locos_bench.report.statistics.results import (
@@ -267,8 +268,8 @@ def separability(run: RunStats, *, n_resamples: int) -> None:
     for row in run.summary:  # the summary's `vs locos` / `vs random`: the family's intervals
         for metric_key in ("headline", GOLD):
             for ref, est in versus(run.verdicts.get(f"ablation:{metric_key}"), row.detector).items():
-                if f"vs_{ref}" in row.figures[metric_key]:
-                    row.figures[metric_key][f"vs_{ref}"] = est
+                if f"vs_{reference_role(ref)}" in row.figures[metric_key]:
+                    row.figures[metric_key][f"vs_{reference_role(ref)}"] = est
     for task in run.tasks:
         if task.kind != "retrieval" or task.heads_from not in ("", task.name):
             continue

@@ -15,25 +15,25 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.names import head_name
+from locos_bench.names import unit_name
 from locos_bench.report.statistics.bootstrap import N_RESAMPLES, calibration_seed, topk_stability
 from locos_bench.report.statistics.results import DetectorResult, Stability
 from locos_bench.run import RunPlan
 
 
 def selection_stability(per_example: Any, budgets: Sequence[int], *, n_resamples: int = N_RESAMPLES,
-                        seed: Any = 0) -> Stability:
+                        seed: Any = 0, unit: str = "head") -> Stability:
     """`Stability` of `[n_calib, n_layers, n_heads]` per-example scores (`bootstrap.topk_stability`)."""
     arr = np.asarray(per_example, dtype=np.float64)
     n_heads = arr.shape[2] if arr.ndim == 3 else 1
     jaccard, frequency = topk_stability(arr, budgets, n_resamples=n_resamples, seed=seed)
     return Stability(n_calib=arr.shape[0], n_resamples=n_resamples, jaccard=jaccard,
-                     frequency={k: {head_name(divmod(h, n_heads)): share for h, share in heads}
+                     frequency={k: {unit_name(divmod(h, n_heads), unit): share for h, share in heads}
                                 for k, heads in frequency.items()})
 
 
 def fill_stability(res: DetectorResult, plan: RunPlan, task: str, done: dict, budgets: list[int],
-                   n_resamples: int, seed: int) -> None:
+                   n_resamples: int, seed: int, unit: str = "head") -> None:
     """Fill `res.stability` from the first error-free draw's per-example scores, or say why not.
 
     A stochastic detector gets none: its heads are drawn without reading the calibration
@@ -46,9 +46,9 @@ def fill_stability(res: DetectorResult, plan: RunPlan, task: str, done: dict, bu
     if not units:
         res.stability_na = "n/a: no scores"
         return
-    unit = units[0]
+    unit, kind = units[0], unit
     if unit.per_example is None:
         res.stability_na = "n/a: no per-example calibration scores recorded"
         return
     res.stability = selection_stability(unit.per_example, budgets, n_resamples=n_resamples,
-                                        seed=calibration_seed(seed, task, unit.draw))
+                                        seed=calibration_seed(seed, task, unit.draw), unit=kind)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from locos_bench.names import REFERENCE_ROLES
 from locos_bench.report.statistics.bootstrap import Estimate, combine
-from locos_bench.report.statistics.curves import REFERENCES, summary_curves
+from locos_bench.report.statistics.curves import summary_curves
 from locos_bench.report.statistics.results import GOLD, SummaryRow, TaskResult
 from locos_bench.report.statistics.separability import summary_key
 from locos_bench.report.statistics.specificity import specificity
@@ -42,7 +43,7 @@ def summary(plan: RunPlan, tasks: list[TaskResult]) -> list[SummaryRow]:
             fig["retrieval"] = combine([(1 / len(retr), t.bootstrap, vec(t, m)) for t, m in retr]) if retr else None
             fig["control"] = combine([(1 / len(ctrl), t.bootstrap, vec(t, m)) for t, m in ctrl]) if ctrl else None
             fig.update(specificity(retr, ctrl, det.name, metric_key, notes, paired=paired, at_kmax=at_kmax))
-            for ref in REFERENCES:  # the run's family fills them (`separability`)
+            for ref in REFERENCE_ROLES:  # the run's family fills them (`separability`)
                 fig[f"vs_{ref}"] = None
             figures[metric_key] = fig
         truths = [t.detectors[det.name].truth for t in tasks
