@@ -47,9 +47,10 @@ def reference_role(name: str) -> str:
     return name.removeprefix("expert-")
 
 
-def set_name(heads: Sequence[Sequence[int]]) -> str:
-    """`L0H1+L2H3`: a head set as the organism's ground truth names it (heads sorted)."""
-    return "+".join(head_name(h) for h in sorted(tuple(h) for h in heads))
+def set_name(heads: Sequence[Sequence[int]], kind: str = "head") -> str:
+    """`L0H1+L2H3`: a head set as the organism's ground truth names it (heads sorted); an
+    expert set (`kind` `expert`) `L0E1+L2E3`."""
+    return "+".join(unit_name(h, kind) for h in sorted(tuple(h) for h in heads))
 
 
 def rank_heads(scores: Any, *, tie_seed: int | None) -> list[Head]:

@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k-max", type=int, default=8)
     parser.add_argument("--prune", type=int, default=8, help="candidates per greedy step (0: every head)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--unit", default="head", choices=("head", "expert"),
+                        help="search sets of heads, or of a mixture of experts' experts (files MODEL-expert-*.json)")
+    parser.add_argument("--exhaustive-to", type=int, default=1,
+                        help="measure every set of up to this many units; greedy growth from there (default 1)")
     parser.add_argument("--resume-dir", type=Path, default=ROOT / "runs" / "oracle-search")
     parser.add_argument("--out-dir", type=Path, default=ORACLE_DIR,
                         help="where MODEL-ABLATION.json and MODEL-sufficiency.json are written "
@@ -89,19 +93,27 @@ def _run(args: argparse.Namespace) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(osr.MODES):
         raise LocosError(f"--modes: unknown {sorted(set(modes) - set(osr.MODES))}; known: {', '.join(osr.MODES)}")
-    ablations = [AblationSpec.parse(a) for a in args.ablations.split(",") if a]
+    experts = args.unit == "expert"
+    parse = AblationSpec.expert if experts else AblationSpec.parse
+    ablations = [parse(a) for a in args.ablations.split(",") if a]
     model = load_model(args.model)
     sizes = {name: getattr(args, name) for name in ("n_calib", "n_ref", "n_eval") if getattr(args, name) is not None}
-    config = RunConfig(model=args.model, preset=args.preset, seed=args.seed, **sizes,
+    config = RunConfig(model=args.model, preset=args.preset, seed=args.seed, unit=args.unit, **sizes,
                        **({"tasks": args.tasks.split(",")} if args.tasks else {})).resolved().for_model(model)
     tasks = {name: data for name, data in build_run_tasks(config, model).items() if data.spec.kind == "retrieval"}
-    heads = all_heads(model)
+    if experts:
+        from locos_bench.evaluation.expert_oracle import every_expert, expert_measure
+        from locos_bench.interventions.experts import expert_means
+    heads = every_expert(model) if experts else all_heads(model)
+    prefix = f"{args.model}-expert" if experts else args.model  # the files' and resume files' names
     prune = args.prune or None
     command = " ".join(["python scripts/oracle_search.py", *map(shlex.quote, args.argv)])
     header: dict[str, Any] = {
         "model": args.model, "resolves_to": model.spec.resolves_to, "n_heads": len(heads),
         "splits_from": {"preset": args.preset, "seed": args.seed, "n_ref": config.n_ref, "n_eval": config.n_eval},
-        "search": {"k_max": args.k_max, "prune": prune, "greedy_on": "gold", "folds": 2},
+        "search": {"k_max": args.k_max, "prune": prune, "greedy_on": "gold", "folds": 2,
+                   **({"exhaustive_to": args.exhaustive_to} if args.exhaustive_to > 1 else {})},
+        **({"unit": "expert"} if experts else {}),
         "command": command,
     }
     outs: dict[str, dict[str, Any]] = {}  # file label -> its contents
@@ -110,8 +122,9 @@ def _run(args: argparse.Namespace) -> int:
             outs[str(a)] = {**header, "mode": "necessity", "ablation": str(a), "positionwise": a.positionwise,
                             "sink": a.sink, "tasks": {}}
     if "sufficiency" in modes:
-        outs["sufficiency"] = {**header, "mode": "sufficiency", "tasks": {},
-                               "streaming": {"kv_sink": config.kv_sink, "kv_window": config.kv_window}}
+        kept = ({"kept": "the set alone; every other expert mean-ablated"} if experts else
+                {"streaming": {"kv_sink": config.kv_sink, "kv_window": config.kv_window}})
+        outs["sufficiency"] = {**header, "mode": "sufficiency", "tasks": {}, **kept}
     for name, data in tasks.items():
         examples = data.evaluation
         items = [ex.item for ex in examples]
@@ -121,24 +134,37 @@ def _run(args: argparse.Namespace) -> int:
                                  "data_hash": data_hash(examples), "run_data_hash": data.entry.data_hash,
                                  "version": data.spec.version}
         identity = {"model": args.model, "task": name, "version": data.spec.version, "data_hash": entry["data_hash"],
-                    "k_max": args.k_max, "prune": prune, "seed": args.seed}
+                    "k_max": args.k_max, "prune": prune, "seed": args.seed,
+                    **({"unit": "expert"} if experts else {}),
+                    **({"exhaustive_to": args.exhaustive_to} if args.exhaustive_to > 1 else {})}
+        ids = [t.input_ids for t in data.tokenized(model, "reference")]
         for label, out in outs.items():
-            if label == "sufficiency":
+            if label == "sufficiency" and experts:
+                measure = expert_measure(model, data.spec, examples, expert_means(model, ids), mode="mean", keep=True,
+                                         batch_size=config.batch_size)
+                who = {"kept": out["kept"]}
+            elif label == "sufficiency":
                 measure = osr.sufficiency_measure(model, data.spec, examples, sink=config.kv_sink,
                                                   window=config.kv_window, batch_size=config.batch_size)
                 who = {"streaming": out["streaming"]}
+            elif experts:
+                ablation = next(a for a in ablations if str(a) == label)
+                means = expert_means(model, ids) if ablation.needs_reference else None
+                measure = expert_measure(model, data.spec, examples, means, mode=ablation.mode,
+                                         batch_size=config.batch_size)
+                who = {"ablation": label}
             else:
                 ablation = next(a for a in ablations if str(a) == label)
-                ids = [t.input_ids for t in data.tokenized(model, "reference")]
                 means = reference_means(model, ids, positionwise=ablation.positionwise, site=ablation.site) \
                     if ablation.needs_reference else None
                 measure = osr.necessity_measure(model, data.spec, examples, means, ablation,
                                                 batch_size=config.batch_size)
                 who = {"ablation": label}
-            key = f"{args.model}-{name}-{label}"
-            store = osr.SetStore(args.resume_dir / f"{key}.jsonl", {**identity, **who})
+            key = f"{prefix}-{name}-{label}"
+            store = osr.SetStore(args.resume_dir / f"{key}.jsonl", {**identity, **who}, unit=args.unit)
             result = osr.search(heads, items, {out["mode"]: measure}, base, k_max=args.k_max, prune=prune,
-                                seed=args.seed, store=store, log=lambda line, key=key: print(f"{key}: {line}", flush=True))
+                                seed=args.seed, store=store, log=lambda line, key=key: print(f"{key}: {line}", flush=True),
+                                exhaustive_to=args.exhaustive_to)
             store.close()
             out["tasks"][name] = {**entry, "result": result}
     seconds = round(time.perf_counter() - started, 1)
@@ -146,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
                    "load_average_start": load, "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for label, out in outs.items():
-        path = args.out_dir / f"{args.model}-{label}.json"
+        path = args.out_dir / f"{prefix}-{label}.json"
         text = json.dumps({**out, "environment": environment}, separators=(",", ":"), sort_keys=True) + "\n"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)

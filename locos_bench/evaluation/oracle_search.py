@@ -27,6 +27,7 @@ Definitions: `docs/methodology.md` (Ground truth on real weights).
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import random
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.names import Head, head_name, set_name
+from locos_bench.names import Head, set_name
 
 MODES = ("necessity", "sufficiency")
 FIGURES = ("metric", "gold")
@@ -113,8 +114,8 @@ class SetStore:
     (when given) as it is measured, so a rerun of the same search reads them back. The file's
     first line is the search's identity: a file of another search is refused, never mixed in."""
 
-    def __init__(self, path: Path | None, identity: dict[str, Any]) -> None:
-        self.path, self.identity = path, identity
+    def __init__(self, path: Path | None, identity: dict[str, Any], unit: str = "head") -> None:
+        self.path, self.identity, self.unit = path, identity, unit
         self.sets: dict[str, dict[str, Outcome]] = {mode: {} for mode in ("unablated", *MODES)}
         self.puts = 0
         if path is None:
@@ -172,13 +173,17 @@ class SetStore:
         if len(complete) != len(lines) - 1:  # a torn last line (a kill mid-write): dropped, measured again
             path.write_text("\n".join(lines[:-1]) + "\n")
 
+    def name(self, heads: Sequence[Head]) -> str:
+        """The set's name: `L0H1+L2H3`, or on an expert search `L0E1+L2E3`."""
+        return set_name(heads, self.unit)
+
     def get(self, mode: str, heads: Sequence[Head]) -> Outcome | None:
-        return self.sets[mode].get(set_name(heads))
+        return self.sets[mode].get(self.name(heads))
 
     def put(self, mode: str, heads: Sequence[Head], outcome: Outcome) -> None:
         """Keep `outcome`, merged into what the store holds of the set (a later line of a set
         holds every value of the earlier ones)."""
-        name = set_name(heads)
+        name = self.name(heads)
         held = self.sets[mode].get(name)
         outcome = outcome if held is None else outcome.merged(held)
         self.sets[mode][name] = outcome
@@ -212,12 +217,14 @@ def measured(store: SetStore, mode: str, sets: Sequence[tuple[Head, ...]], measu
 
 
 def grow(mode: str, base: Outcome, singles: dict[Head, Outcome], fit: Sequence[int], *, k_max: int,
-         prune: int | None, store: SetStore, measure: Measure) -> list[tuple[Head, ...]]:
-    """The greedy path on the examples `fit`: the best single head, then at each step the best
-    set of one more head among the `prune` strongest single heads not yet in it (ties: the
-    stronger single head first). Returns the set at each k = 1..k_max."""
+         prune: int | None, store: SetStore, measure: Measure,
+         path: list[tuple[Head, ...]] | None = None) -> list[tuple[Head, ...]]:
+    """The greedy path on the examples `fit`: the best single head (or the given `path`, its
+    exhaustive part), then at each step the best set of one more head among the `prune`
+    strongest single heads not yet in it (ties: the stronger single head first). Returns the
+    set at each k = 1..k_max."""
     ranked = sorted(singles, key=lambda h: (-effect(mode, base, singles[h], "gold", fit), h))
-    path = [(ranked[0],)]
+    path = list(path or [(ranked[0],)])
     while len(path) < k_max:
         current = path[-1]
         pool = [h for h in ranked if h not in current][:prune]
@@ -228,9 +235,20 @@ def grow(mode: str, base: Outcome, singles: dict[Head, Outcome], fit: Sequence[i
     return path
 
 
+def best_set(mode: str, base: Outcome, sets: Sequence[tuple[Head, ...]], store: SetStore,
+             fit: Sequence[int]) -> tuple[Head, ...]:
+    """The set of largest gold effect on the examples `fit` (ties: the first in `sets`' order)."""
+    values = [effect(mode, base, store.get(mode, s), "gold", fit) for s in sets]  # type: ignore[arg-type]
+    return sets[values.index(max(values))]
+
+
+RANKED = 10
+"""Sets of each exhaustive k listed by their effect on every example (descriptive)."""
+
+
 def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Measure], base_measure: Callable[[], Outcome],
            *, k_max: int = 8, prune: int | None = 8, seed: int = 0, store: SetStore | None = None,
-           log: Callable[[str], None] | None = None) -> dict[str, Any]:
+           log: Callable[[str], None] | None = None, exhaustive_to: int = 1) -> dict[str, Any]:
     """The cross-fitted search of one task (JSON-ready).
 
     Args:
@@ -242,6 +260,9 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
         prune: Candidates tried at each greedy step (None: every head).
         seed: Shuffles the items before they are dealt into halves.
         store: Where outcomes are kept (and resumed from).
+        exhaustive_to: Every set of up to this many heads is measured on every example, and
+            each fold's set at each such k is the best of them on its fit half; the greedy
+            growth starts from there (1: from the best single head).
 
     Returns:
         `unablated` (per-example outcome), `halves`, and per mode: `singles` (head -> outcome),
@@ -255,6 +276,8 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
     every = range(len(items))
     if not 1 <= k_max <= len(heads):
         raise LocosError(f"k_max must be 1..{len(heads)}, got {k_max}")
+    if not 1 <= exhaustive_to <= k_max:
+        raise LocosError(f"exhaustive_to must be 1..k_max ({k_max}), got {exhaustive_to}")
     base = store.get("unablated", ()) or base_measure()
     if store.get("unablated", ()) is None:
         store.put("unablated", (), base)
@@ -267,11 +290,17 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
         floor = measured(store, mode, [()], measure, every)[0] if mode == "sufficiency" else None
         singles = dict(zip(heads, measured(store, mode, [(h,) for h in heads], measure, every), strict=True))
         say(f"{mode}: {len(heads)} single heads in {time.perf_counter() - started:.0f} s")
+        table = {1: [(h,) for h in sorted(heads)]}
+        for k in range(2, exhaustive_to + 1):
+            table[k] = list(itertools.combinations(sorted(heads), k))
+            measured(store, mode, table[k], measure, every)
+            say(f"{mode}: every set of {k}, {len(table[k])} sets, by {time.perf_counter() - started:.0f} s")
         folds = []
         for fit, read in (split, split[::-1]):
-            path = grow(mode, base, singles, fit, k_max=k_max, prune=prune, store=store, measure=measure)
+            start = [best_set(mode, base, table[k], store, fit) for k in range(1, exhaustive_to + 1)]
+            path = grow(mode, base, singles, fit, k_max=k_max, prune=prune, store=store, measure=measure, path=start)
             measured(store, mode, path, measure, read)  # the chosen sets, on the half they are read on
-            folds.append({"fit": list(fit), "read": list(read), "path": [set_name(s) for s in path]})
+            folds.append({"fit": list(fit), "read": list(read), "path": [store.name(s) for s in path]})
         chosen = {}
         for k in range(1, k_max + 1):
             values: dict[str, list[float]] = {f: [0.0] * len(items) for f in FIGURES}
@@ -281,9 +310,17 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
                     for i in fold["read"]:
                         values[figure][i] = outcome.figure(figure)[i]
             chosen[str(k)] = values
-        extra = {name: o.to_json() for name, o in store.sets[mode].items() if "+" in name}
+        on_path = {name for fold in folds for name in fold["path"]}
+        extra = {name: o.to_json() for name, o in store.sets[mode].items()  # an exhaustive search: its paths
+                 if "+" in name and (exhaustive_to == 1 or name in on_path)}
+        ranked = {str(k): [[store.name(s), round(effect(mode, base, store.get(mode, s), "metric", every), 4),
+                            round(effect(mode, base, store.get(mode, s), "gold", every), 4)]
+                           for s in sorted(table[k], key=lambda s: -effect(mode, base, store.get(mode, s), "gold",
+                                                                              every))[:RANKED]]
+                  for k in range(2, exhaustive_to + 1)}
         out[mode] = {**({"floor": floor.to_json()} if floor is not None else {}),
-                     "singles": {head_name(h): o.to_json() for h, o in singles.items()}, "folds": folds,
+                     **({"exhaustive_to": exhaustive_to, "ranked": ranked} if exhaustive_to > 1 else {}),
+                     "singles": {store.name((h,)): o.to_json() for h, o in singles.items()}, "folds": folds,
                      "chosen": chosen, "sets": extra, "evaluated": len(store.sets[mode]),
                      "measured_now": store.puts - before,
                      "seconds": round(time.perf_counter() - started, 1)}

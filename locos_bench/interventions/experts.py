@@ -74,7 +74,7 @@ def route(router: Any, x: Tensor, banned: Sequence[int]) -> tuple[Tensor, Tensor
     return logits, top if kind == "MixtralTopKRouter" else top.to(logits.dtype), index
 
 
-def _by_layer(experts: Iterable[Sequence[int]], geo: ExpertGeometry) -> dict[int, list[int]]:
+def _by_layer(experts: Iterable[Sequence[int]], geo: ExpertGeometry, mode: str = "mask") -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for unit in experts:
         layer, expert = int(unit[0]), int(unit[1])
@@ -82,8 +82,8 @@ def _by_layer(experts: Iterable[Sequence[int]], geo: ExpertGeometry) -> dict[int
             raise LocosError(f"{expert_name(unit)} is not an expert of this model "
                              f"(layers {geo.layers[0]}..{geo.layers[-1]}, experts 0..{geo.n_experts - 1})")
         out.setdefault(layer, []).append(expert)
-    for layer, chosen in out.items():
-        if len(set(chosen)) > geo.n_experts - geo.top_k:
+    for layer, chosen in out.items():  # mean ablation keeps the routing: any number of experts
+        if mode == "mask" and len(set(chosen)) > geo.n_experts - geo.top_k:
             raise LocosError(f"masking {len(set(chosen))} of layer {layer}'s {geo.n_experts} experts leaves fewer "
                              f"than the {geo.top_k} each token routes to")
     return out
@@ -164,7 +164,7 @@ def expert_ablation(model: Any, experts: Iterable[Sequence[int]], *, mode: str =
     if mode not in MODES:
         raise LocosError(f"unknown expert ablation {mode!r}; choose {', '.join(MODES)}")
     geo, mlps = moe_layers(model)
-    chosen = _by_layer(experts, geo)
+    chosen = _by_layer(experts, geo, mode)
     if mode == "mean":
         if means is None:
             raise LocosError("mean ablation of experts needs their reference means (expert_means)")

@@ -107,14 +107,14 @@ def describe_with_answer_key(model: LoadedModel, ablation: str = "mean", unit: s
     `models.oracle_files`; a run passes its own ablation): what a run's
     manifest records and `locos-bench models NAME` prints. The key never rides on the model,
     so a detector, which only sees the model, cannot read it. Every answer key here is of
-    heads: an expert run (`unit` `expert`) records the model's facts alone."""
+    heads: an expert run (`unit` `expert`) records the model's facts and its expert oracles."""
     from locos_bench.models.oracle_files import oracle_info
     from locos_bench.models.organism import organism_ground_truth
     from locos_bench.models.planted import planted_ground_truth
 
     key = None
     if unit != "head":
-        return {**model._facts(), **model.info}
+        return {**model._facts(), **oracle_info(model.spec.alias, ablation, unit), **model.info}
     if model.spec.source == "builtin":
         key = planted_ground_truth(model.spec.alias)
     elif model.spec.source == "shipped":

@@ -31,13 +31,15 @@ def oracle_path(name: str) -> Path:
     return ORACLE_DIR / name
 
 
-def oracle_info(alias: str, ablation: str) -> dict[str, Any]:
+def oracle_info(alias: str, ablation: str, unit: str = "head") -> dict[str, Any]:
     """What a run's manifest records of a model's shipped oracles: `oracle_search` (`{"file",
     "sha256"}`) for the necessity search under `ablation` (as `AblationSpec` prints it) and
-    `oracle_sufficiency` for the sufficiency search, each where the model has it."""
+    `oracle_sufficiency` for the sufficiency search, each where the model has it; an expert
+    run's (`unit` `expert`) are the searches of experts, `<alias>-expert-<ablation>.json`."""
     out = {}
+    stem = alias if unit == "head" else f"{alias}-{unit}"
     for key, label in (("oracle_search", ablation), ("oracle_sufficiency", SUFFICIENCY)):
-        path = ORACLE_DIR / f"{alias}-{label}.json"
+        path = ORACLE_DIR / f"{stem}-{label}.json"
         if path.is_file():
             out[key] = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     return out

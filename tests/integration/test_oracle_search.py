@@ -241,3 +241,68 @@ def test_sufficiency_candidates_start_at_their_added_head_from_the_current_sets_
                                    rtol=1e-5, atol=1e-5)
     with pytest.raises(LocosError, match="must hold L1H2\\+L2H1 and one head more"):
         measures["sufficiency"]([common], idx, common)
+
+
+def test_an_exhaustive_step_chooses_the_best_of_every_set_on_each_fit_half(setting):
+    """`exhaustive_to=2`: every pair is measured on every example, each fold's set of 2 is the
+    best pair on its own fit half, and the greedy growth to 3 starts from it."""
+    model = setting[0]
+    store = osr.SetStore(None, {})
+    result = _search(setting, store, exhaustive_to=2)
+    base = store.get("unablated", ())
+    heads = all_heads(model)
+    pairs = list(itertools.combinations(sorted(heads), 2))
+    every = range(len(setting[6]))
+    for mode in osr.MODES:
+        assert result[mode]["exhaustive_to"] == 2
+        assert all(store.get(mode, p) is not None and None not in store.get(mode, p).gold for p in pairs)
+        for fold in result[mode]["folds"]:
+            values = [osr.effect(mode, base, store.get(mode, p), "gold", fold["fit"]) for p in pairs]
+            assert fold["path"][1] == set_name(pairs[values.index(max(values))])
+            assert set(fold["path"][1].split("+")) < set(fold["path"][2].split("+"))
+        ranked = result[mode]["ranked"]["2"]
+        by_all = sorted(pairs, key=lambda p: -osr.effect(mode, base, store.get(mode, p), "gold", every))
+        assert [r[0] for r in ranked] == [set_name(p) for p in by_all[:osr.RANKED]]
+        # the shipped file keeps the chosen paths, not every pair
+        assert set(result[mode]["sets"]) <= {name for fold in result[mode]["folds"] for name in fold["path"]}
+
+
+def test_exhaustive_to_past_k_max_is_refused(setting):
+    with pytest.raises(LocosError, match="exhaustive_to must be 1..k_max"):
+        _search(setting, exhaustive_to=4)
+
+
+def test_an_expert_search_names_experts_and_measures_as_an_expert_run_ablates(organism_moe):
+    """On the MoE organism: sets of experts, named L0E1, each outcome the task evaluated with
+    those experts mean-ablated (necessity) or alone kept (sufficiency)."""
+    from locos_bench.evaluation.expert_oracle import every_expert, expert_measure
+    from locos_bench.interventions.experts import expert_ablation, expert_means
+
+    spec = load_task("organism-nonliteral")
+    data = build_task_data(spec, SplitSizes(n_calib=2, n_ref=8, n_eval=8), organism_moe)
+    means = expert_means(organism_moe, [t.input_ids for t in data.tokenized(organism_moe, "reference")])
+    experts = every_expert(organism_moe)
+    assert len(experts) == 32
+    measures = {"necessity": expert_measure(organism_moe, spec, data.evaluation, means, mode="mean"),
+                "sufficiency": expert_measure(organism_moe, spec, data.evaluation, means, mode="mean", keep=True)}
+    base = lambda: osr.Outcome.from_rows(evaluate_task(organism_moe, spec, data.evaluation))  # noqa: E731
+    store = osr.SetStore(None, {}, unit="expert")
+    result = osr.search(experts[:6], [ex.item for ex in data.evaluation], measures, base, k_max=2, prune=2,
+                        store=store, exhaustive_to=2)
+    assert set(result["necessity"]["singles"]) == {f"L0E{e}" for e in range(6)}
+    chosen = result["necessity"]["folds"][0]["path"][1]
+    assert chosen.count("E") == 2 and "H" not in chosen
+    pair = [(0, int(part.split("E")[1])) for part in chosen.split("+")]
+    with expert_ablation(organism_moe, pair, mode="mean", means=means):
+        rows = evaluate_task(organism_moe, spec, data.evaluation)
+    torch.testing.assert_close(torch.tensor(store.sets["necessity"][chosen].gold, dtype=torch.float64),
+                               torch.tensor([r["gold_logprob"] for r in rows], dtype=torch.float64),
+                               rtol=1e-4, atol=1e-4)
+    rest = [u for u in experts if u != (0, 0)]
+    with expert_ablation(organism_moe, rest, mode="mean", means=means):
+        kept = evaluate_task(organism_moe, spec, data.evaluation)
+    torch.testing.assert_close(torch.tensor(store.sets["sufficiency"]["L0E0"].gold, dtype=torch.float64),
+                               torch.tensor([r["gold_logprob"] for r in kept], dtype=torch.float64),
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(LocosError, match="only mean ablation can"):
+        expert_measure(organism_moe, spec, data.evaluation, None, mode="mask", keep=True)

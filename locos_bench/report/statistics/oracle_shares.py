@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from locos_bench.errors import LocosError
-from locos_bench.names import head_name
+from locos_bench.names import unit_name
 from locos_bench.report.statistics.bootstrap import LEVEL, N_RESAMPLES, Bootstrap, Estimate, curve_weights, task_seed
 from locos_bench.report.statistics.ratios import fieller
 from locos_bench.report.statistics.simultaneous import Paired, family_seed, simultaneous
@@ -364,7 +364,7 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: A
         scores_unit = done.get(plan.scores_key(task, det.name, 0))
         if figure == "gold" and len(draws) == 1 and scores_unit is not None and scores_unit.scores is not None:
             grid = np.asarray(scores_unit.scores, dtype=np.float64)
-            by_name = {head_name((layer, head)): grid[layer, head]
+            by_name = {unit_name((layer, head), manifest.unit): grid[layer, head]
                        for layer in range(grid.shape[0]) for head in range(grid.shape[1])}
             spearman, auroc = _agreement(np.array([by_name[h] for h in names]), singles, boot, level)
         rows.append(ShareRow(detector=det.name, share=share, area=area, spearman=spearman, auroc=auroc,
