@@ -12,6 +12,14 @@ of the sufficiency search (which ablates nothing), `MODEL-sufficiency.json`: shi
 package, a run records the sha256 of the file of its ablation and of the sufficiency file. It
 prints the time it took. Every set's outcome is appended to `--resume-dir`/MODEL-TASK-MODE.jsonl
 as it is measured: a rerun of the same command measures only what is missing.
+
+Experts (`--unit expert`, a mixture of experts): the same search over sets of experts, ablated
+as `locos-bench run --unit expert` ablates them; sufficiency keeps the set alone with every
+other expert mean-ablated. Files `MODEL-expert-ABLATION.json` and `MODEL-expert-sufficiency.json`.
+The MoE organism's (`docs/moe.md`):
+
+    .venv/bin/python scripts/oracle_search.py --model organism-moe --unit expert --n-eval 64 \
+        --batch-size 16 --k-max 3 --exhaustive-to 3 --threads 1
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k-max", type=int, default=8)
     parser.add_argument("--prune", type=int, default=8, help="candidates per greedy step (0: every head)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, help="as `locos-bench run` takes it (default: the run's)")
     parser.add_argument("--unit", default="head", choices=("head", "expert"),
                         help="search sets of heads, or of a mixture of experts' experts (files MODEL-expert-*.json)")
     parser.add_argument("--exhaustive-to", type=int, default=1,
@@ -99,6 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     sizes = {name: getattr(args, name) for name in ("n_calib", "n_ref", "n_eval") if getattr(args, name) is not None}
     config = RunConfig(model=args.model, preset=args.preset, seed=args.seed, unit=args.unit, **sizes,
+                       batch_size=args.batch_size,
                        **({"tasks": args.tasks.split(",")} if args.tasks else {})).resolved().for_model(model)
     tasks = {name: data for name, data in build_run_tasks(config, model).items() if data.spec.kind == "retrieval"}
     if experts:
