@@ -13,18 +13,21 @@ from locos_bench.report.statistics.results import RunStats
 
 INTRO = (
     "The oracle is a causal search on this run's own evaluation examples, shipped with the package and read, "
-    "not recomputed (`{file}`): every single head ablated, then sets grown greedily to k = {k_max} on the gold "
-    "log-prob, each step trying the {prune} strongest single heads not yet in the set. Two folds: each half of "
+    "not recomputed (`{file}`): {search}. Two folds: each half of "
     "the examples is read with the set the other half chose, so the oracle's drop carries no winner's curse. "
     "A detector's *share* is its own top-k drop over the oracle's at the same k (Fieller's {level}% interval on "
     "paired examples; unbounded where the oracle's drop is not distinguishable from 0); under sufficiency "
     "(`--sufficiency`), its value kept above the floor of every head streaming over the oracle's; *area share*, the same "
-    "over the budgets' area; *Spearman*, its scores against every single head's drop; *AUROC*, its scores for "
-    "the {top} heads of largest single drop (both on the gold log-prob, with {level}% intervals over example "
+    "over the budgets' area; *Spearman*, its scores against every single {unit}'s drop; *AUROC*, its scores for "
+    "the {top} {unit}s of largest single drop (both on the gold log-prob, with {level}% intervals over example "
     "resamples). The pairs: every two detectors of one draw at each budget up to {up_to}, their difference in "
     "share, one simultaneous family per table (max-T, {level}%). "
     "`docs/methodology.md` (Ground truth on real weights) defines each."
 )
+GREEDY = ("every single {unit} ablated, then sets grown greedily to k = {k_max} on the gold log-prob, each step "
+          "trying the {prune} strongest single {unit}s not yet in the set")
+EXHAUSTIVE = ("every set of up to {exhaustive_to} {unit}s ablated, each fold's set at each k the best of them on "
+              "its own half (gold log-prob)")
 FIGURE_NAMES = {"metric": "headline metric", "gold": "gold log-prob (nats)"}
 EFFECTS = {"necessity": "drop", "sufficiency": "kept above the floor"}
 NAMED = 6
@@ -38,18 +41,22 @@ def oracle_share_tables(run: RunStats) -> list[str]:
     files = [run.manifest.model_info[key]["file"] for key in MANIFEST_KEYS.values() if run.manifest.model_info.get(key)]
     parts = []
     if run.oracle_shares:
-        first = run.oracle_shares[0]
-        parts.append(INTRO.format(file="`, `".join(f"locos_bench/data/oracle/{f}" for f in files), k_max=first.k_max,
-                                  prune=first.prune or "every", level=fmt(100 * run.level, 0), top=TOP,
-                                  up_to=SEPARATE_UP_TO))
+        first, unit = run.oracle_shares[0], run.manifest.unit
+        search = (EXHAUSTIVE if first.exhaustive_to > 1 else GREEDY).format(
+            unit=unit, k_max=first.k_max, prune=first.prune or "every", exhaustive_to=first.exhaustive_to)
+        if 1 < first.exhaustive_to < first.k_max:
+            search += ", then " + GREEDY.split(", then ")[1].format(unit=unit, k_max=first.k_max,
+                                                                     prune=first.prune or "every")
+        parts.append(INTRO.format(file="`, `".join(f"locos_bench/data/oracle/{f}" for f in files), search=search,
+                                  level=fmt(100 * run.level, 0), top=TOP, up_to=SEPARATE_UP_TO, unit=unit))
     for section in run.oracle_shares:
         ks = section.budgets
         effect = EFFECTS[section.mode]
         oracle = "; ".join(f"k={k}: {fmt_ci(section.oracle[k])} ({' / '.join(section.chosen[k])})" for k in ks)
         parts.append(f"Task `{section.task}`, {FIGURE_NAMES[section.figure]}, {section.mode}"
                      + (f" under `{section.ablation}`" if section.mode == "necessity" else "")
-                     + f", {section.n_examples} examples. The oracle's {effect}: {oracle}. Every single head on "
-                     f"average (`random` at k = 1, exact): {fmt_ci(section.random_single)}."
+                     + f", {section.n_examples} examples. The oracle's {effect}: {oracle}. Every single "
+                     f"{run.manifest.unit} on average (`random` at k = 1, exact): {fmt_ci(section.random_single)}."
                      + (f" Largest single {effect}: {', '.join(section.top)}." if section.top else ""))
         agreement = section.figure == "gold"
         rows = [[row.detector, *[fmt_ci(row.share[k]) for k in ks], fmt_ci(row.area),

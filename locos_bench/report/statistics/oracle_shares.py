@@ -105,6 +105,8 @@ class OracleShares(BaseModel):
     """The largest set the search grew."""
     prune: int | None
     """Candidates each greedy step tried (None: every head)."""
+    exhaustive_to: int = 1
+    """Every set up to this size was measured, each fold's the best of them (1: greedy from k = 2)."""
     budgets: list[int]
     oracle: dict[int, Estimate]
     """Budget k -> the oracle's cross-fitted effect."""
@@ -376,6 +378,7 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: A
                                     seed=family_seed(manifest.seed, f"oracle-share:{task}:{mode}:{figure}"))
     return OracleShares(task=task, figure=figure, mode=mode, ablation=str(manifest.ablation), n_examples=n,
                         k_max=k_max, prune=result.get("prune"), budgets=budgets,
+                        exhaustive_to=int(search.get("exhaustive_to", 1)),
                         oracle=oracle, verdicts=verdicts, family=family,
                         chosen={k: [fold["path"][k - 1] for fold in search["folds"]] for k in budgets},
                         random_single=boot.estimate(singles.mean(0)),
