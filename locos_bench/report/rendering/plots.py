@@ -93,7 +93,12 @@ def _plot_heatmap(run: RunStats, task: TaskResult, path: Path) -> bool:
     k = overlap_k(run.budgets)
     ncols = min(3, len(dets))
     nrows = math.ceil(len(dets) / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 3.4 * nrows), dpi=100, layout="constrained")
+    # Fixed margins in inches, not a layout engine: the grid is regular, and constrained layout
+    # took two thirds of the plot's time (2 s of 3 on a page of 14 detectors).
+    width, height = 4.2 * ncols, 3.4 * nrows
+    fig = Figure(figsize=(width, height), dpi=100)
+    fig.subplots_adjust(left=0.65 / width, right=1 - 0.6 / width, bottom=0.5 / height, top=1 - 0.85 / height,
+                        wspace=0.45, hspace=0.45)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, res in zip(axes, dets):
         arr = np.asarray(res.scores, dtype=np.float64)
@@ -110,7 +115,7 @@ def _plot_heatmap(run: RunStats, task: TaskResult, path: Path) -> bool:
         fig.colorbar(im, ax=ax, shrink=0.85)
     for ax in axes[len(dets):]:
         ax.set_axis_off()
-    fig.suptitle(f"{task.name}: head scores (red: top {k})", fontsize=10)
+    fig.suptitle(f"{task.name}: head scores (red: top {k})", fontsize=10, y=1 - 0.2 / height)
     _save(fig, path)
     return True
 
