@@ -212,6 +212,8 @@ class Worker:
         from locos_bench.interventions import only_full
         from locos_bench.models.architecture import kv_kept_share
 
+        if self.config.unit == "expert":
+            return self._expert_sufficiency_unit(data, job)
         sink, window = self.config.kv_sink, self.config.kv_window
         start = time.perf_counter()
         with (only_full(self.model.bridge, job.heads, sink=sink, window=window) as unaffected,
@@ -223,6 +225,22 @@ class Worker:
                                   generations=[r["generation"] for r in rows],
                                   kv_kept=kv_kept_share(self.model.geometry, job.heads, lengths, sink=sink, window=window),
                                   unaffected_layers=list(unaffected), seconds=time.perf_counter() - start)
+
+    def _expert_sufficiency_unit(self, data: TaskData, job: Job) -> UnitRecord:
+        """The evaluation split with only the job's experts kept and every other expert
+        mean-ablated (no set: the floor, every expert ablated)."""
+        from locos_bench.evaluation import evaluate_task
+        from locos_bench.evaluation.expert_oracle import every_expert
+        from locos_bench.interventions.experts import expert_ablation
+
+        kept = {tuple(int(x) for x in unit) for unit in job.heads}
+        others = [unit for unit in every_expert(self.model) if unit not in kept]
+        start = time.perf_counter()
+        with (expert_ablation(self.model, others, mode="mean", means=self._reference(data)),
+              self._batches_shown([job])):
+            rows = evaluate_task(self.model, data.spec, data.evaluation, batch_size=self.config.batch_size)
+        return UnitRecord.for_key(job.key, job.heads, values={m: [float(r[m]) for r in rows] for m in data.entry.metrics},
+                                  generations=[r["generation"] for r in rows], seconds=time.perf_counter() - start)
 
     def _reference(self, data: RunTask) -> Any:
         """The task's mean activations (`HeadMeans`; an expert run's `ExpertMeans`), computed

@@ -30,8 +30,9 @@ def run_settings(manifest: Manifest) -> dict[str, str]:
     out.update({"--random-draws": str(manifest.random_draws), "--calibration-draws": str(manifest.calibration_draws),
                 "--rank-diagnostic": str(manifest.rank_diagnostic), "--seed": str(manifest.seed)})
     if manifest.sufficiency is not None:
-        out.update({"--sufficiency": "", "--kv-sink": str(manifest.sufficiency.sink),
-                    "--kv-window": str(manifest.sufficiency.window)})
+        out["--sufficiency"] = ""
+        if manifest.unit == "head":  # an expert run streams nothing
+            out.update({"--kv-sink": str(manifest.sufficiency.sink), "--kv-window": str(manifest.sufficiency.window)})
     if manifest.steer_alphas:
         out["--steer-alphas"] = ",".join(f"{a:g}" for a in manifest.steer_alphas)
     if external:

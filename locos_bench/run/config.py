@@ -8,6 +8,7 @@ Free of torch on import, so the CLI can list and check configurations fast.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -107,9 +108,8 @@ class RunConfig:
     (the largest budget only; specificity is then read at that budget). None: the preset's,
     else `all`."""
     unit: str = "head"
-    """What the detectors rank and the budgets count (`detectors.UNITS`): attention heads, or a
-    mixture of experts' experts, `(layer, expert)`, ablated by `mask` or `mean`
-    (`interventions.experts`)."""
+    """What detectors rank and budgets count (`detectors.UNITS`): attention heads, or a mixture
+    of experts' experts `(layer, expert)`, ablated by `mask` or `mean` (`interventions.experts`)."""
 
     def resolved(self) -> ResolvedConfig:
         """The run these flags name, resolved once: unset fields filled from the preset, every
@@ -320,20 +320,18 @@ class ResolvedConfig:
 
 
 def unit_count(unit: str, model: Any) -> tuple[int, str]:
-    """How many units of `unit` the loaded `model` has, and the unit's noun; a dense model on an
-    expert run is refused in one line."""
+    """The loaded `model`'s count of `unit`s and the unit's noun (a dense model's experts: refused)."""
     if unit == "head":
         return model.geometry.n_total_heads, "head"
-    if not model.info.get("experts"):
+    if not model.info.get("experts"):  # before `expert_shape`, whose message names no flag
         raise LocosError(f"{model.name} has no experts (a dense model): --unit expert needs a mixture of experts")
     from locos_bench.detectors.experts import expert_shape
 
-    layers, experts = expert_shape(model)
-    return layers * experts, "expert"
+    return math.prod(expert_shape(model)), "expert"
 
 
-_HEAD_ONLY = (("sufficiency", "--sufficiency (heads streaming)"), ("steer_alphas", "--steer-alphas"),  # an expert
-              ("positionwise", "--positionwise"), ("sink", "--sink"), ("explain", "--explain"),  # run refuses
+_HEAD_ONLY = (("kv_sink", "--kv-sink"), ("kv_window", "--kv-window"), ("steer_alphas", "--steer-alphas"),  # an
+              ("positionwise", "--positionwise"), ("sink", "--sink"), ("explain", "--explain"),  # expert run refuses
               ("lm_eval_tasks", "--lm-eval-tasks"))  # each of these options that act on heads, by its flag
 
 
@@ -345,14 +343,15 @@ def _check_unit(cfg: RunConfig) -> None:
         raise unknown("--unit", cfg.unit, UNITS)
     if cfg.unit == "expert":
         for name, flag in _HEAD_ONLY:
-            if getattr(cfg, name):
+            if (getattr(cfg, name) is not None) if name.startswith("kv_") else bool(getattr(cfg, name)):
                 raise LocosError(f"{flag} acts on attention heads; an expert run (--unit expert) cannot take it")
+        if cfg.sufficiency and (cfg.ablation or DEFAULT_ABLATION) != "mean":
+            raise LocosError("--sufficiency on experts keeps a set alone with every other expert mean-ablated: "
+                             "it needs --ablation mean")
 
 
 def _check_alphas(alphas: Sequence[float]) -> list[float]:
     """Distinct amplifications in the given order; each a finite number > 0 and not 1."""
-    import math
-
     out: list[float] = []
     for alpha in alphas:
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:

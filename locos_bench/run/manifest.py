@@ -77,9 +77,7 @@ class Streaming(BaseModel):
 
     sink: int
     window: int
-
-
-"""The detectors every other one is compared with in a run's family, when the run has them."""
+    """An expert run's sufficiency streams nothing (every other expert is mean-ablated): 0 and 0."""
 
 
 class RandomStrata(BaseModel):
@@ -252,7 +250,8 @@ def build_manifest(config: ResolvedConfig, model: Any, tasks: Mapping[str, Any])
         control_budgets=config.control_budgets,
         steer_alphas=list(config.steer_alphas), steer_calibration=bool(config.steer_alphas),
         bottom_k=list(config.bottom_k), unit=config.unit,
-        sufficiency=Streaming(sink=config.kv_sink, window=config.kv_window) if config.sufficiency else None,
+        sufficiency=(None if not config.sufficiency else Streaming(sink=0, window=0) if config.unit == "expert"
+                     else Streaming(sink=config.kv_sink, window=config.kv_window)),
         family=default_family(list(config.detectors), sufficiency=bool(config.sufficiency),
                               steering=bool(config.steer_alphas), bottom_k=list(config.bottom_k)),
     )

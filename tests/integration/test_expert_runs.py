@@ -70,6 +70,36 @@ def test_an_evaluation_is_the_experts_ablated_directly(expert_run, organism_moe)
                                torch.tensor(unit.values["gold_logprob"], dtype=torch.float64), rtol=1e-4, atol=1e-4)
 
 
+def test_expert_sufficiency_keeps_the_set_alone_with_every_other_expert_mean_ablated(organism_moe, tmp_path):
+    from locos_bench.evaluation import evaluate_task
+    from locos_bench.harness.worker import run_tasks
+    from locos_bench.interventions.experts import expert_ablation, expert_means
+    from locos_bench.run.commands import command_settings, reproduce_command
+    from locos_bench.tasks.tokenize import tokenize_example
+
+    flags = {**SMALL, "detectors": ["expert-routing,expert-random"], "rank_diagnostic": 0, "sufficiency": True}
+    run = run_benchmark(RunConfig(output_dir=tmp_path / "suff", **flags), model=organism_moe)
+    manifest = run.read_manifest()
+    assert (manifest.sufficiency.sink, manifest.sufficiency.window) == (0, 0)  # nothing streams
+    settings = command_settings(reproduce_command(manifest))
+    assert "--sufficiency" in settings and "--kv-sink" not in settings
+    units = [u for u in run.read_units() if u.kind == "suff"]
+    floor = next(u for u in units if not u.heads)
+    kept = next(u for u in units if u.detector == "expert-routing" and u.k == 2)
+    config = RunConfig(output_dir=run.path, **flags).resolved().for_model(organism_moe)
+    data = run_tasks(config, organism_moe)["organism-nonliteral"]
+    means = expert_means(organism_moe, [tokenize_example(ex, organism_moe.tokenizer).input_ids for ex in data.reference])
+    every = [(layer, e) for layer in range(4) for e in range(8)]
+    for unit, keep in ((floor, []), (kept, [tuple(h) for h in kept.heads])):
+        with expert_ablation(organism_moe, [u for u in every if u not in keep], mode="mean", means=means):
+            rows = evaluate_task(organism_moe, data.spec, data.evaluation, batch_size=4)
+        torch.testing.assert_close(torch.tensor([r["gold_logprob"] for r in rows], dtype=torch.float64),
+                                   torch.tensor(unit.values["gold_logprob"], dtype=torch.float64), rtol=1e-4, atol=1e-4)
+    page = (run.path / "leaderboard.md").read_text()
+    assert "Sufficiency (only the top k experts kept)" in page and "every expert mean-ablated (the floor)" in page
+    assert "KV kept" not in page and "vs expert-random" in page
+
+
 def test_router_masking_runs_and_differs_from_mean(organism_moe, tmp_path, expert_run):
     masked = run_benchmark(RunConfig(output_dir=tmp_path / "mask", ablation="mask",
                                      **{**SMALL, "detectors": ["expert-routing"], "rank_diagnostic": 0}),
@@ -101,7 +131,8 @@ def test_the_regression_check_works_for_experts(expert_run, tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, says", [
     (["--detector", "locos"], "detector 'locos' ranks heads, and this run ranks experts"),
-    (["--sufficiency"], "--sufficiency (heads streaming) acts on attention heads"),
+    (["--sufficiency", "--kv-window", "8"], "--kv-window acts on attention heads"),
+    (["--sufficiency", "--ablation", "mask"], "it needs --ablation mean"),
     (["--steer-alphas", "2"], "--steer-alphas acts on attention heads"),
     (["--ablation", "mean-q"], "unknown expert ablation 'mean-q'"),
     (["--explain", "1"], "--explain acts on attention heads"),

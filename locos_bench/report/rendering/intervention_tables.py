@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from locos_bench.names import references
 from locos_bench.report.rendering.conclusion import family_note, verdict_table
 from locos_bench.report.rendering.display import cell, detector_label, fmt, fmt_ci, table
 from locos_bench.report.rendering.notes import BOTTOM_K
@@ -27,34 +28,39 @@ def sufficiency_tables(run: RunStats) -> list[str]:
     each task with its ceiling and floor."""
     budgets = run.budgets
     level = fmt(100 * (1 - run.alpha), 0)
+    experts = run.manifest.unit == "expert"  # no KV cache is kept or dropped: every other expert is mean-ablated
+    rand, loc = ((references([r.detector for r in run.summary], (role,)) or [role])[0] for role in ("random", "locos"))
+    kv = (lambda *cells: []) if experts else (lambda *cells: list(cells))
     rows = []
     for row in run.sufficiency_summary:
         head, gold = row.versus.get("headline", {}), row.versus.get(GOLD, {})
-        rows.append([row.detector, row.tasks, fmt_ci(row.area), fmt_ci(row.gold_area), fmt(row.kv_kept),
+        rows.append([row.detector, row.tasks, fmt_ci(row.area), fmt_ci(row.gold_area), *kv(fmt(row.kv_kept)),
                      fmt_ci(head.get("random")), fmt_ci(head.get("locos")),
                      fmt_ci(gold.get("random")), fmt_ci(gold.get("locos"))])
     parts = ["Mean over retrieval tasks of kept − unablated (0 = nothing lost; negative = lost):",
-             table(rows, ["detector", "tasks", "area (headline)", "area (logp, nats)", f"KV kept @k={budgets[-1]}",
-                          f"vs random (simultaneous {level}%)", f"vs locos (simultaneous {level}%)",
-                          f"vs random, logp (simultaneous {level}%)", f"vs locos, logp (simultaneous {level}%)"]),
+             table(rows, ["detector", "tasks", "area (headline)", "area (logp, nats)", *kv(f"KV kept @k={budgets[-1]}"),
+                          f"vs {rand} (simultaneous {level}%)", f"vs {loc} (simultaneous {level}%)",
+                          f"vs {rand}, logp (simultaneous {level}%)", f"vs {loc}, logp (simultaneous {level}%)"]),
              *_verdicts(run, "sufficiency:")]
     for task in run.sufficiency:
-        intro = (f"`{task.task}`: unablated {task.headline} {fmt(task.unablated)} (the ceiling); every head "
-                 f"streaming (the floor): {fmt_ci(task.floor)} from it, retained share {fmt_ci(task.floor_retained)}, "
-                 f"KV kept {fmt(task.floor_kv)}.")
+        floor = "every expert mean-ablated" if experts else "every head streaming"
+        intro = (f"`{task.task}`: unablated {task.headline} {fmt(task.unablated)} (the ceiling); {floor} "
+                 f"(the floor): {fmt_ci(task.floor)} from it, retained share {fmt_ci(task.floor_retained)}"
+                 + ("." if experts else f", KV kept {fmt(task.floor_kv)}."))
         if task.unaffected_layers:
             intro += (f" Sliding-window layers {', '.join(map(str, task.unaffected_layers))} already attend within "
                       f"{task.window} tokens: their heads are unaffected by streaming.")
         rows = []
         for row in task.rows.values():
             if not row.ok:
-                rows.append([row.name, *["—"] * (len(budgets) + 6), cell(row.error or "")])
+                rows.append([row.name, *["—"] * (len(budgets) + 5 + (not experts)), cell(row.error or "")])
                 continue
             rows.append([row.name, *(fmt_ci(row.kept.get(k)) for k in budgets), fmt_ci(row.area),
-                         fmt_ci(row.gold_area), fmt_ci(row.retained), " / ".join(fmt(row.kv_kept.get(k)) for k in budgets),
+                         fmt_ci(row.gold_area), fmt_ci(row.retained),
+                         *kv(" / ".join(fmt(row.kv_kept.get(k)) for k in budgets)),
                          fmt_ci(row.versus.get("random")), fmt_ci(row.versus.get("locos"))])
         headers = ["detector", *(f"kept − unablated @k={k}" for k in budgets), "area", "area (logp, nats)",
-                   "retained share", f"KV kept @k={'/'.join(map(str, budgets))}", "vs random", "vs locos"]
+                   "retained share", *kv(f"KV kept @k={'/'.join(map(str, budgets))}"), f"vs {rand}", f"vs {loc}"]
         parts += [intro, table(rows, headers)]
     return parts
 

@@ -25,6 +25,7 @@ from locos_bench.report.rendering.intervention_tables import (
 from locos_bench.report.rendering.notes import (
     STEERING,
     SUFFICIENCY,
+    SUFFICIENCY_EXPERTS,
     definitions,
     ground_truth_note,
     separability_note,
@@ -112,8 +113,11 @@ def _run_section(run: RunStats, plots: dict[str, dict[str, str]], level: int, ti
         parts += [f"{hashes}# Against the oracle (cross-fitted causal search)", *shares]
     if run.sufficiency:
         first = run.sufficiency[0]
-        parts += [f"{hashes}# Sufficiency (KV compression)", SUFFICIENCY.format(sink=first.sink, window=first.window),
-                  *sufficiency_tables(run)]
+        if run.manifest.unit == "expert":
+            parts += [f"{hashes}# Sufficiency (only the top k experts kept)", SUFFICIENCY_EXPERTS]
+        else:
+            parts += [f"{hashes}# Sufficiency (KV compression)", SUFFICIENCY.format(sink=first.sink, window=first.window)]
+        parts += sufficiency_tables(run)
     if run.steering:
         variants = {t.task: t.source for t in run.steering if t.kind == "variant"}
         named = "; ".join(f"`{v}` for `{b}`" for v, b in variants.items()) or "none in this run"

@@ -126,6 +126,18 @@ on examples (and draws): marginal in the task tables, simultaneous over the run'
 summary (*Verdicts and ranks*)."""
 
 
+SUFFICIENCY_EXPERTS = """Sufficiency: each retrieval task evaluated again with **only** a detector's top-k
+experts kept; every other expert of every layer is mean-ablated (its output replaced by its mean over
+the reference tokens routed to it, times the same gate; the routing is untouched). **kept − unablated
+@k** = mean over examples of the headline metric with only those experts kept minus unablated (0 =
+nothing lost; metric units); **area** = its area over log2(k), the ablation areas' weights; **area
+(logp, nats)** = the same for the gold log-prob. These differences are the primary figures.
+**retained share** = the kept area's mean over the unablated mean, with Fieller's interval (Wilson's
+where it is a proportion). **floor** = every expert mean-ablated. **vs r** = area minus r's area,
+paired on examples (and draws): marginal in the task tables, simultaneous over the run's family in
+the summary (*Verdicts and ranks*)."""
+
+
 STEERING = """Steering: every task evaluated again with a detector's top-k heads' outputs scaled by
 alpha (amplified for alpha > 1); retrieval tasks with their own heads, controls with each retrieval
 task's heads, and each retrieval task's **harder variant** (longer context, more distractors: where

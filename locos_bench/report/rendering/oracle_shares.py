@@ -17,7 +17,7 @@ INTRO = (
     "the examples is read with the set the other half chose, so the oracle's drop carries no winner's curse. "
     "A detector's *share* is its own top-k drop over the oracle's at the same k (Fieller's {level}% interval on "
     "paired examples; unbounded where the oracle's drop is not distinguishable from 0); under sufficiency "
-    "(`--sufficiency`), its value kept above the floor of every head streaming over the oracle's; *area share*, the same "
+    "(`--sufficiency`), its value kept above the floor of {floor} over the oracle's; *area share*, the same "
     "over the budgets' area; *Spearman*, its scores against every single {unit}'s drop; *AUROC*, its scores for "
     "the {top} {unit}s of largest single drop (both on the gold log-prob, with {level}% intervals over example "
     "resamples). The pairs: every two detectors of one draw at each budget up to {up_to}, their difference in "
@@ -48,7 +48,8 @@ def oracle_share_tables(run: RunStats) -> list[str]:
             search += ", then " + GREEDY.split(", then ")[1].format(unit=unit, k_max=first.k_max,
                                                                      prune=first.prune or "every")
         parts.append(INTRO.format(file="`, `".join(f"locos_bench/data/oracle/{f}" for f in files), search=search,
-                                  level=fmt(100 * run.level, 0), top=TOP, up_to=SEPARATE_UP_TO, unit=unit))
+                                  level=fmt(100 * run.level, 0), top=TOP, up_to=SEPARATE_UP_TO, unit=unit,
+                                  floor="every expert mean-ablated" if unit == "expert" else "every head streaming"))
     for section in run.oracle_shares:
         ks = section.budgets
         effect = EFFECTS[section.mode]

@@ -165,6 +165,8 @@ def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
     mode = data["mode"]
     if data.get("model") != manifest.model:
         return f"the oracle is of model {data.get('model')!r}, the run of {manifest.model!r}"
+    if data.get("unit", "head") != manifest.unit:
+        return f"the oracle searched sets of {data.get('unit', 'head')}s, the run ranks {manifest.unit}s"
     if task is None:
         return f"the {mode} oracle has no search of task {entry.name}"
     if task.get("version") != entry.version:
@@ -177,7 +179,7 @@ def misfit(data: Mapping[str, Any], manifest: Any, entry: Any) -> str | None:
     if mode == "sufficiency":
         streaming = data.get("streaming", {})
         ours = manifest.sufficiency
-        if ours is not None and (streaming.get("kv_sink"), streaming.get("kv_window")) != (ours.sink, ours.window):
+        if ours is not None and manifest.unit == "head" and (streaming.get("kv_sink"), streaming.get("kv_window")) != (ours.sink, ours.window):
             return (f"{entry.name}: the oracle's sufficiency streams with sink {streaming.get('kv_sink')} and window "
                     f"{streaming.get('kv_window')}, the run's with {ours.sink} and {ours.window}")
         return None

@@ -234,13 +234,14 @@ def verdict_families(prefix: str, figures: dict[str, tuple[str, dict[str, dict[s
 
 def versus(stats: FamilyStats | None, detector: str) -> dict[str, Estimate]:
     """Reference -> `detector` minus that reference, from a many-to-one family (the
-    references' own pair read both ways)."""
+    references' own pair read both ways); keyed by the reference's role (`locos`, `random`: an
+    expert run's `expert-locos` is `locos` here)."""
     out: dict[str, Estimate] = {}
     for v in stats.verdicts if stats is not None else []:
         if v.detector == detector:
-            out[v.reference] = v.difference
+            out[reference_role(v.reference)] = v.difference
         elif v.reference == detector:
-            out[v.detector] = Estimate(-v.difference.value, -v.difference.high, -v.difference.low)
+            out[reference_role(v.detector)] = Estimate(-v.difference.value, -v.difference.high, -v.difference.low)
     return out
 
 
@@ -268,8 +269,8 @@ def separability(run: RunStats, *, n_resamples: int) -> None:
     for row in run.summary:  # the summary's `vs locos` / `vs random`: the family's intervals
         for metric_key in ("headline", GOLD):
             for ref, est in versus(run.verdicts.get(f"ablation:{metric_key}"), row.detector).items():
-                if f"vs_{reference_role(ref)}" in row.figures[metric_key]:
-                    row.figures[metric_key][f"vs_{reference_role(ref)}"] = est
+                if f"vs_{ref}" in row.figures[metric_key]:
+                    row.figures[metric_key][f"vs_{ref}"] = est
     for task in run.tasks:
         if task.kind != "retrieval" or task.heads_from not in ("", task.name):
             continue

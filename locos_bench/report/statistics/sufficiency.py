@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from locos_bench.names import references
 from locos_bench.report.statistics.bootstrap import combine, curve_weights, weighted_sum
 from locos_bench.report.statistics.ratios import fieller
 from locos_bench.report.statistics.results import (
@@ -33,7 +34,8 @@ from locos_bench.report.statistics.units import DrawSets, complete_draws, draw_t
 from locos_bench.run import Manifest, RunPlan
 
 VERSUS = ("random", "locos")
-"""The references each row is compared with, in the order the tables show them."""
+"""The references' roles each row is compared with, in the order the tables show them (an
+expert run's references are `expert-random` and `expert-locos`)."""
 
 
 def sufficiency(manifest: Manifest, plan: RunPlan, done: dict, tasks: Sequence[Any], draw_sets: DrawSets, *,
@@ -68,10 +70,11 @@ def _task(plan: RunPlan, manifest: Manifest, done: dict, result: Any, draw_sets:
     rows = [_row(plan, done, result, det, base, weights, draw_sets) for det in plan.detectors]
     by_name = {r.name: r for r in rows}
     for row in rows:
-        for ref in VERSUS:
+        for role in VERSUS:
+            ref = (references(list(by_name), (role,)) or [role])[0]
             other = by_name.get(ref)
             if row.ok and other is not None and other.ok and ref != row.name:
-                row.versus[ref] = combine([(1.0, boot, row.area_terms), (-1.0, boot, other.area_terms)])
+                row.versus[role] = combine([(1.0, boot, row.area_terms), (-1.0, boot, other.area_terms)])
     out.rows = {r.name: r for r in sorted(rows, key=lambda r: not r.ok)}
     return out
 
