@@ -256,5 +256,5 @@ def test_expert_detectors_are_refused_where_units_differ(planted, moe_models):
             _score(planted, name, make_examples(load_task("planted-kv"), 1))
     assert "expert-locos" not in detector_names() and "expert-locos" in detector_names("expert")
     assert not set(detector_names()) & set(detector_names("expert"))
-    with pytest.raises(LocosError, match="'expert-routing' ranks experts, and this run ranks attention heads"):
+    with pytest.raises(LocosError, match="'expert-routing' ranks experts, and this run ranks heads"):
         RunConfig(model="mixtral", detectors=["locos,expert-routing"]).resolved()
