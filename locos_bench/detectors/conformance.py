@@ -71,17 +71,13 @@ _TARGETS: list[tuple[Any, tuple[Any, ...]]] = []
 def conformance_model(unit: str = "head") -> Any:
     """The planted model (tiny, built in memory, GQA: 4 query heads on 2 key/value heads), for
     `unit` `expert` the shipped `organism-moe`, or the model given to `on_model`."""
-    if _TARGETS:
-        return _TARGETS[-1][0]
-    return _moe_model() if unit == "expert" else _planted_model()
+    return _TARGETS[-1][0] if _TARGETS else _model(TARGETS[unit][0])
 
 
 def conformance_examples(unit: str = "head") -> tuple[Any, ...]:
     """The first `N_EXAMPLES` examples of `planted-kv` (contexts of 48 and 96 tokens), for
     `unit` `expert` of `organism-nonliteral`, or the examples given to `on_model`."""
-    if _TARGETS:
-        return _TARGETS[-1][1]
-    return _moe_examples() if unit == "expert" else _planted_examples()
+    return _TARGETS[-1][1] if _TARGETS else _examples(*TARGETS[unit])
 
 
 def _unit(det: Any) -> str:
@@ -105,36 +101,24 @@ def _wire_hooks(model: Any) -> None:
                      logits_to_keep=1)
 
 
+TARGETS = {"head": ("planted", "planted-kv"), "expert": ("organism-moe", "organism-nonliteral")}
+"""Unit -> the model and task its detectors are checked on."""
+
+
 @functools.cache
-def _planted_model() -> Any:
+def _model(alias: str) -> Any:
     from locos_bench.models import load_model
 
-    model = load_model("planted")
+    model = load_model(alias)
     _wire_hooks(model)
     return model
 
 
 @functools.cache
-def _planted_examples() -> tuple[Any, ...]:
+def _examples(alias: str, task: str) -> tuple[Any, ...]:
     from locos_bench.tasks import load_task, make_examples
 
-    return tuple(make_examples(load_task("planted-kv"), N_EXAMPLES))
-
-
-@functools.cache
-def _moe_model() -> Any:
-    from locos_bench.models import load_model
-
-    model = load_model("organism-moe")
-    _wire_hooks(model)
-    return model
-
-
-@functools.cache
-def _moe_examples() -> tuple[Any, ...]:
-    from locos_bench.tasks import load_task, make_examples
-
-    return tuple(make_examples(load_task("organism-nonliteral"), N_EXAMPLES, model=_moe_model()))
+    return tuple(make_examples(load_task(task), N_EXAMPLES, model=_model(alias)))
 
 
 # ---------------------------------------------------------------------------------------
