@@ -168,7 +168,7 @@ def validate_scores(result: HeadScores, model: LoadedModel, detector: str) -> He
         raise LocosError(f"detector {detector!r} returned {type(result).__name__}, not HeadScores")
     cols = "n_heads"
     if result.unit == "expert":
-        from locos_bench.detectors.experts import expert_shape
+        from locos_bench.interventions.experts import expert_shape
 
         expected, cols = expert_shape(model), "n_experts"
     if not isinstance(result.scores, Tensor):

@@ -259,7 +259,7 @@ def check_output(detector: DetectorLike) -> None:
     assert result.unit == _unit(det), f"{_name(det)}: ranks {_unit(det)}s, yet returned {result.unit} scores"
     expected = (model.geometry.n_layers, model.geometry.n_heads)
     if result.unit == "expert":
-        from locos_bench.detectors.experts import expert_shape
+        from locos_bench.interventions.experts import expert_shape
 
         expected = expert_shape(model)
     assert tuple(result.scores.shape) == expected, (

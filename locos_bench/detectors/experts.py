@@ -33,8 +33,7 @@ from torch import Tensor
 from locos_bench.detectors import _drops
 from locos_bench.detectors.base import Detector, HeadScores
 from locos_bench.detectors.registry import register_detector
-from locos_bench.errors import LocosError
-from locos_bench.interventions.experts import moe_layers
+from locos_bench.interventions.experts import expert_shape, moe_layers
 from locos_bench.models import LoadedModel
 from locos_bench.tasks import Example
 
@@ -43,14 +42,6 @@ class ExpertDetector(Detector):
     """Base class of detectors that rank experts: `score` returns `[n_layers, n_experts]`."""
 
     unit: ClassVar[str] = "expert"
-
-
-def expert_shape(model: LoadedModel) -> tuple[int, int]:
-    """`(n_layers, n_experts)`; a model whose dense layers sit among its expert layers is refused."""
-    geo, _ = moe_layers(model)
-    if geo.layers != list(range(model.geometry.n_layers)):
-        raise LocosError(f"{model.name}: experts in layers {geo.layers} only; expert units need every layer routed")
-    return model.geometry.n_layers, geo.n_experts
 
 
 @contextmanager

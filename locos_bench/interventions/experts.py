@@ -51,6 +51,14 @@ def moe_layers(model: Any) -> tuple[ExpertGeometry, list[Any]]:
     return geo, [layer.mlp for layer in layers]
 
 
+def expert_shape(model: Any) -> tuple[int, int]:
+    """`(n_layers, n_experts)`; a model whose dense layers sit among its expert layers is refused."""
+    geo, _ = moe_layers(model)
+    if geo.layers != list(range(model.geometry.n_layers)):
+        raise LocosError(f"{model.name}: experts in layers {geo.layers} only; expert units need every layer routed")
+    return model.geometry.n_layers, geo.n_experts
+
+
 def _router(mlp: Any) -> Any:
     router = getattr(mlp, "router", None) or mlp.gate
     return getattr(router, "original_component", router)

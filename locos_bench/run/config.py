@@ -325,7 +325,7 @@ def unit_count(unit: str, model: Any) -> tuple[int, str]:
         return model.geometry.n_total_heads, "head"
     if not model.info.get("experts"):  # before `expert_shape`, whose message names no flag
         raise LocosError(f"{model.name} has no experts (a dense model): --unit expert needs a mixture of experts")
-    from locos_bench.detectors.experts import expert_shape
+    from locos_bench.interventions.experts import expert_shape
 
     return math.prod(expert_shape(model)), "expert"
 

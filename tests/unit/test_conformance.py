@@ -180,7 +180,7 @@ class _ExpertBase(_Base):
         return HeadScores(scores=scores, detector=self.name, params=self.get_params(), unit="expert")
 
     def score(self, model, examples, *, rng):
-        from locos_bench.detectors.experts import expert_shape
+        from locos_bench.interventions.experts import expert_shape
 
         layers, experts = expert_shape(model)
         return self._result(model, torch.arange(layers * experts, dtype=torch.float32).reshape(layers, experts))
