@@ -289,7 +289,7 @@ def search(heads: Sequence[Head], items: Sequence[str], measures: dict[str, Meas
         before = store.puts
         floor = measured(store, mode, [()], measure, every)[0] if mode == "sufficiency" else None
         singles = dict(zip(heads, measured(store, mode, [(h,) for h in heads], measure, every), strict=True))
-        say(f"{mode}: {len(heads)} single heads in {time.perf_counter() - started:.0f} s")
+        say(f"{mode}: {len(heads)} single {store.unit}s in {time.perf_counter() - started:.0f} s")
         table = {1: [(h,) for h in sorted(heads)]}
         for k in range(2, exhaustive_to + 1):
             table[k] = list(itertools.combinations(sorted(heads), k))
