@@ -3,6 +3,8 @@ written from its run's records (`scripts/results_claims.py`)."""
 
 from __future__ import annotations
 
+from locos_bench.names import unit_name
+from locos_bench.report.rendering.display import fmt_ci
 from scripts._claims import PageError, Runs, bullet, interval, listed, relation, separable_clause, verdict
 
 MOE_RUN = "organism-moe-reference"
@@ -57,25 +59,37 @@ def expert_oracle(get: Runs) -> str:
     return "\n".join(lines)
 
 
+def _pairs(s) -> str:
+    """What one section's share family separates, with each difference in shares."""
+    separable = [v for v in s.verdicts if v.separable]
+    if separable:
+        return "separable: " + ", ".join(f"`{v.a}` above `{v.b}` at k={v.k} (by {fmt_ci(v.difference)})"
+                                         for v in separable)
+    if not s.family.get("size"):
+        return "no pair to compare"
+    return f"no pair is separable (detectable at 80% power: {s.family['median_mde']:.3f})"
+
+
 def expert_shares(get: Runs) -> str:
-    """Per kind, each expert detector's share of the oracle's gold drop at every k, and which
-    pairs the run's share family separates; then the answer to the issue's question."""
+    """Per mode and kind, each expert detector's share of the oracle's gold effect at every k
+    (mean drop over the oracle's under necessity; kept above the floor over the oracle's under
+    sufficiency) and which pairs the run's share family separates; then the answer to the
+    issue's question."""
     run = get(EXPERT_RUN)
     lines = []
-    for s in _sections(run, "necessity"):
-        ks = s.budgets
-        rows = "; ".join(f"`{r.detector}` " + ", ".join(f"k={k} {_est(r.share[k], 2)}" for k in ks if r.share[k])
-                         for r in s.rows)
-        separable = [v for v in s.verdicts if v.separable]
-        pairs = ("separable: " + ", ".join(f"`{v.a}` above `{v.b}` at k={v.k}" for v in separable) if separable
-                 else "no pair is separable" + (f" (detectable at 80% power: {s.family['median_mde']:.2f})"
-                                                if s.family.get("size") else ""))
-        lines.append(bullet(f"**`{s.task}`**, share of the oracle's gold drop: {rows}. {pairs}."))
+    for mode, what in (("necessity", "drop"), ("sufficiency", "kept value")):
+        for s in _sections(run, mode):
+            rows = "; ".join(f"`{r.detector}` " + ", ".join(f"k={k} {fmt_ci(r.share[k])}" for k in s.budgets)
+                             for r in s.rows)
+            lines.append(bullet(f"**`{s.task}`, {mode}**, share of the oracle's gold {what}: {rows}. {_pairs(s)}."))
     v = verdict(run, "ablation:gold_logprob", "expert-locos", "expert-random")
     shares = {s.task: next(r for r in s.rows if r.detector == "expert-locos").share for s in _sections(run, "necessity")}
+    tops = {t.name: ", ".join(unit_name(u, "expert") for u in t.detectors["expert-locos"].ranking[:3])
+            for t in run.tasks if t.kind == "retrieval"}
     lines.append(bullet(
-        "**Does the write-side expert score find the experts retrieval needs?** Its top 3 experts remove "
-        + ", ".join(f"{_est(sh[max(sh)], 2)} of the oracle's gold drop on `{t}`" for t, sh in shares.items())
+        "**Does the write-side expert score find the experts retrieval needs?** Its top 3 experts ("
+        + "; ".join(f"{names} on `{t}`" for t, names in tops.items()) + ") remove "
+        + ", ".join(f"{fmt_ci(sh[max(sh)])} of the oracle's gold drop on `{t}`" for t, sh in shares.items())
         + f"; over the {len(shares)} kinds, its gold drop-area is {relation(v, '`expert-random`')} "
         f"({interval(v, sign=True)} nats)."))
     return "\n".join(lines)

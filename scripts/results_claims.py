@@ -54,6 +54,7 @@ CHECKED: dict[str, tuple[str, ...]] = {
     "oracle-real-weights.md": ("What it shows",),
     "organism-family.md": ("What it shows",),
     "organism-moe-reference.md": ("What it shows",),
+    "organism-moe-experts.md": ("What it shows",),
     "planted-reference.md": ("What it shows",),
     "planted-nonliteral-reference.md": ("What it shows",),
     "planted-sufficiency-steering.md": ("What it shows",),
@@ -99,7 +100,7 @@ def unchecked(text: str, titles: Iterable[str]) -> list[str]:
     out = []
     for section in sections(text, titles):
         bare = re.sub(r"\]\([^)\s]*\)", "]", BLOCK.sub("", section))  # a link's address is no claim
-        bare = re.sub(r"\bL\d+H\d+\b|\bk ?= ?\d+\b", "", bare)  # head names and budgets name, they do not measure
+        bare = re.sub(r"\bL\d+[HE]\d+\b|\bk ?= ?\d+\b", "", bare)  # unit names and budgets name, they do not measure
         for pattern in (NUMBER, VERDICT):
             for m in pattern.finditer(bare):
                 out.append(f"{m.group()!r} is written by no block: ...{bare[max(0, m.start() - 60):m.end() + 20]!r}...")
