@@ -61,6 +61,9 @@ MUTATIONS = [
     ("organism-family.md", "| `attention` | 0 of 17 | 8 of 11 |", "| `attention` | 0 of 17 | 9 of 11 |"),  # the family's
     ("organism-moe-reference.md", "`locos-argmax` 0.462", "`locos-argmax` 0.472"),  # the MoE organism's
     ("organism-moe-reference.md", "drops separably less than random heads", "drops separably more than random heads"),
+    ("organism-moe-experts.md", "k=2 0.613 [0.173, 1.133]", "k=2 0.623 [0.173, 1.133]"),  # the expert oracle's
+    ("organism-moe-experts.md", "`expert-random` (-0.026", "`expert-random` (-0.062"),  # the expert verdict's
+    ("organism-moe-experts.md", "L3E7, L3E3, L3E1 on", "L0E0, L3E3, L3E1 on"),  # a detector's top experts
 ]
 
 
