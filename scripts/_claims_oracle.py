@@ -103,6 +103,31 @@ def concentration(get: Any, name: str) -> str:
     return "\n".join(out)
 
 
+def kept(get: Any, name: str) -> str:
+    """A sufficiency file: per task, the unablated value and the floor (every head streaming),
+    then at each k the value kept with only the cross-fitted greedy set full (gold log-prob in
+    nats and the headline metric, each with its interval) and each fold's set."""
+    data = oracle_file(name)
+    streaming = data["streaming"]
+    lines = [f"Every other head streams its first {streaming['kv_sink']} and last {streaming['kv_window']} tokens.",
+             "", "| task | k | gold kept (nats) | headline kept | fold 0's set | fold 1's set |",
+             "|---|---|---|---|---|---|"]
+    for task, entry in data["tasks"].items():
+        result = entry["result"]
+        search = result["sufficiency"]
+        boot = _boot(name, task, len(result["unablated"]["gold"]))
+        for label, values in (("unablated", result["unablated"]), ("floor", search["floor"])):
+            lines.append(f"| {task if label == 'unablated' else ''} | {label} | "
+                         f"{_est(boot, np.asarray(values['gold'], dtype=np.float64), 2)} | "
+                         f"{_est(boot, np.asarray(values['metric'], dtype=np.float64), 2)} | | |")
+        for k in sorted(search["chosen"], key=int):
+            values = search["chosen"][k]
+            paths = [fold["path"][int(k) - 1] for fold in search["folds"]]
+            lines.append(f"| | {k} | {_est(boot, np.asarray(values['gold'], dtype=np.float64), 2)} | "
+                         f"{_est(boot, np.asarray(values['metric'], dtype=np.float64), 2)} | {paths[0]} | {paths[1]} |")
+    return "\n".join(lines)
+
+
 def _blocks(name: str) -> dict[str, tuple[str, Any]]:
     source = f"oracle/{name}.json"
     return {f"oracle:{name}:{part}": (source, partial(fn, name=name))
@@ -111,4 +136,5 @@ def _blocks(name: str) -> dict[str, tuple[str, Any]]:
 
 ORACLE_BLOCKS = {key: value for name in ("gemma3-mean", "gemma3-mean-q", "smollm2-mean")
                  for key, value in _blocks(name).items()}
+ORACLE_BLOCKS["oracle:gemma3-sufficiency:kept"] = ("oracle/gemma3-sufficiency.json", partial(kept, name="gemma3-sufficiency"))
 """Block name -> (the oracle file it reads, what writes it)."""
