@@ -95,6 +95,7 @@ class Reuse:
     eval_total: int
     rank_fresh: int
     rank_total: int
+    unit: str = "head"
 
     @property
     def eval_share(self) -> float:
@@ -105,13 +106,14 @@ class Reuse:
         return self.rank_fresh / self.rank_total if self.rank_total else 1.0
 
     def describe(self) -> str:
-        return (f"head sets repeating as in {self.source}: {self.eval_fresh} of {self.eval_total} ablated evaluation "
+        return (f"{self.unit} sets repeating as in {self.source}: {self.eval_fresh} of {self.eval_total} ablated evaluation "
                 f"units and {self.rank_fresh} of {self.rank_total} rank units fresh")
 
 
-def measured_reuse(model: str, roots: list[Path]) -> Reuse | None:
-    """The reuse of the finished run of `model` with the most ablated evaluation units among the
-    run directories directly under `roots`; None when there is none (or none readable)."""
+def measured_reuse(model: str, roots: list[Path], unit: str = "head") -> Reuse | None:
+    """The reuse of the finished run of `model` over `unit`s with the most ablated evaluation
+    units among the run directories directly under `roots`; None when there is none (or none
+    readable). A run over the other unit is no evidence: its sets are of other things."""
     from locos_bench.run import load_run
 
     best = None
@@ -121,13 +123,13 @@ def measured_reuse(model: str, roots: list[Path]) -> Reuse | None:
                 manifest, units = load_run(path.parent)
             except LocosError:
                 continue  # unfinished or another layout: no evidence
-            if manifest.model != model:
+            if manifest.model != model or manifest.unit != unit:
                 continue
             fresh = {kind: [getattr(u, "reused", None) is not True and u.seconds > 0 for u in units
                             if u.key.kind == kind and u.key.detector != BASELINE]
                      for kind in (UnitKind.EVAL, UnitKind.RANK)}
             found = Reuse(path.parent, sum(fresh[UnitKind.EVAL]), len(fresh[UnitKind.EVAL]),
-                          sum(fresh[UnitKind.RANK]), len(fresh[UnitKind.RANK]))
+                          sum(fresh[UnitKind.RANK]), len(fresh[UnitKind.RANK]), unit)
             if found.eval_total and (best is None or found.eval_total > best.eval_total):
                 best = found
     return best
@@ -195,7 +197,7 @@ def dry_run(cfg: RunConfig, *, gpu: str | None = None) -> tuple[RunPlan, Work, l
     run = Run(config, model, Progress(quiet=True))
     tasks = run.prepare()
     run.previous()  # the run directory's check, read only
-    reuse = measured_reuse(config.model, [Path("leaderboard"), Path(config.output_dir).parent])
+    reuse = measured_reuse(config.model, [Path("leaderboard"), Path(config.output_dir).parent], config.unit)
     work = count_work(run.plan, run.config, model, tasks, reuse=reuse)
     upper = count_work(run.plan, run.config, model, tasks) if reuse is not None else None
     trial = _timed_trial(run, tasks) if work.trials else None

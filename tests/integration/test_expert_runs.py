@@ -166,3 +166,14 @@ def test_unit_expert_on_a_dense_model_is_one_line(planted, tmp_path, capsys):
     assert main(["run", "--model", "planted", "--unit", "expert", "--output-dir", str(tmp_path / "c"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "planted has no experts" in err[0], err
+
+
+def test_a_dry_run_reads_reuse_from_a_run_over_the_same_unit(expert_run):
+    """`--dry-run`'s repetition prior comes from a finished run of the same model and unit: an
+    expert run's sets say nothing about a head run's, and the reverse."""
+    from locos_bench.harness.estimate import measured_reuse
+
+    roots = [expert_run.path.parent]
+    assert measured_reuse("organism-moe", roots) is None
+    found = measured_reuse("organism-moe", roots, "expert")
+    assert found is not None and found.source == expert_run.path and found.describe().startswith("expert sets")
