@@ -42,6 +42,12 @@ def references(detectors: Sequence[str], order: Sequence[str] = REFERENCE_ROLES)
     return [name for role in order for name in (role, f"expert-{role}") if name in present][:len(order)]
 
 
+def reference_for(detectors: Sequence[str], role: str) -> str:
+    """The detector among `detectors` playing `role` (`locos` or `random`, or their expert
+    analogues); the role's own name where none does (a column that then shows —)."""
+    return (references(detectors, (role,)) or [role])[0]
+
+
 def reference_role(name: str) -> str:
     """`expert-locos` -> `locos`: the role a reference detector plays (`REFERENCE_ROLES`)."""
     return name.removeprefix("expert-")

@@ -69,6 +69,16 @@ def singles(get: Any, name: str) -> str:
     return "\n".join(lines)
 
 
+def _chosen_rows(search: dict[str, Any], cells: Any) -> list[str]:
+    """One row per k of a search's cross-fitted sets: `cells(values)` (its figures) and each
+    fold's set."""
+    rows = []
+    for k in sorted(search["chosen"], key=int):
+        paths = [fold["path"][int(k) - 1] for fold in search["folds"]]
+        rows.append(f"{k} | {cells(search['chosen'][k])} | {paths[0]} | {paths[1]} |")
+    return rows
+
+
 def greedy(get: Any, name: str) -> str:
     """Per task and k, the cross-fitted greedy sets' drop and each fold's set."""
     data = oracle_file(name)
@@ -77,11 +87,9 @@ def greedy(get: Any, name: str) -> str:
         result = entry["result"]
         search = result["necessity"]
         boot = _boot(name, task, len(result["unablated"]["gold"]))
-        for k in sorted(search["chosen"], key=int):
-            values = search["chosen"][k]
-            paths = [fold["path"][int(k) - 1] for fold in search["folds"]]
-            lines.append(f"| {task if k == '1' else ''} | {k} | {_est(boot, _drops(result, values, 'gold'), 2)} | "
-                         f"{_est(boot, _drops(result, values, 'metric'), 2)} | {paths[0]} | {paths[1]} |")
+        rows = _chosen_rows(search, lambda v, boot=boot, result=result: (
+            f"{_est(boot, _drops(result, v, 'gold'), 2)} | {_est(boot, _drops(result, v, 'metric'), 2)}"))
+        lines += [f"| {task if i == 0 else ''} | {row}" for i, row in enumerate(rows)]
     return "\n".join(lines)
 
 
@@ -120,11 +128,9 @@ def kept(get: Any, name: str) -> str:
             lines.append(f"| {task if label == 'unablated' else ''} | {label} | "
                          f"{_est(boot, np.asarray(values['gold'], dtype=np.float64), 2)} | "
                          f"{_est(boot, np.asarray(values['metric'], dtype=np.float64), 2)} | | |")
-        for k in sorted(search["chosen"], key=int):
-            values = search["chosen"][k]
-            paths = [fold["path"][int(k) - 1] for fold in search["folds"]]
-            lines.append(f"| | {k} | {_est(boot, np.asarray(values['gold'], dtype=np.float64), 2)} | "
-                         f"{_est(boot, np.asarray(values['metric'], dtype=np.float64), 2)} | {paths[0]} | {paths[1]} |")
+        lines += [f"| | {row}" for row in _chosen_rows(search, lambda v, boot=boot: (
+            f"{_est(boot, np.asarray(v['gold'], dtype=np.float64), 2)} | "
+            f"{_est(boot, np.asarray(v['metric'], dtype=np.float64), 2)}"))]
     return "\n".join(lines)
 
 

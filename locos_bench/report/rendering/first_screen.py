@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from locos_bench.names import references
+from locos_bench.names import reference_for
 from locos_bench.report.rendering.display import fmt, fmt_ci, rank_text, table
 from locos_bench.report.statistics.results import GOLD, RunStats, Verdict
 from locos_bench.report.statistics.separability import summary_key
@@ -23,7 +23,7 @@ def _references(run: RunStats) -> list[str]:
     """The columns' references: `random` and `locos`, or on an expert run `expert-random` and
     `expert-locos` (a role without its detector keeps the role's name, and shows —)."""
     names = [row.detector for row in run.summary]
-    return [(references(names, (role,)) or [role])[0] for role in ROLES]
+    return [reference_for(names, role) for role in ROLES]
 """The references every detector is judged against, in the order the page shows them."""
 CONCLUSION_CHARS = 400
 """About the most a first-screen conclusion says; past it, the names become counts."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from locos_bench.names import references
+from locos_bench.names import reference_for
 from locos_bench.report.rendering.conclusion import family_note, verdict_table
 from locos_bench.report.rendering.display import cell, detector_label, fmt, fmt_ci, table
 from locos_bench.report.rendering.notes import BOTTOM_K
@@ -29,7 +29,7 @@ def sufficiency_tables(run: RunStats) -> list[str]:
     budgets = run.budgets
     level = fmt(100 * (1 - run.alpha), 0)
     experts = run.manifest.unit == "expert"  # no KV cache is kept or dropped: every other expert is mean-ablated
-    rand, loc = ((references([r.detector for r in run.summary], (role,)) or [role])[0] for role in ("random", "locos"))
+    rand, loc = (reference_for([r.detector for r in run.summary], role) for role in ("random", "locos"))
     kv = (lambda *cells: []) if experts else (lambda *cells: list(cells))
     rows = []
     for row in run.sufficiency_summary:

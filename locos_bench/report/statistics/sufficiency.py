@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from locos_bench.names import references
+from locos_bench.names import reference_for
 from locos_bench.report.statistics.bootstrap import combine, curve_weights, weighted_sum
 from locos_bench.report.statistics.ratios import fieller
 from locos_bench.report.statistics.results import (
@@ -71,7 +71,7 @@ def _task(plan: RunPlan, manifest: Manifest, done: dict, result: Any, draw_sets:
     by_name = {r.name: r for r in rows}
     for row in rows:
         for role in VERSUS:
-            ref = (references(list(by_name), (role,)) or [role])[0]
+            ref = reference_for(list(by_name), role)
             other = by_name.get(ref)
             if row.ok and other is not None and other.ok and ref != row.name:
                 row.versus[role] = combine([(1.0, boot, row.area_terms), (-1.0, boot, other.area_terms)])
