@@ -14,6 +14,12 @@ on the page and on stderr instead. `--no-sufficiency` leaves it out (two greedy 
 The top heads are LOCOS's; `--detector NAME` (a built-in, or from `--plugin FILE.py`) makes
 them that detector's top heads scored on this one example, the LOCOS and attention maps staying
 for context. A stochastic detector (`random`) needs `--seed S`: its top heads are one draw.
+
+`--unit expert` explains a mixture of experts' experts instead (`explain.experts`): the
+`expert-locos` and routing maps, the tokens routed to each top expert with their gates, the
+answer with the top experts ablated (`--ablation mean`, the default, or `mask`) and, with
+`--task`, kept alone with every other expert mean-ablated. The streaming and steering options
+act on heads and are refused.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from pathlib import Path
 
 from locos_bench._cli.common import add_model_options, add_plugin_option, detector_class, print_json
 from locos_bench.errors import LocosError
-from locos_bench.names import head_name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out the sufficiency answers (top heads as the only full heads, and the floor)")
     parser.add_argument("--steer-alpha", type=float, metavar="A",
                         help="also answer with the top heads' outputs scaled by A (default: not)")
+    parser.add_argument("--unit", default="head", metavar="head|expert",
+                        help="what the page explains: attention heads (default) or a mixture of experts' experts, "
+                             "with expert-locos and routing maps; --ablation mean or mask")
 
 
 def _read_prompt(text: str) -> str:
@@ -118,7 +126,7 @@ def prompt_example(prompt: str, answer: str, needles: list[str], distractors: li
 def main(args: argparse.Namespace) -> int:
     import math
 
-    from locos_bench.explain import explain, write_page
+    from locos_bench.explain import explain
     from locos_bench.explain.attribution import KV_SINK, KV_WINDOW, headline_metric
     from locos_bench.models import load_model
     from locos_bench.run.config import check_streaming
@@ -134,6 +142,7 @@ def main(args: argparse.Namespace) -> int:
         raise LocosError("--kv-sink and --kv-window set the sufficiency answers, which --no-sufficiency leaves out")
     if args.steer_alpha is not None and not (math.isfinite(args.steer_alpha) and args.steer_alpha > 0):
         raise LocosError(f"--steer-alpha must be a finite number above 0, got {args.steer_alpha!r}")
+    _check_unit(args)
     ablation = _ablation(args)
     detector = _detector(args)
     if (args.task is None) == (args.prompt is None):
@@ -163,24 +172,62 @@ def main(args: argparse.Namespace) -> int:
     check_output_dir(args.output.parent, f"--output {args.output}: its folder", "folder")
 
     model = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.unit == "expert":
+        from locos_bench.run.config import unit_count
+
+        unit_count("expert", model)  # a dense model: one line, before any example is read
     reference = [] if args.ablate else None  # filled where the ablation takes means
+    expert_means = args.unit == "expert" and args.sufficiency  # kept alone: every other expert mean-ablated
     if spec is not None:
         example = make_example(spec, index, model=model)
-        if args.ablate and ablation.needs_reference:
+        if (args.ablate and ablation.needs_reference) or expert_means:
             reference = reference_split(spec, model, args.preset)
     budget = args.max_new_tokens or (spec.max_new_tokens if spec is not None else 16)
+    if args.unit == "expert":
+        from locos_bench.explain.experts import explain_experts
+
+        result = explain_experts(model, example, top=args.top, reference=reference,
+                                 ablation=ablation.mode if args.ablate else None, sufficiency=args.sufficiency,
+                                 max_new_tokens=budget, metric=headline_metric(spec) if spec is not None else "contains",
+                                 detector=detector, seed=args.seed or 0)
+        return _written(args, result)
     result = explain(model, example, top=args.top, reference=reference, max_new_tokens=budget,
                      metric=headline_metric(spec) if spec is not None else "contains",
                      sufficiency=args.sufficiency, kv_sink=args.kv_sink, kv_window=args.kv_window,
                      steer_alpha=args.steer_alpha, ablation=ablation, detector=detector, seed=args.seed or 0)
+    return _written(args, result)
+
+
+def _written(args: argparse.Namespace, result) -> int:
+    """Write the page, print its JSON with `--json`, and say what it shows on stderr."""
+    from locos_bench.explain import write_page
+    from locos_bench.names import unit_name
+
     path = write_page(result, args.output)
     if args.json:
         print_json(result.to_json())
     if result.sufficiency and "unavailable" in result.sufficiency:
         print(f"note: no sufficiency on this page: {result.sufficiency['unavailable']}", file=sys.stderr)
-    print(f"wrote {path} (top head {head_name(result.top[0])}; {result.verdict['mean']['text']})",
+    print(f"wrote {path} (top {args.unit} {unit_name(result.top[0], args.unit)}; {result.verdict['mean']['text']})",
           file=sys.stderr)
     return 0
+
+
+def _check_unit(args: argparse.Namespace) -> None:
+    """`--unit` known; an expert page without the options that act on heads."""
+    from locos_bench.detectors.registry import UNITS
+    from locos_bench.errors import unknown
+    from locos_bench.explain.attribution import KV_SINK, KV_WINDOW
+
+    if args.unit not in UNITS:
+        raise unknown("--unit", args.unit, UNITS)
+    if args.unit != "expert":
+        return
+    for flag, given in (("--steer-alpha", args.steer_alpha is not None), ("--kv-sink", args.kv_sink != KV_SINK),
+                        ("--kv-window", args.kv_window != KV_WINDOW)):
+        if given:
+            raise LocosError(f"{flag} acts on attention heads; an expert page (--unit expert) cannot take it")
+
 
 
 def _ablation(args: argparse.Namespace):
@@ -191,6 +238,8 @@ def _ablation(args: argparse.Namespace):
         return AblationSpec.parse("mean")
     if not args.ablate:
         raise LocosError("--ablation says how --ablate ablates: give --ablate too")
+    if args.unit == "expert":
+        return AblationSpec.expert(args.ablation)
     ablation = AblationSpec.parse(args.ablation)
     if ablation.mode == "scale":
         raise LocosError(f"--ablation {args.ablation}: scaling the top heads is --steer-alpha")
@@ -206,6 +255,10 @@ def _detector(args: argparse.Namespace):
             raise LocosError("--seed goes with --detector (LOCOS's top heads involve no draw)")
         return None
     cls = detector_class(args.detector)
+    ranks = getattr(cls, "unit", "head")
+    if ranks != args.unit:
+        raise LocosError(f"detector {args.detector!r} ranks {ranks}s, and this page explains {args.unit}s "
+                         f"(--unit {ranks} explains {ranks}s; `locos-bench detectors` shows each unit)")
     if args.seed is not None and args.seed < 0:
         raise LocosError(f"--seed must be at least 0, got {args.seed}")
     if getattr(cls, "stochastic", False) and args.seed is None:

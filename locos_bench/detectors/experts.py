@@ -47,8 +47,8 @@ class ExpertDetector(Detector):
 @contextmanager
 def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
     """Within the block, each expert layer's forward computes every routed expert once, keeps
-    `sink[layer] = (index [N, k], gated {expert: (rows, slot output [n, D])})` and returns their
-    sum (what the layer returns, to float rounding)."""
+    `sink[layer] = (index [N, k], gated {expert: (rows, slot output [n, D])}, weights [N, k])`
+    and returns their sum (what the layer returns, to float rounding)."""
     geo, mlps = moe_layers(model)
     originals = {}
 
@@ -65,7 +65,7 @@ def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
                 y = alone * weights[rows, slot, None].to(alone.dtype)
                 out.index_add_(0, rows, y.to(out.dtype))
                 gated[expert] = (rows, y)
-            sink[layer] = (index, gated)
+            sink[layer] = (index, gated, weights.detach())
             return out
         return forward
 
@@ -86,11 +86,11 @@ def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
 
 @contextmanager
 def _routing_only(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
-    """Within the block, each expert layer's forward keeps `sink[layer] = (index [N, k], {})`;
-    the experts run as they always do."""
+    """Within the block, each expert layer's forward keeps `sink[layer] = (index [N, k], {},
+    weights [N, k])`; the experts run as they always do."""
     geo, mlps = moe_layers(model)
     handles = [mlps[layer].experts.register_forward_pre_hook(
-        lambda module, args, layer=layer: sink.__setitem__(layer, (args[1].detach(), {})))
+        lambda module, args, layer=layer: sink.__setitem__(layer, (args[1].detach(), {}, args[2].detach())))
         for layer in geo.layers]
     try:
         yield
@@ -119,6 +119,35 @@ def _one_pass(detector: ExpertDetector, model: LoadedModel, examples: Sequence[E
                       forward_passes=len(preps), per_example=per_example.float(), unit="expert")
 
 
+def routed_per_token(sink: dict[int, Any], positions: Sequence[int], shape: tuple[int, int]) -> Tensor:
+    """`[n_layers, n_experts, P]`: 1 where the router sends the answer position `q_j` to the
+    expert (its mean over `j` is `expert-routing`'s score)."""
+    out = torch.zeros((*shape, len(positions)), dtype=torch.float64)
+    for layer, (index, *_) in sink.items():
+        chosen = torch.nn.functional.one_hot(index[list(positions)], shape[1]).sum(1)  # [P, E]
+        out[layer] = chosen.T.double()
+    return out
+
+
+def locos_per_token(sink: dict[int, Any], positions: Sequence[int], off_needle: Sequence[int], answer_rows: Tensor,
+                    shape: tuple[int, int]) -> Tensor:
+    """`[n_layers, n_experts, P]`: at each answer position `q_j`, the expert's gated write toward
+    `a_j` (`answer_rows[j]` = `u_{a_j}`; 0 where `q_j` did not route to it), minus the mean of its
+    write toward `a_j` over the off-needle positions (its mean over `j` is `expert-locos`'s score)."""
+    off = torch.as_tensor(list(off_needle))
+    at_positions = torch.as_tensor(list(positions))
+    u = answer_rows.double()  # [P, D]
+    out = torch.zeros((*shape, len(positions)), dtype=torch.float64)
+    for layer, (_, gated, *_) in sink.items():
+        for expert, (rows, y) in gated.items():
+            toward = y.double() @ u.T  # [n_e, P]: each routed token's write toward each a_j
+            at_q = rows[:, None] == at_positions[None, :]  # [n_e, P]: the row is q_j
+            at = (toward * at_q).sum(0)  # [P]: the write at q_j toward a_j (0 if not routed)
+            anywhere = toward[torch.isin(rows, off)].sum(0) / len(off)  # [P]: toward a_j, off the needle
+            out[layer, expert] = at - anywhere
+    return out
+
+
 @register_detector("expert-routing")
 class ExpertRouting(ExpertDetector):
     """The share of answer positions the router sends to each expert (read-side)."""
@@ -127,11 +156,7 @@ class ExpertRouting(ExpertDetector):
 
     def score(self, model: LoadedModel, examples: Sequence[Example], *, rng: np.random.Generator) -> HeadScores:
         def share(prep: Any, sink: dict, unembed: Tensor, shape: tuple[int, int]) -> Tensor:
-            out = torch.zeros(shape, dtype=torch.float64)
-            for layer, (index, _) in sink.items():
-                chosen = index[prep.positions]  # [P, k]
-                out[layer] = torch.bincount(chosen.flatten(), minlength=shape[1]).double() / len(prep.positions)
-            return out
+            return routed_per_token(sink, prep.positions, shape).mean(-1)
         return _one_pass(self, model, examples, share, split=False)
 
 
@@ -146,18 +171,7 @@ class ExpertLocos(ExpertDetector):
         tokenized = {}
 
         def write(prep: Any, sink: dict, unembed: Tensor, shape: tuple[int, int]) -> Tensor:
-            off = torch.as_tensor(tokenized[prep.where])
-            positions = torch.as_tensor(prep.positions)
-            u = unembed[prep.answer_ids].double()  # [P, D]
-            out = torch.zeros(shape, dtype=torch.float64)
-            for layer, (_, gated) in sink.items():
-                for expert, (rows, y) in gated.items():
-                    toward = y.double() @ u.T  # [n_e, P]: each routed token's write toward each a_j
-                    at_q = rows[:, None] == positions[None, :]  # [n_e, P]: the row is q_j
-                    at = (toward * at_q).sum(0)  # [P]: the write at q_j toward a_j (0 if not routed)
-                    anywhere = toward[torch.isin(rows, off)].sum(0) / len(off)  # [P]: toward a_j, off the needle
-                    out[layer, expert] = (at - anywhere).mean()
-            return out
+            return locos_per_token(sink, prep.positions, tokenized[prep.where], unembed[prep.answer_ids], shape).mean(-1)
 
         from locos_bench.detectors import _common
 
@@ -205,7 +219,7 @@ class ExpertPatching(ExpertDetector):
 def _patched(module: Any, expert: int, positions: Sequence[int], corrupted: Any) -> Iterator[None]:
     """The expert's gated output at `positions` replaced by the corrupted run's (0 where that
     run did not route the position to it)."""
-    _, gated = corrupted
+    _, gated, _ = corrupted
     n_positions = max(positions) + 1
     theirs = None
     if expert in gated:

@@ -1,6 +1,8 @@
 """The explain page: one self-contained HTML file per answer (`locos_bench/data/explain.html`:
 inline CSS, JS and data, nothing fetched when opened), and the pages a run writes into its
 directory for the leaderboard to link (`report.rendering.links` reads them from the files).
+One template draws either unit: heads (`attribution.Explanation`) or a mixture of experts'
+experts (`experts.ExpertExplanation`, whose data says `"unit": "expert"`).
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.explain.attribution import Explanation, explain
+from locos_bench.explain.experts import ExpertExplanation
 from locos_bench.models import LoadedModel
 
 DATA_MARK = "/*__EXPLAIN_DATA__*/null"
 
 
-def render_html(explanation: Explanation) -> str:
+def render_html(explanation: Explanation | ExpertExplanation) -> str:
     """One self-contained page: the template with the explanation's JSON inlined. When another
-    detector than LOCOS chose the top heads, a second script (`data/explain-detector.js`) says so
-    on the page; a LOCOS page is the template alone."""
+    detector than LOCOS (on experts, `expert-locos`) chose the top units, a second script
+    (`data/explain-detector.js`) says so on the page; a LOCOS page is the template alone."""
     data_files = resources.files("locos_bench").joinpath("data")
     template = data_files.joinpath("explain.html").read_text(encoding="utf-8")
     data = json.dumps(explanation.to_json(), ensure_ascii=True, allow_nan=False)
@@ -29,7 +32,8 @@ def render_html(explanation: Explanation) -> str:
     data = data.replace("</", "<\\/")
     title = f"{explanation.example.task}[{explanation.example.index}] on {explanation.model}"
     if explanation.detector is not None:
-        title += f", top heads by {explanation.detector['name']}"
+        units = "experts" if isinstance(explanation, ExpertExplanation) else "heads"
+        title += f", top {units} by {explanation.detector['name']}"
         script = data_files.joinpath("explain-detector.js").read_text(encoding="utf-8")
         template = template.replace("\n</body>", f"\n<script>\n{script}</script>\n</body>")
     import html
@@ -37,7 +41,7 @@ def render_html(explanation: Explanation) -> str:
     return template.replace("__EXPLAIN_TITLE__", html.escape(title)).replace(DATA_MARK, data)
 
 
-def write_page(explanation: Explanation, path: Path | str) -> Path:
+def write_page(explanation: Explanation | ExpertExplanation, path: Path | str) -> Path:
     """Write the page atomically (no half-written file on failure)."""
     from locos_bench.run.rundir import write_atomic
 
@@ -61,7 +65,7 @@ PAGES_DIR = "explain"
 
 
 def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any], n: int, *, top: int = 5,
-                    sufficiency: Any = None, ablation: Any = "mean") -> list[Path]:
+                    sufficiency: Any = None, ablation: Any = "mean", unit: str = "head") -> list[Path]:
     """Explain pages for the first `n` evaluation examples of each retrieval task of a run.
 
     Each page ablates with the run's ablation over the run's own reference split and judges
@@ -73,6 +77,8 @@ def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any
         sufficiency: The run's `Manifest.sufficiency` (`run.manifest.Streaming`): the pages' streaming
             heads keep its sink and window; None: the defaults (`KV_SINK`, `KV_WINDOW`).
         ablation: The run's ablation (`interventions.AblationSpec` or its name).
+        unit: The run's unit: an expert run's pages explain experts (`explain_experts`, its
+            ablation's mode; sufficiency keeps the top experts alone).
     """
     import warnings
 
@@ -88,10 +94,20 @@ def write_run_pages(model: LoadedModel, run_dir: Path | str, tasks: Sequence[Any
             path = Path(run_dir) / PAGES_DIR / f"{example.task}-{example.index}.html"
             if not path.exists():
                 try:
-                    result = explain(model, example, top=min(top, model.geometry.n_total_heads),
-                                     reference=data.reference, max_new_tokens=data.spec.max_new_tokens,
-                                     metric=headline_metric(data.spec), kv_sink=sink, kv_window=window,
-                                     ablation=ablation)
+                    if unit == "expert":
+                        from locos_bench.explain.experts import explain_experts
+                        from locos_bench.interventions.experts import expert_shape
+
+                        n_units = expert_shape(model)[0] * expert_shape(model)[1]
+                        result = explain_experts(model, example, top=min(top, n_units), reference=data.reference,
+                                                 ablation=getattr(ablation, "mode", ablation),
+                                                 max_new_tokens=data.spec.max_new_tokens,
+                                                 metric=headline_metric(data.spec))
+                    else:
+                        result = explain(model, example, top=min(top, model.geometry.n_total_heads),
+                                         reference=data.reference, max_new_tokens=data.spec.max_new_tokens,
+                                         metric=headline_metric(data.spec), kv_sink=sink, kv_window=window,
+                                         ablation=ablation)
                 except LocosError as exc:
                     warnings.warn(f"no explain page for {example.task}[{example.index}]: {exc}", stacklevel=2)
                     continue

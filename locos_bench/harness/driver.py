@@ -166,7 +166,8 @@ class Run:
 
                 with self._timed("explain"):
                     write_run_pages(self.model, self.dir.path, list(tasks.values()), self.config.explain,
-                                    sufficiency=self.manifest.sufficiency, ablation=self.config.ablation)
+                                    sufficiency=self.manifest.sufficiency, ablation=self.config.ablation,
+                                    unit=self.config.unit)
             self._write_manifest()
             self.dir.write_failures(self.failed())
         return self.dir

@@ -331,8 +331,8 @@ def unit_count(unit: str, model: Any) -> tuple[int, str]:
 
 
 _HEAD_ONLY = (("kv_sink", "--kv-sink"), ("kv_window", "--kv-window"), ("steer_alphas", "--steer-alphas"),  # an
-              ("positionwise", "--positionwise"), ("sink", "--sink"), ("explain", "--explain"),  # expert run refuses
-              ("lm_eval_tasks", "--lm-eval-tasks"))  # each of these options that act on heads, by its flag
+              ("positionwise", "--positionwise"), ("sink", "--sink"),  # expert run refuses each of these
+              ("lm_eval_tasks", "--lm-eval-tasks"))  # options that act on heads, by its flag
 
 
 def _check_unit(cfg: RunConfig) -> None:

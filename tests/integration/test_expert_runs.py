@@ -135,7 +135,6 @@ def test_the_regression_check_works_for_experts(expert_run, tmp_path, capsys):
     (["--sufficiency", "--ablation", "mask"], "it needs --ablation mean"),
     (["--steer-alphas", "2"], "--steer-alphas acts on attention heads"),
     (["--ablation", "mean-q"], "unknown expert ablation 'mean-q'"),
-    (["--explain", "1"], "--explain acts on attention heads"),
 ])
 def test_an_expert_run_refuses_what_only_heads_take(flags, says, tmp_path, capsys):
     from locos_bench.cli import main

@@ -204,3 +204,44 @@ def test_4k_token_prompt_scrolls_inside_the_text_pane(chromium_binary, tmp_path)
                 f" return s.top >= t.top - 1 && s.bottom <= t.bottom + 1; }})()")
             assert visible, key
         browser.screenshot(tmp_path / "long.png")
+
+
+def test_an_expert_page_draws_experts_and_highlights_their_tokens(chromium_binary, organism_moe, tmp_path):
+    """`explain --unit expert` (#52): the expert-locos and routing maps over layer x expert, the
+    selected expert's write and gate over the tokens, and the note of the detector that chose."""
+    from locos_bench._cli.explain import reference_split
+    from locos_bench.detectors import make_detector
+    from locos_bench.explain.experts import explain_experts
+
+    spec = load_task("organism-nonliteral")
+    example = make_example(spec, 0, model=organism_moe)
+    result = explain_experts(organism_moe, example, top=3, reference=reference_split(spec, organism_moe, "default"),
+                             max_new_tokens=spec.max_new_tokens, detector=make_detector("expert-routing"))
+    data = result.to_json()
+    path = write_page(result, tmp_path / "experts.html")
+    with Chromium(chromium_binary) as browser:
+        browser.open(path, ready=READY + " && document.body.dataset.chosenBy === 'expert-routing'")
+        for kind in ("locos", "routing"):
+            cells = browser.evaluate(f"Array.from(document.querySelectorAll('#map-{kind} .cell'))"
+                                     ".map(c => 'L' + c.dataset.layer + 'E' + c.dataset.expert)")
+            assert len(cells) == 32 and cells[-1] == "L3E7"
+        assert browser.evaluate("document.getElementById('maps-title').textContent").startswith("Experts (layer")
+        assert browser.evaluate("document.getElementById('title').textContent").endswith(", top experts by expert-routing")
+        marked = browser.evaluate("Array.from(document.querySelectorAll('#map-routing .cell.top'))"
+                                  ".map(c => 'L' + c.dataset.layer + 'E' + c.dataset.expert)")
+        assert sorted(marked) == sorted("L{}E{}".format(*e) for e in data["top_routing"])
+        first = "L{}E{}".format(*data["top"][0])
+        assert browser.evaluate("document.getElementById('text').dataset.head") == first
+        assert browser.evaluate("document.getElementById('verdict').textContent") == data["verdict"]["mean"]["text"]
+        assert "mean-ablated" in browser.evaluate("document.getElementById('sufficiency').textContent")
+        write = browser.evaluate(BACKGROUNDS)
+        browser.click("#mode-read")  # the gate: lit exactly where the router sends a token to the expert
+        lit = browser.evaluate(BACKGROUNDS).split("|")
+        assert [bool(b) for b in lit] == [g > 0 for g in data["sources"][first]["gate"]]
+        assert "|".join(lit) != write
+        assert "tokens route to it" in browser.evaluate("document.getElementById('head-info').textContent")
+        other = next(k for k in data["sources"] if k != first)
+        layer, expert = other[1:].split("E")
+        browser.click(f"#map-locos .cell[data-layer='{layer}'][data-expert='{expert}']")
+        assert browser.evaluate("document.getElementById('text').dataset.head") == other
+        assert browser.evaluate(BACKGROUNDS).split("|") != lit

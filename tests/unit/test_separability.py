@@ -201,7 +201,7 @@ def test_the_reading_notes_point_to_the_methodology_and_agree_with_it():
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "methodology.md").read_text()
     text = " ".join(" ".join([notes.DEFINITIONS, notes.SEPARABILITY, notes.PAIRED_SPECIFICITY, notes.SUFFICIENCY,
-                              notes.STEERING, notes.HEADS_ONCE]).split())
+                              notes.STEERING, notes.HEADS_ONCE.format(unit="head")]).split())
     assert "docs/methodology.md" in text
     # Each procedure the notes name is the one the page defines and cites.
     for note, page_term in (("max-T", "Westfall & Young 1993"), ("Mogstad, Romano, Shaikh & Wilhelm 2024", "Mogstad"),

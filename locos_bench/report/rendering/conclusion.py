@@ -113,7 +113,8 @@ def conclusion(run: RunStats) -> str:
     if oracle:
         sentences.append(oracle)
     if run.manifest.calibration_draws <= 1:
-        sentences.append("Each detector chose its heads once: its figures are conditional on those heads.")
+        unit = run.manifest.unit
+        sentences.append(f"Each detector chose its {unit}s once: its figures are conditional on those {unit}s.")
     return " ".join([head, *sentences])
 
 

@@ -68,9 +68,9 @@ at that n it says so and ranks nothing. Control tasks are not ranked. The other 
 brackets are marginal: not corrected for the many figures on the page. {heads}"""
 
 
-HEADS_ONCE = ("Each detector chose its heads once (one calibration draw): every interval is conditional on "
-              "the heads it chose; the spread of head selection is not in it (see *Selection stability*).")
-HEADS_DRAWN = ("Each detector chose its heads on {r} disjoint calibration subsets: the draws enter its "
+HEADS_ONCE = ("Each detector chose its {unit}s once (one calibration draw): every interval is conditional on "
+              "the {unit}s it chose; the spread of {unit} selection is not in it (see *Selection stability*).")
+HEADS_DRAWN = ("Each detector chose its {unit}s on {r} disjoint calibration subsets: the draws enter its "
                "intervals and verdicts as a second level.")
 
 
@@ -191,7 +191,8 @@ def separability_note(run: RunStats, truth: bool) -> str:
     """The *Verdicts and ranks* note, saying whether the intervals are conditional on the
     heads each detector chose (one calibration draw) or hold their choice (several)."""
     r = run.manifest.calibration_draws
-    heads = HEADS_ONCE if r <= 1 else HEADS_DRAWN.format(r=r)
+    unit = run.manifest.unit
+    heads = HEADS_ONCE.format(unit=unit) if r <= 1 else HEADS_DRAWN.format(r=r, unit=unit)
     text = SEPARABILITY.format(level=fmt(100 * (1 - run.alpha), 0), alpha=fmt(run.alpha, 2), heads=heads)
     if truth:
         text += (" The planted tables are ordered by the ground truth (precision@n, AUROC), which has no "

@@ -64,19 +64,19 @@ def oracle_share_tables(run: RunStats) -> list[str]:
                  *([fmt_ci(row.spearman), fmt_ci(row.auroc)] if agreement else [])] for row in section.rows]
         parts.append(table(rows, ["detector", *[f"share k={k}" for k in ks], "area share",
                                   *(["Spearman", f"AUROC top {TOP}"] if agreement else [])]))
-        parts.append(_pairs(section))
+        parts.append(_pairs(section, run.manifest.unit))
     if run.oracle_notes:
         parts.append("Left out of this section: " + "; ".join(run.oracle_notes) + ".")
     return parts
 
 
-def _pairs(section: OracleShares) -> str:
+def _pairs(section: OracleShares, unit: str = "head") -> str:
     """The section's share verdicts in one paragraph."""
     if not section.family:
         return "No pair of detectors to compare on the share (no budget up to 4 where the oracle's effect is above 0)."
     separable = [v for v in section.verdicts if v.separable]
     same = section.family.get("same", 0)
-    twins = f" {same} pairs chose the same heads and are left out." if same else ""
+    twins = f" {same} pairs chose the same {unit}s and are left out." if same else ""
     if not section.family["size"]:
         return "No pair of detectors to compare on the share." + twins
     head = (f"Pairs ({section.family['size']} comparisons at k = {', '.join(map(str, section.family['budgets']))}; "

@@ -225,7 +225,7 @@ def stability_table(run: RunStats, task: TaskResult) -> list[str]:
     if not any(r.stability is not None for r in rows_of):
         return [NO_STABILITY] if rows_of else []
     k0 = overlap_k(run.budgets)
-    headers = ["detector", "n"] + [f"Jaccard k={k}" for k in run.budgets] + [f"top heads (k={k0})"]
+    headers = ["detector", "n"] + [f"Jaccard k={k}" for k in run.budgets] + [f"top {run.manifest.unit}s (k={k0})"]
     rows = []
     first = next(r.stability for r in rows_of if r.stability is not None)
     for res in rows_of:

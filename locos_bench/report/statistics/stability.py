@@ -39,7 +39,7 @@ def fill_stability(res: DetectorResult, plan: RunPlan, task: str, done: dict, bu
     A stochastic detector gets none: its heads are drawn without reading the calibration
     examples, so resampling them says nothing (its spread between draws enters `vs random`)."""
     if res.stochastic:
-        res.stability_na = "n/a: heads drawn at random, not chosen from the calibration examples"
+        res.stability_na = f"n/a: {unit}s drawn at random, not chosen from the calibration examples"
         return
     units = [done.get(plan.scores_key(task, res.name, d)) for d in plan.draws(res.name)]
     units = [u for u in units if u is not None and u.error is None and u.scores is not None]
