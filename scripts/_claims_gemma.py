@@ -420,8 +420,8 @@ def oracle(get: Runs) -> str:
         + (f"Separable from `locos` on the share past k = 1 (one max-T family per task and figure): {pairs}."
            if pairs else
            "Past k = 1 no pair with `locos` is separable on the share.")
-        + " Whether `locos` finds the heads that *suffice* is not answered here: the sufficiency oracle is not "
-          "searched yet.")
+        + " Whether `locos` finds the heads that *suffice* is read on [gemma3 sufficiency](gemma3-sufficiency.md), "
+          "against the sufficiency oracle.")
 
 
 GEMMA_BLOCKS = {

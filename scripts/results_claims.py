@@ -36,6 +36,7 @@ from scripts._claims_gemma import GEMMA_BLOCKS  # noqa: E402
 from scripts._claims_moe import MOE_BLOCKS  # noqa: E402
 from scripts._claims_oracle import ORACLE_BLOCKS  # noqa: E402
 from scripts._claims_planted import PLANTED_BLOCKS  # noqa: E402
+from scripts._claims_sufficiency import SUFFICIENCY_BLOCKS  # noqa: E402
 
 PAGES = Path("docs") / "results"
 BLOCK = re.compile(r"(<!-- claims:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(\n<!-- /claims -->)", re.S)
@@ -44,12 +45,13 @@ VERDICT = re.compile(r"\bseparabl[ey]\b")
 
 
 BLOCKS: dict[str, tuple[str, Callable[[Runs], str]]] = {**GEMMA_BLOCKS, **PLANTED_BLOCKS, **ORACLE_BLOCKS, **FAMILY_BLOCKS,
-                                                      **MOE_BLOCKS}
+                                                      **MOE_BLOCKS, **SUFFICIENCY_BLOCKS}
 """Block name -> (the run it reads, what writes it)."""
 
 CHECKED: dict[str, tuple[str, ...]] = {
     "gemma3-default-seed0.md": ("What it shows",),
     "gemma3-sufficiency-steering.md": ("What it shows",),
+    "gemma3-sufficiency.md": ("What it shows",),
     "organism-reference.md": ("What the oracle is", "What it shows"),
     "oracle-real-weights.md": ("What it shows",),
     "organism-family.md": ("What it shows",),
