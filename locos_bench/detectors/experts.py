@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -44,11 +45,33 @@ class ExpertDetector(Detector):
     unit: ClassVar[str] = "expert"
 
 
+@dataclass
+class Routed:
+    """One expert layer's forward: `index` and `weights` `[N, k]` (each token's experts and gate
+    weights) and, when the experts were split, `y` `[N * k, D]`: each (token, slot)'s gated
+    expert output, token-major (None: the routing alone)."""
+
+    index: Tensor
+    weights: Tensor
+    y: Tensor | None = None
+
+    def gated(self) -> dict[int, tuple[Tensor, Tensor]]:
+        """expert -> (the tokens routed to it, ascending; their gated outputs `[n, D]`)."""
+        k, flat = self.index.shape[1], self.index.reshape(-1)
+        out = {}
+        for expert in flat.unique().tolist():
+            chosen = (flat == expert).nonzero().flatten()
+            out[expert] = (chosen // k, self.y[chosen])
+        return out
+
+
 @contextmanager
 def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
     """Within the block, each expert layer's forward computes every routed expert once, keeps
-    `sink[layer] = (index [N, k], gated {expert: (rows, slot output [n, D])}, weights [N, k])`
-    and returns their sum (what the layer returns, to float rounding)."""
+    `sink[layer] = Routed(index, weights, y)` with each (token, slot)'s gated output, and returns
+    their sum (what the layer returns, to float rounding). One call of the module's own forward
+    per layer, on each token repeated once per slot with gate weight 1, so no expert runs twice
+    and the module's bookkeeping runs once."""
     geo, mlps = moe_layers(model)
     originals = {}
 
@@ -56,16 +79,13 @@ def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
         own = type(module).forward
 
         def forward(x: Tensor, index: Tensor, weights: Tensor) -> Tensor:
-            out = torch.zeros_like(x)
-            gated = {}
-            for expert in index.unique().tolist():
-                rows, slot = torch.where(index == expert)
-                alone = own(module, x[rows], torch.full((len(rows), 1), expert, device=x.device),
-                            torch.ones(len(rows), 1, dtype=x.dtype, device=x.device))
-                y = alone * weights[rows, slot, None].to(alone.dtype)
-                out.index_add_(0, rows, y.to(out.dtype))
-                gated[expert] = (rows, y)
-            sink[layer] = (index, gated, weights.detach())
+            n, k = index.shape
+            alone = own(module, x.repeat_interleave(k, 0), index.reshape(-1, 1),
+                        torch.ones(n * k, 1, dtype=x.dtype, device=x.device))
+            y = alone * weights.reshape(-1, 1).to(alone.dtype)
+            tokens = torch.arange(n, device=x.device).repeat_interleave(k)
+            out = torch.zeros_like(x).index_add_(0, tokens, y.to(x.dtype))
+            sink[layer] = Routed(index, weights.detach(), y)
             return out
         return forward
 
@@ -86,11 +106,11 @@ def _split_experts(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
 
 @contextmanager
 def _routing_only(model: LoadedModel, sink: dict[int, Any]) -> Iterator[None]:
-    """Within the block, each expert layer's forward keeps `sink[layer] = (index [N, k], {},
-    weights [N, k])`; the experts run as they always do."""
+    """Within the block, each expert layer's forward keeps `sink[layer] = Routed(index, weights)`;
+    the experts run as they always do."""
     geo, mlps = moe_layers(model)
     handles = [mlps[layer].experts.register_forward_pre_hook(
-        lambda module, args, layer=layer: sink.__setitem__(layer, (args[1].detach(), {}, args[2].detach())))
+        lambda module, args, layer=layer: sink.__setitem__(layer, Routed(args[1].detach(), args[2].detach())))
         for layer in geo.layers]
     try:
         yield
@@ -123,8 +143,8 @@ def routed_per_token(sink: dict[int, Any], positions: Sequence[int], shape: tupl
     """`[n_layers, n_experts, P]`: 1 where the router sends the answer position `q_j` to the
     expert (its mean over `j` is `expert-routing`'s score)."""
     out = torch.zeros((*shape, len(positions)), dtype=torch.float64)
-    for layer, (index, *_) in sink.items():
-        chosen = torch.nn.functional.one_hot(index[list(positions)], shape[1]).sum(1)  # [P, E]
+    for layer, routed in sink.items():
+        chosen = torch.nn.functional.one_hot(routed.index[list(positions)], shape[1]).sum(1)  # [P, E]
         out[layer] = chosen.T.double()
     return out
 
@@ -138,13 +158,13 @@ def locos_per_token(sink: dict[int, Any], positions: Sequence[int], off_needle: 
     at_positions = torch.as_tensor(list(positions))
     u = answer_rows.double()  # [P, D]
     out = torch.zeros((*shape, len(positions)), dtype=torch.float64)
-    for layer, (_, gated, *_) in sink.items():
-        for expert, (rows, y) in gated.items():
-            toward = y.double() @ u.T  # [n_e, P]: each routed token's write toward each a_j
-            at_q = rows[:, None] == at_positions[None, :]  # [n_e, P]: the row is q_j
-            at = (toward * at_q).sum(0)  # [P]: the write at q_j toward a_j (0 if not routed)
-            anywhere = toward[torch.isin(rows, off)].sum(0) / len(off)  # [P]: toward a_j, off the needle
-            out[layer, expert] = at - anywhere
+    for layer, routed in sink.items():
+        n, k = routed.index.shape
+        tokens = torch.arange(n).repeat_interleave(k)  # the token of each (token, slot) row
+        toward = routed.y.double() @ u.T  # [N * k, P]: each slot's write toward each a_j
+        at = toward * (tokens[:, None] == at_positions[None, :])  # the write at q_j toward a_j
+        anywhere = toward * (torch.isin(tokens, off)[:, None] / len(off))  # toward a_j, off the needle
+        out[layer].index_add_(0, routed.index.reshape(-1), at - anywhere)  # summed per expert
     return out
 
 
@@ -204,8 +224,9 @@ class ExpertPatching(ExpertDetector):
             passes += 2
             drops = torch.zeros(shape, dtype=torch.float64)
             for layer in geo.layers:
+                theirs = corrupted[layer].gated()
                 for expert in range(geo.n_experts):
-                    with torch.no_grad(), _patched(mlps[layer].experts, expert, prep.positions, corrupted[layer]):
+                    with torch.no_grad(), _patched(mlps[layer].experts, expert, prep.positions, theirs):
                         logits = hf(prep.ids[None]).logits[:, prep.positions]
                     drops[layer, expert] = float(clean - _drops.gold_logprob(logits, prep.answer_ids))
                     passes += 1
@@ -216,10 +237,9 @@ class ExpertPatching(ExpertDetector):
 
 
 @contextmanager
-def _patched(module: Any, expert: int, positions: Sequence[int], corrupted: Any) -> Iterator[None]:
-    """The expert's gated output at `positions` replaced by the corrupted run's (0 where that
-    run did not route the position to it)."""
-    _, gated, _ = corrupted
+def _patched(module: Any, expert: int, positions: Sequence[int], gated: dict[int, Any]) -> Iterator[None]:
+    """The expert's gated output at `positions` replaced by the corrupted run's (`gated`, that
+    layer's `Routed.gated()`; 0 where that run did not route the position to it)."""
     n_positions = max(positions) + 1
     theirs = None
     if expert in gated:

@@ -189,7 +189,7 @@ def _sources(sink: dict[int, Any], expert: Expert, unembed: Any, n_shown: int) -
     import torch
 
     layer, e = expert
-    index, gated, weights = sink[layer]
+    index, weights, gated = sink[layer].index, sink[layer].weights, sink[layer].gated()
     write = torch.zeros(len(unembed), n_shown, dtype=torch.float64)
     if e in gated:
         rows, y = gated[e]
