@@ -229,7 +229,6 @@ def _check_unit(args: argparse.Namespace) -> None:
             raise LocosError(f"{flag} acts on attention heads; an expert page (--unit expert) cannot take it")
 
 
-
 def _ablation(args: argparse.Namespace):
     """The `--ablation` of `--ablate` (mean by default); a scaling is `--steer-alpha`'s."""
     from locos_bench.interventions import AblationSpec

@@ -55,14 +55,14 @@ class Routed:
     weights: Tensor
     y: Tensor | None = None
 
+    def of(self, expert: int) -> tuple[Tensor, Tensor]:
+        """The tokens routed to `expert`, ascending, and their gated outputs `[n, D]` (none: empty)."""
+        chosen = (self.index.reshape(-1) == expert).nonzero().flatten()
+        return chosen // self.index.shape[1], self.y[chosen]
+
     def gated(self) -> dict[int, tuple[Tensor, Tensor]]:
-        """expert -> (the tokens routed to it, ascending; their gated outputs `[n, D]`)."""
-        k, flat = self.index.shape[1], self.index.reshape(-1)
-        out = {}
-        for expert in flat.unique().tolist():
-            chosen = (flat == expert).nonzero().flatten()
-            out[expert] = (chosen // k, self.y[chosen])
-        return out
+        """expert -> `of(expert)`, for every expert some token routed to."""
+        return {expert: self.of(expert) for expert in self.index.unique().tolist()}
 
 
 @contextmanager

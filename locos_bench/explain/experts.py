@@ -189,14 +189,12 @@ def _sources(sink: dict[int, Any], expert: Expert, unembed: Any, n_shown: int) -
     import torch
 
     layer, e = expert
-    index, weights, gated = sink[layer].index, sink[layer].weights, sink[layer].gated()
+    routed = sink[layer]
+    rows, y = routed.of(e)
     write = torch.zeros(len(unembed), n_shown, dtype=torch.float64)
-    if e in gated:
-        rows, y = gated[e]
-        write[:, rows] = (y.double() @ unembed.double().T).T
+    write[:, rows] = (y.double() @ unembed.double().T).T
     gate = torch.zeros(n_shown, dtype=torch.float64)
-    hit = index == e
-    gate[: len(index)] = (weights.double() * hit).sum(-1)
+    gate[: len(routed.index)] = (routed.weights.double() * (routed.index == e)).sum(-1)
     return {"write": _per_token(write), "gate": _floats(gate, 6)}
 
 
