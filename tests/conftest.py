@@ -38,10 +38,17 @@ def pytest_collection_modifyitems(session, config, items):
 APART = {"tests/regression/test_reference_runs.py"}
 """Files whose tests are each long enough (minutes) to be scheduled one by one, on any worker."""
 
+TOGETHER = {path: "published-runs" for path in ("tests/regression/test_golden_leaderboard.py",
+                                                 "tests/regression/test_results_pages.py",
+                                                 "tests/regression/test_published_claims.py")}
+"""Files handed to one worker as one, so their session fixture is built once: every published
+run's analysis (`published_runs`, about a minute in all)."""
+
 
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, except that the tests of `APART` files are handed out one by one (the
-    gemma3 and smollm2 reference runs, minutes each, run side by side instead of in turn)."""
+    gemma3 and smollm2 reference runs, minutes each, run side by side instead of in turn), and
+    the files of a `TOGETHER` group go to one worker together."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -49,7 +56,7 @@ def pytest_xdist_make_scheduler(config, log):
     class LoadFileLongTestsApart(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return nodeid if path in APART else path
+            return nodeid if path in APART else TOGETHER.get(path, path)
 
     return LoadFileLongTestsApart(config, log)
 

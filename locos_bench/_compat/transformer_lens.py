@@ -24,7 +24,7 @@ VERIFIED = ">=4.3.0,<4.4"
 """The TransformerLens versions these names were read from (the lean path is tested on 4.3.0)."""
 
 PRIVATE_NAMES = ("_pre_output_projection", "_qk_norm_phase", "_qk_norm_per_head", "_apply_pre_reshape_qk_norm",
-                 "_apply_position_embedding_hooks", "_update_kv_cache", "_layer_idx")
+                 "_apply_position_embedding_hooks", "_update_kv_cache", "_layer_idx", "_hf_autograd_forward_with_hooks")
 """Every TransformerLens private name locos-bench uses (`tests/unit/test_private_apis.py`)."""
 
 _BRIDGE = "PositionEmbeddingsAttentionBridge"
@@ -49,6 +49,28 @@ def check() -> type:
 def attention_bridge_class() -> type:
     """TransformerLens's rotary attention bridge, the class the lean forward stands in for."""
     return check()
+
+
+def norm_bridge_class() -> type:
+    """TransformerLens's norm bridge, the class the lean norm (`models.lean_norm`) stands in for."""
+    check()
+    from transformer_lens.model_bridge.generalized_components import NormalizationBridge
+
+    if not hasattr(NormalizationBridge, "_hf_autograd_forward_with_hooks"):
+        raise gone(DIST, "_hf_autograd_forward_with_hooks", "NormalizationBridge")
+    return NormalizationBridge
+
+
+def norm_hf_path_is_base(cls: type) -> bool:
+    """Whether the norm bridge subclass `cls` keeps the base class's HF-module path (the one
+    that returns HF's output when no hook edits the norm's inside)."""
+    base = norm_bridge_class()
+    return cls._hf_autograd_forward_with_hooks is base._hf_autograd_forward_with_hooks
+
+
+def listened(hook_point: Any) -> bool:
+    """Whether any hook (forward, pre-forward or backward) is registered on `hook_point`."""
+    return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
 
 
 def transforms_before_output(attn: Any) -> bool:

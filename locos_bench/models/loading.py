@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from locos_bench.errors import LocosError, unknown
+from locos_bench.models import lean_norm
 from locos_bench.models._gguf import cached_checkpoint
 from locos_bench.models.aliases import canonical_name, offline_models, resolve_spec
 from locos_bench.models.architecture import HeadGeometry
@@ -217,6 +218,7 @@ def wrap_model(
         hf_model.config.architectures = [type(hf_model).__name__]
     experts = expert_geometry(hf_model)  # before booting: an unknown router is refused first
     bridge = _boot(spec, hf_model, tokenizer, device, torch_dtype)
+    lean_norm.install(bridge)  # each norm computed once unless a hook reads inside it
     info = dict(info or {})
     if experts is not None:
         info["experts"] = asdict(experts)

@@ -226,6 +226,8 @@ def test_miniature_locos_is_the_authors_formula(miniature_model):
 
 @pytest.mark.slow
 def test_gemma3_kv_retrieval_locos_is_the_authors_formula(gemma3):
-    examples = make_examples(load_task("kv-retrieval"), 8, model=gemma3)
+    # Four examples (eight took 69 s of CI on the Intel Xeon): the per-trial agreement is
+    # checked on each passed trial, and the top 8 of their mean.
+    examples = make_examples(load_task("kv-retrieval"), 4, model=gemma3)
     result, reference = check_agreement(gemma3, examples)
-    assert len(reference) >= 4  # Gemma 3 270M answers most kv-retrieval examples
+    assert len(reference) >= 3  # Gemma 3 270M answers most kv-retrieval examples

@@ -42,13 +42,15 @@ def analyze_runs(run_dirs: Sequence[Path | str] | Path | str, *, n_resamples: in
     return runs
 
 
-def write_stats(runs: Sequence[RunStats], out_dir: Path | str, *, plots: bool = True, extra: str = "") -> Path:
+def write_stats(runs: Sequence[RunStats], out_dir: Path | str, *, plots: bool = True, draw: bool = True,
+                extra: str = "") -> Path:
     """Write `leaderboard.md` (and the PNGs) for analysed runs into `out_dir`; `extra` is
-    Markdown appended at the end (links to explain pages)."""
+    Markdown appended at the end (links to explain pages); `draw=False` links the plots
+    without drawing them (`write_leaderboard`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = list(runs)
-    links = [write_plots(run, out_dir, prefix="" if len(runs) == 1 else f"run{i}-") if plots else {}
+    links = [write_plots(run, out_dir, prefix="" if len(runs) == 1 else f"run{i}-", draw=draw) if plots else {}
              for i, run in enumerate(runs, 1)]
     path = out_dir / LEADERBOARD
     write_atomic(path, render_markdown(runs, links) + ("\n" + extra if extra else ""))
@@ -57,7 +59,7 @@ def write_stats(runs: Sequence[RunStats], out_dir: Path | str, *, plots: bool = 
 
 def write_leaderboard(run_dirs: Sequence[Path | str] | Path | str, out_dir: Path | str | None = None,
                       *, n_resamples: int = N_RESAMPLES, method: str = "percentile",
-                      level: float = LEVEL, plots: bool = True) -> Path:
+                      level: float = LEVEL, plots: bool = True, draw: bool = True) -> Path:
     """Write `leaderboard.md` and its plots for one or more complete run directories.
 
     Args:
@@ -68,6 +70,8 @@ def write_leaderboard(run_dirs: Sequence[Path | str] | Path | str, out_dir: Path
         method: `percentile` (default) or `bca` intervals.
         level: Confidence level.
         plots: Write the PNGs (and link them).
+        draw: False writes the very Markdown `plots` gives, links included, without drawing
+            the PNGs (seconds per page: a check of the Markdown alone).
 
     Returns:
         The path of `leaderboard.md`.
@@ -78,9 +82,14 @@ def write_leaderboard(run_dirs: Sequence[Path | str] | Path | str, out_dir: Path
             raise LocosError("several run directories: say where to write with --out DIR")
         out_dir = dirs[0]
     runs = analyze_runs(dirs, n_resamples=n_resamples, method=method, level=level)
-    extra = "\n".join(part for part in (missing_units_note(dirs), dissociation_markdown(dirs),
-                                       explain_links(dirs, out_dir)) if part)
-    return write_stats(runs, out_dir, plots=plots, extra=extra)
+    return write_stats(runs, out_dir, plots=plots, draw=draw, extra=closing_notes(dirs, out_dir))
+
+
+def closing_notes(run_dirs: Sequence[Path | str], out_dir: Path | str) -> str:
+    """The Markdown `write_leaderboard` appends after the statistics: missing units, the
+    dissociation check, links to explain pages."""
+    return "\n".join(part for part in (missing_units_note(run_dirs), dissociation_markdown(run_dirs),
+                                       explain_links(run_dirs, out_dir)) if part)
 
 
 def stats_json(runs: Sequence[RunStats]) -> dict[str, Any]:

@@ -47,11 +47,13 @@ def _manifest_order(run: RunStats, task: TaskResult) -> list[DetectorResult]:
     return [task.detectors[d.name] for d in run.manifest.detectors if d.name in task.detectors]
 
 
-def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
-    from matplotlib.figure import Figure
-
+def _plot_curves(run: RunStats, task: TaskResult, path: Path | None) -> bool:
     if not task.baseline.ok:
         return False
+    if path is None:
+        return True
+    from matplotlib.figure import Figure
+
     metrics = [task.headline] + ([GOLD] if GOLD in task.metrics and GOLD != task.headline else [])
     styles = detector_styles([d.name for d in run.manifest.detectors])
     ks = task.budgets or run.budgets
@@ -83,13 +85,15 @@ def _plot_curves(run: RunStats, task: TaskResult, path: Path) -> bool:
     return True
 
 
-def _plot_heatmap(run: RunStats, task: TaskResult, path: Path) -> bool:
+def _plot_heatmap(run: RunStats, task: TaskResult, path: Path | None) -> bool:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     dets = [r for r in _manifest_order(run, task) if r.scores is not None]
     if not dets or task.heads_from not in ("", task.name):
         return False
+    if path is None:
+        return True
     k = overlap_k(run.budgets)
     ncols = min(3, len(dets))
     nrows = math.ceil(len(dets) / ncols)
@@ -120,13 +124,15 @@ def _plot_heatmap(run: RunStats, task: TaskResult, path: Path) -> bool:
     return True
 
 
-def _plot_overlap(run: RunStats, task: TaskResult, path: Path) -> bool:
+def _plot_overlap(run: RunStats, task: TaskResult, path: Path | None) -> bool:
     from matplotlib.figure import Figure
 
     k = overlap_k(run.budgets)
     sets = [(res, set(top)) for res in _manifest_order(run, task) if (top := top_heads(res, k))]
     if len(sets) < 2 or task.heads_from not in ("", task.name):
         return False
+    if path is None:
+        return True
     n = len(sets)
     mat = np.zeros((n, n))
     for i, (_, a) in enumerate(sets):
@@ -152,8 +158,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
-def write_plots(run: RunStats, out_dir: Path | str, prefix: str = "") -> dict[str, dict[str, str]]:
-    """Write the PNGs of one run under `out_dir/plots/`; task -> kind -> path relative to out_dir."""
+def write_plots(run: RunStats, out_dir: Path | str, prefix: str = "", *, draw: bool = True) -> dict[str, dict[str, str]]:
+    """Write the PNGs of one run under `out_dir/plots/`; task -> kind -> path relative to out_dir.
+    `draw=False` returns the same links and writes nothing (the Markdown without matplotlib's
+    seconds)."""
     out_dir = Path(out_dir)
     links: dict[str, dict[str, str]] = {}
     for task in run.tasks:
@@ -162,7 +170,7 @@ def write_plots(run: RunStats, out_dir: Path | str, prefix: str = "") -> dict[st
         for kind, plot in (("curves", _plot_curves), ("heatmap", _plot_heatmap),
                            ("overlap", _plot_overlap)):
             rel = f"{PLOTS}/{prefix}{kind}-{_slug(section)}.png"
-            if plot(run, task, out_dir / rel):
+            if plot(run, task, out_dir / rel if draw else None):
                 links[section][kind] = rel
     return links
 
