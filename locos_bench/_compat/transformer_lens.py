@@ -68,11 +68,6 @@ def norm_hf_path_is_base(cls: type) -> bool:
     return cls._hf_autograd_forward_with_hooks is base._hf_autograd_forward_with_hooks
 
 
-def listened(hook_point: Any) -> bool:
-    """Whether any hook (forward, pre-forward or backward) is registered on `hook_point`."""
-    return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
-
-
 def transforms_before_output(attn: Any) -> bool:
     """Whether `attn`'s class (an architecture's subclass, BitNet's say) changes the attention
     output before the output projection: the lean forward does not, so it must not run there."""

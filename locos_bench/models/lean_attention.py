@@ -138,6 +138,11 @@ def __getattr__(name: str) -> Any:
 _MOVED = ("streaming", "only_full")
 
 
+def listened(hook_point: Any) -> bool:
+    """Whether any hook (forward, pre-forward or backward) is registered on `hook_point`."""
+    return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks)
+
+
 class LeanForward:
     """The lean forward bound to one attention bridge (an instance attribute `forward`)."""
 
@@ -152,7 +157,7 @@ class LeanForward:
         reason = None
         if not self.enabled or attn.training:
             reason = "the explicit path was asked for"
-        elif tl.listened(attn.hook_attn_scores) or tl.listened(attn.hook_pattern):
+        elif listened(attn.hook_attn_scores) or listened(attn.hook_pattern):
             reason = "a hook reads the attention pattern"
         position_embeddings = kwargs.get("position_embeddings")
         head_dim = attn.original_component.head_dim

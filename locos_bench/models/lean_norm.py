@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from locos_bench._compat import transformer_lens as tl
+from locos_bench.models.lean_attention import listened
 
 
 def install(bridge: Any) -> int:
@@ -51,7 +52,7 @@ class LeanNorm:
 
     def __call__(self, hidden_states: Any, **kwargs: Any) -> Any:
         norm = self.norm
-        if tl.listened(norm.hook_scale) or tl.listened(norm.hook_normalized):
+        if listened(norm.hook_scale) or listened(norm.hook_normalized):
             return type(norm).forward(norm, hidden_states, **kwargs)
         x = norm.hook_in(hidden_states)
         result = norm.original_component(x)
