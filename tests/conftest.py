@@ -40,7 +40,8 @@ APART = {"tests/regression/test_reference_runs.py"}
 
 TOGETHER = {path: "published-runs" for path in ("tests/regression/test_golden_leaderboard.py",
                                                  "tests/regression/test_results_pages.py",
-                                                 "tests/regression/test_published_claims.py")}
+                                                 "tests/regression/test_published_claims.py",
+                                                 "tests/unit/test_separability.py")}
 """Files handed to one worker as one, so their session fixture is built once: every published
 run's analysis (`published_runs`, about a minute in all)."""
 
@@ -80,6 +81,15 @@ def _plugin_env_stays_in_its_test():
         os.environ.pop("LOCOS_BENCH_PLUGINS", None)
     else:
         os.environ["LOCOS_BENCH_PLUGINS"] = before
+
+
+@pytest.fixture(scope="session")
+def published_runs():
+    """Published run name -> its analysed statistics (`leaderboard/<run>/`), each analysed once
+    per test process: the README's and the results pages' claims read the same runs."""
+    from scripts._claims import run_loader
+
+    return run_loader()
 
 
 @pytest.fixture(scope="session")

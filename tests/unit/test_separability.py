@@ -69,13 +69,13 @@ def test_old_run_directories_derive_the_family_from_their_configuration(tmp_path
     assert [(v.detector, v.reference) for v in run.verdicts["ablation:gold_logprob"].verdicts] == [("dla", "locos")]
 
 
-def test_verdicts_are_the_same_alone_and_beside_another_run(tmp_path: Path):
+def test_verdicts_are_the_same_alone_and_beside_another_run(tmp_path: Path, published_runs):
     gemma = _copy("gemma3-default-seed0", tmp_path)
     planted = _copy("planted-reference", tmp_path)
-    alone = analyze_runs([gemma])[0]
+    alone = published_runs("gemma3-default-seed0")  # analyze_runs([its directory]), shared
     beside = analyze_runs([gemma, planted])[0]
     assert _verdicts(alone) == _verdicts(beside)
-    page_alone, page_beside = render_markdown([alone]), render_markdown([alone, analyze_runs([planted])[0]])
+    page_alone, page_beside = render_markdown([alone]), render_markdown([alone, published_runs("planted-reference")])
     for key, stats in alone.verdicts.items():
         table = stats.verdicts
         assert table and all(f"| {v.detector} − {v.reference}" in page_beside for v in table)
@@ -141,11 +141,11 @@ def test_controls_are_not_ranked(tmp_path: Path):
     assert "*Family:*" not in section
 
 
-def test_the_first_screen_is_the_summary_table_and_a_short_conclusion(tmp_path: Path):
+def test_the_first_screen_is_the_summary_table_and_a_short_conclusion(published_runs):
     """The page opens with one row per detector and a conclusion of about 400 characters at
     most, both within 60 lines and no line of a table wider than 160 characters; each verdict
     cell and each name or count in the conclusion is the family's verdict."""
-    run = analyze_runs([_copy("gemma3-default-seed0", tmp_path)])[0]
+    run = published_runs("gemma3-default-seed0")
     md = render_markdown([run])
     screen = md.splitlines()[:60]
     assert max(len(line) for line in screen if line.startswith("|")) <= 160
@@ -168,8 +168,8 @@ def test_the_first_screen_is_the_summary_table_and_a_short_conclusion(tmp_path: 
     assert not re.search(r"\b(clearly|strongly|best|significantly|dramatically)\b", short)
 
 
-def test_every_verdict_in_words_follows_the_families(tmp_path: Path):
-    run = analyze_runs([_copy("gemma3-default-seed0", tmp_path)])[0]
+def test_every_verdict_in_words_follows_the_families(published_runs):
+    run = published_runs("gemma3-default-seed0")
     md = render_markdown([run])
     first = next(p for p in md.split("\n\n") if p.startswith("**Every verdict**"))
     assert "n = 16 evaluation examples" in first
@@ -185,8 +185,8 @@ def test_every_verdict_in_words_follows_the_families(tmp_path: Path):
     assert "conditional on those heads" in first  # one calibration draw
 
 
-def test_every_ranked_table_states_its_family(tmp_path: Path):
-    md = render_markdown(analyze_runs([_copy("gemma3-default-seed0", tmp_path)]))
+def test_every_ranked_table_states_its_family(published_runs):
+    md = render_markdown([published_runs("gemma3-default-seed0")])
     notes = [line for line in md.splitlines() if line.startswith("*Family:*")]
     # The summary: rank sets and verdicts on two figures, and the bottom-k control's verdicts on
     # two; each retrieval task: rank sets on two.
