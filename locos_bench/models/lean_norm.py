@@ -7,7 +7,8 @@ hook on either, the first pass only costs time, most on small models (`benchmark
 measures it; figures in `benchmarks/RESULTS.md`). `install` gives each such norm
 a forward that runs `hook_in`, HF's module and `hook_out`: the very tensors TransformerLens
 returns, bit for bit. The call goes to TransformerLens's own forward whenever a hook listens
-on `hook_scale` or `hook_normalized` (the final scale DLA reads, a `run_with_cache` of them).
+on `hook_scale` or `hook_normalized` (the final scale path patching reads, the post-attention
+scale Gemma 3's per-head writes read, a `run_with_cache` of them).
 Norms TransformerLens recomputes in Python, and subclasses that change the forward, keep it.
 """
 

@@ -44,7 +44,7 @@ def test_every_norm_is_lean_and_the_logits_are_bit_identical(name, request):
 @pytest.mark.filterwarnings("ignore:A forward hook edited hook_scale")
 def test_a_hook_inside_a_norm_is_read_and_its_edit_reaches_the_output(planted):
     """A hook on `hook_scale` gets TransformerLens's scale, and doubling it halves what the
-    norm writes: the lean forward steps aside (the final scale DLA reads comes this way)."""
+    norm writes: the lean forward steps aside (the final scale path patching reads comes this way)."""
     ids = _ids(planted)
     seen = {}
 
@@ -71,3 +71,17 @@ def test_the_norms_outer_hooks_still_fire(planted):
     names = ["blocks.0.ln1.hook_out", "ln_final.hook_in", HOOK_FINAL_SCALE]
     _, cache = heads.run_and_capture(planted, ids, names)
     assert all(cache[n].shape[-2] == len(ids) for n in names)
+
+
+def test_a_norm_transformer_lens_recomputes_itself_keeps_its_forward():
+    """Without HF's module path (`use_native_layernorm_autograd` off, no folding) TransformerLens
+    returns its own Python norm, not HF's output: the lean forward would change the numbers, so
+    such a norm is left alone."""
+    from locos_bench.models import load_model
+
+    model = load_model("planted")  # its own copy: the session's stays as loaded
+    norm = _norms(model)[0]
+    tl.restore_forward(norm)
+    vars(norm)["use_native_layernorm_autograd"] = False
+    assert lean_norm.install(model.bridge) == len(_norms(model)) - 1
+    assert tl.replaced_forward(norm) is None
