@@ -4,7 +4,7 @@ TransformerLens 4.3's `NormalizationBridge`, when it runs HF's own norm module (
 computes each norm twice: once itself, to feed `hook_scale` and `hook_normalized`, then in
 HF's module, whose output it returns unless a hook edited one of those two values. With no
 hook on either, the first pass only costs time, most on small models (`benchmarks/lean_norm.py`
-measures it; figures in `benchmarks/RESULTS.md`). `install` gives each such norm
+measures it; figures in `docs/performance.md`). `install` gives each such norm
 a forward that runs `hook_in`, HF's module and `hook_out`: the very tensors TransformerLens
 returns, bit for bit. The call goes to TransformerLens's own forward whenever a hook listens
 on `hook_scale` or `hook_normalized` (the final scale path patching reads, the post-attention
