@@ -37,8 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu_name()}, 1 thread")
     for name in args.models.split(","):
         model = load_model(name)
-        norms = [m for m in model.bridge.modules() if tl.replaced_forward(m) is not None
-                 and isinstance(tl.replaced_forward(m), lean_norm.LeanNorm)]
+        norms = [m for m in model.bridge.modules() if isinstance(tl.replaced_forward(m), lean_norm.LeanNorm)]
         tokens = min(args.tokens, 64) if name in SMALL else args.tokens
         ids = torch.randint(5, min(200, model.bridge.cfg.d_vocab), (2, tokens))
 
