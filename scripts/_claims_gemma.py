@@ -369,7 +369,8 @@ def oracle(get: Runs) -> str:
         raise PageError(f"{run.name} has no oracle section")
     tasks = [t.name for t in retrieval(run)]
     tables = {t: _oracle_table(run, t) for t in tasks}
-    ks = tables[tasks[0]].budgets
+    grid = tables[tasks[0]].grid
+    ks = [k for k in tables[tasks[0]].budgets if k not in grid]  # the run's budgets: the area's
     k2 = sorted(ks)[1]
 
     def area(t: str, d: str) -> str:
@@ -409,6 +410,17 @@ def oracle(get: Runs) -> str:
                 sides.append(f"{t} at k = {k}, above it {listed(up) if up else 'none'}, below it "
                              f"{listed(down) if down else 'none'}")
     pairs = "; ".join(sides)
+    closest = ""
+    if grid:
+        def leaders_at(t: str, k: int) -> str:
+            rows = [r for r in tables[t].rows if r.share.get(k) is not None]
+            top = max(rows, key=lambda r: r.share[k].value)
+            return f"{k}: `{top.detector}` {estimate(top.share[k], 2)}"
+
+        every = sorted(tables[tasks[0]].budgets)
+        closest = (f" At every k from {every[0]} to {every[-1]} (k = {', '.join(map(str, grid))} from the run's grid "
+                   "units, gold log-prob only), the largest share of the oracle's drop is "
+                   + "; ".join(f"{t}, k = " + ", ".join(leaders_at(t, k) for k in every) for t in tasks) + ".")
     return bullet(
         f"**Against the oracle** (`locos_bench/data/oracle/gemma3-mean.json`: the cross-fitted greedy search of the "
         f"heads whose mean ablation costs most gold log-prob, [Ground truth on real weights]"
@@ -416,7 +428,8 @@ def oracle(get: Runs) -> str:
         f"{', '.join(map(str, ks))} is largest for {per_task}. At k = {k2} the oracle's drop is {drops} nats, and "
         f"{listed(over)} take more than that (share interval above 1): greedy growth is a lower bound on the best "
         f"pair. `locos`'s scores agree little with the single-head scan ({'; '.join(f'{t}: ' + agreement(t, 'locos') for t in tasks)}); "
-        f"the best AUROC for the 8 strongest single heads is {'; '.join(f'{t}: `{r.detector}` {estimate(r.auroc, 2)}' for t, r in auroc_best.items())}. "
+        f"the best AUROC for the 8 strongest single heads is {'; '.join(f'{t}: `{r.detector}` {estimate(r.auroc, 2)}' for t, r in auroc_best.items())}."
+        + closest + " "
         + (f"Separable from `locos` on the share past k = 1 (one max-T family per task and figure): {pairs}."
            if pairs else
            "Past k = 1 no pair with `locos` is separable on the share.")

@@ -32,7 +32,8 @@ BEGIN = "<!-- BEGIN GENERATED: {name} (python scripts/performance_page.py) -->"
 END = "<!-- END GENERATED: {name} -->"
 
 PHASES = [("load_model", "load"), ("detect", "detect"), ("reference", "reference"), ("evaluate", "evaluate"),
-          ("bottom_k", "bottom-k"), ("rank_diagnostic", "rank diag."), ("sufficiency", "sufficiency"),
+          ("bottom_k", "bottom-k"), ("rank_diagnostic", "rank diag."), ("oracle_grid", "oracle grid"),
+          ("sufficiency", "sufficiency"),
           ("steering", "steering")]
 
 

@@ -6,12 +6,12 @@ tensor), never to the whole `[T, vocab]` grid (Gemma 3's vocabulary has 262k ent
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.evaluation._batching import _batches, _pad_id, _tokenized, _torch
-from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
+from locos_bench.evaluation.clean_prefix import CleanPrefix, SetChain, _forward
 from locos_bench.names import Hook
 from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
@@ -78,31 +78,80 @@ def continuation_logprobs(
         argmax (greedy) token at its position.
     """
     torch = _torch()
+    out: list[tuple[list[float], list[bool]]] = [([], [])] * len(sequences)
+    with torch.inference_mode():
+        for batch, ids, mask, keep in _right_padded(model, sequences, batch_size):
+            logits = _forward(model, ids, mask, None, hooks, prefix, with_cache=False, logits_to_keep=keep)
+            _score(logits, batch, sequences, keep, out)
+    return out
+
+
+def gold_logprobs_of_sets(
+    model: Any,
+    tokenized_examples: Sequence[TokenizedExample | Example],
+    head_sets: Sequence[Sequence[tuple[int, int]]],
+    hooks_of: Callable[[int], Sequence[Hook]],
+    *,
+    batch_size: int = 4,
+    prefix: CleanPrefix | None = None,
+) -> list[list[float]]:
+    """`gold_logprobs` under each head set (`hooks_of(s)` ablates set s), the sets of each batch
+    run as a chain: set s starts where its heads first differ from the set run before it
+    (`SetChain`), or from the clean prefill (`prefix`) where that is later. Sorted by their
+    heads, nested sets (a detector's top 3, 5, 6, 7) run only the layers above the heads they
+    add. Each result equals `gold_logprobs` with that set's hooks alone (tested).
+
+    Returns:
+        Per head set, in input order, one float per example.
+    """
+    torch = _torch()
+    items = [_tokenized(model, ex) for ex in tokenized_examples]
+    sequences = [(it.input_ids, len(it.answer_ids)) for it in items]
+    order = sorted(range(len(head_sets)), key=lambda s: sorted(head_sets[s]))
+    out = [[([], [])] * len(sequences) for _ in head_sets]
+    with torch.inference_mode():
+        for batch, ids, mask, keep in _right_padded(model, sequences, batch_size):
+            chain = SetChain(model, ids, mask, keep, prefix)
+            for s in order:
+                _score(chain.run(head_sets[s], hooks_of(s)), batch, sequences, keep, out[s])
+    return [[float(torch.tensor(lp).mean()) for lp, _ in scored] for scored in out]
+
+
+def _right_padded(model: Any, sequences: Sequence[tuple[Sequence[int], int]], batch_size: int) -> Iterator[tuple]:
+    """Per batch (shortest sequences first): its indices, right-padded ids and mask, and the
+    positions whose logits are kept (those predicting a scored token, over the batch)."""
+    torch = _torch()
     device = getattr(model, "device", "cpu")
     pad = _pad_id(model.tokenizer)
-    out: list[tuple[list[float], list[bool]]] = [([], [])] * len(sequences)
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
-    with torch.inference_mode():
-        for batch in _batches(order, max(1, batch_size)):
-            width = max(len(sequences[i][0]) for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            where_rows = []
-            for row, i in enumerate(batch):
-                tokens, n = sequences[i]
-                if not 0 < n < len(tokens):
-                    raise LocosError(f"cannot score {n} of {len(tokens)} tokens (need a context token first)")
-                ids[row, : len(tokens)] = torch.tensor(list(tokens))
-                mask[row, : len(tokens)] = 1
-                where_rows.append(list(range(len(tokens) - 1 - n, len(tokens) - 1)))
-            keep = sorted({p for rows in where_rows for p in rows})
-            where = {p: k for k, p in enumerate(keep)}
-            logits = _forward(model, ids.to(device), mask.to(device), None, hooks, prefix, with_cache=False,
-                              logits_to_keep=torch.tensor(keep, device=device))
-            for row, i in enumerate(batch):
-                tokens, n = sequences[i]
-                cols = [where[p] for p in where_rows[row]]
-                targets = torch.tensor(list(tokens[-n:]), device=logits.device)
-                picked = logits[row, cols]  # [n, V]
-                out[i] = (token_logprobs(picked, targets).tolist(), (picked.argmax(-1) == targets).tolist())
-    return out
+    for batch in _batches(order, max(1, batch_size)):
+        width = max(len(sequences[i][0]) for i in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, i in enumerate(batch):
+            tokens, n = sequences[i]
+            if not 0 < n < len(tokens):
+                raise LocosError(f"cannot score {n} of {len(tokens)} tokens (need a context token first)")
+            ids[row, : len(tokens)] = torch.tensor(list(tokens))
+            mask[row, : len(tokens)] = 1
+        keep = sorted({p for i in batch for p in _predicting(sequences[i])})
+        yield batch, ids.to(device), mask.to(device), torch.tensor(keep, device=device)
+
+
+def _predicting(sequence: tuple[Sequence[int], int]) -> range:
+    """The positions whose logits predict the last n tokens of a `(tokens, n)` sequence."""
+    tokens, n = sequence
+    return range(len(tokens) - 1 - n, len(tokens) - 1)
+
+
+def _score(logits: Any, batch: Sequence[int], sequences: Sequence[tuple[Sequence[int], int]], keep: Any,
+           out: list[tuple[list[float], list[bool]]]) -> None:
+    """Each batch row's scored tokens from the kept `logits`: their log-probs, and whether each
+    is the argmax, into `out` at the row's sequence index."""
+    torch = _torch()
+    where = {int(p): k for k, p in enumerate(keep.tolist())}
+    for row, i in enumerate(batch):
+        tokens, n = sequences[i]
+        picked = logits[row, [where[p] for p in _predicting(sequences[i])]]  # [n, V]
+        targets = torch.tensor(list(tokens[-n:]), device=logits.device)
+        out[i] = (token_logprobs(picked, targets).tolist(), (picked.argmax(-1) == targets).tolist())

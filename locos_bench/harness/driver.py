@@ -24,7 +24,7 @@ from typing import Any
 
 from locos_bench.harness.executors import LocalExecutor
 from locos_bench.harness.interrupts import watching
-from locos_bench.harness.oracle_scan import SingleHeadScan, random_strata
+from locos_bench.harness.oracle_scan import SingleHeadScan, oracle_grid, random_strata
 from locos_bench.harness.progress import Progress
 from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, timed
 from locos_bench.names import rank_heads
@@ -99,6 +99,7 @@ class Run:
             self.progress.warn(warning)
         self.manifest = build_manifest(config, self.model, tasks)
         self.manifest.random_strata = random_strata(self.manifest)
+        self.manifest.oracle_grid = oracle_grid(self.manifest)
         self.plan = RunPlan.from_manifest(self.manifest)
         return tasks
 

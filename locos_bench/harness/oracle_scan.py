@@ -91,4 +91,19 @@ def random_strata(manifest: Any) -> Any:
     return RandomStrata(detector=STRATIFIED, heads=heads, first=max(MIN_PER_STRATUM, draws // 4))
 
 
-__all__ = ["STRATIFIED", "SingleHeadScan", "random_strata"]
+def oracle_grid(manifest: Any) -> list[int]:
+    """The oracle grid of a run starting now (`Manifest.oracle_grid`): every k up to the shipped
+    necessity search's `k_max` that is not a budget, where that search is the run's file
+    (sha256) and fits every retrieval task, on a head run; else none. Each such k costs one
+    teacher-forced pass per distinct head set, no generation."""
+    if manifest.unit != "head" or not manifest.model_info.get("oracle_search"):
+        return []
+    scan = SingleHeadScan(manifest, lambda level, line: None)
+    retrieval = [t.name for t in manifest.tasks if t.kind == "retrieval"]
+    if not retrieval or any(t not in scan.tasks for t in retrieval):
+        return []
+    k_max = min(int(scan.tasks[t]["k_max"]) for t in retrieval)
+    return [k for k in range(1, k_max + 1) if k not in manifest.budgets]
+
+
+__all__ = ["STRATIFIED", "SingleHeadScan", "oracle_grid", "random_strata"]

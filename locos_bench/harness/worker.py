@@ -155,7 +155,7 @@ class Worker:
             with self._experts_ablated(job, means):
                 if key.kind in (UnitKind.EVAL, UnitKind.BOTTOM):
                     return self._eval_unit(data, job, means)
-                return self._rank_unit(data, job, means)
+                return self._gold_unit(data, job, means)
 
     def run_many(self, jobs: Sequence[Job]) -> list[UnitRecord]:
         """Compute `jobs`, in order; evaluations of one task share batches (several head sets
@@ -164,14 +164,20 @@ class Worker:
         once. Each unit equals what `run` computes for its job alone."""
         out: dict[int, UnitRecord] = {}
         groups: dict[tuple, list[int]] = {}
+        chains: dict[str, list[int]] = {}
         for n, job in enumerate(jobs):
             external = isinstance(self.tasks[job.key.task], ExternalControl)
             shared = self.config.eval_head_sets > 1 and self.config.unit == "head"
             if job.key.kind in _SHARED and shared and not external:
                 examples = (job.key.split, job.key.draw if job.key.split else 0)  # one batch, one example set
                 groups.setdefault((job.key.task, job.key.kind, job.key.alpha, examples), []).append(n)
+            elif job.key.kind == UnitKind.GRID and self.config.unit == "head":
+                chains.setdefault(job.key.task, []).append(n)
             else:
                 out[n] = self.run(job)
+        for task, ns in chains.items():
+            for n, unit in zip(ns, self._grid_units(self.tasks[task], [jobs[n] for n in ns])):
+                out[n] = unit
         for (task, *_), ns in groups.items():
             for start in range(0, len(ns), self.config.eval_head_sets):
                 chunk = ns[start:start + self.config.eval_head_sets]
@@ -199,6 +205,24 @@ class Worker:
                                              batch_size=self.config.batch_size, prefix=self._prefix(data))
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
+
+    def _grid_units(self, data: TaskData, jobs: Sequence[Job]) -> list[UnitRecord]:
+        """Grid units of one task: each set's teacher-forced gold log-prob, the sets run as a
+        chain (`evaluation.gold_logprobs_of_sets`: each starts above the heads it shares with
+        the set before it); seconds are split evenly."""
+        from locos_bench.evaluation import gold_logprobs_of_sets
+
+        self._detection_over()
+        means = self._reference(data)
+        with self._timed(UnitKind.GRID.phase):
+            start = time.perf_counter()
+            with self._batches_shown(jobs):
+                values = gold_logprobs_of_sets(self.model, data.tokenized(self.model, "evaluation"),
+                                               [job.heads for job in jobs], lambda s: self._hooks(jobs[s], means),
+                                               batch_size=self.config.batch_size, prefix=self._clean_prefix(data))
+            seconds = (time.perf_counter() - start) / len(jobs)
+        return [UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: v}, seconds=seconds)
+                for job, v in zip(jobs, values, strict=True)]
 
     def _eval_record(self, data: TaskData, job: Job, rows: list[dict[str, Any]], seconds: float) -> UnitRecord:
         return UnitRecord.for_key(job.key, job.heads, job.heads_from, seconds=seconds,
@@ -323,8 +347,9 @@ class Worker:
                                  batch_size=self.config.batch_size, prefix=self._clean_prefix(data))
         return self._eval_record(data, job, rows, time.perf_counter() - start)
 
-    def _rank_unit(self, data: TaskData, job: Job, means: Any) -> UnitRecord:
-        """One head ablated alone: teacher-forced gold log-prob only (no generation)."""
+    def _gold_unit(self, data: TaskData, job: Job, means: Any) -> UnitRecord:
+        """A rank unit's one head, or a grid unit's top k, ablated: the teacher-forced gold
+        log-prob only (no generation)."""
         from locos_bench.evaluation import gold_logprobs
 
         start = time.perf_counter()

@@ -20,6 +20,7 @@ from locos_bench.run.plan import BASELINE, RunPlan, UnitKey, UnitKind
 from locos_bench.run.records import (
     BottomUnit,
     EvalUnit,
+    GridUnit,
     RankUnit,
     ScoresUnit,
     SteeringUnit,
@@ -33,6 +34,7 @@ __all__ = [
     "PRESETS",
     "BottomUnit",
     "EvalUnit",
+    "GridUnit",
     "Manifest",
     "RankUnit",
     "ResolvedConfig",

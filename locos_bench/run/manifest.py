@@ -203,6 +203,13 @@ class Manifest(BaseModel):
     """How `random`'s draws are stratified (`RandomStrata`); None: plain uniform draws (every
     run without a fitting oracle, and runs recorded before it)."""
 
+    oracle_grid: list[int] = Field(default_factory=list)
+    """Numbers of heads k, none a budget, at which each retrieval task also ablates each
+    deterministic detector's top-k heads for the gold log-prob alone (`GridUnit`): every k the
+    shipped necessity oracle searched, where it fits the run (`harness.oracle_scan.oracle_grid`),
+    so the oracle section reads shares at every k. Empty: none (no fitting oracle, and runs
+    recorded before it). Not part of `config_key`: resuming such a run adds the units."""
+
     unit: str = "head"
     """What the detectors ranked and the budgets count: `head` (every run recorded before the
     field), or `expert`, `(layer, expert)` of a mixture of experts, where `heads` in the records
@@ -272,11 +279,14 @@ def resumed(manifest: Manifest, old: Manifest) -> Manifest:
     tie rule (None: ties broken by index) and timings the run directory already holds,
     bottom-k for the detectors of either (units already computed are kept), and controls at
     every budget if the directory holds them so (a superset of the largest budget), and the
-    random draws' strata it was recorded with (its draws were taken under them)."""
+    random draws' strata it was recorded with (its draws were taken under them), and the oracle
+    grid of either (units already computed are kept)."""
     bottom = [d.name for d in manifest.detectors if d.name in {*manifest.bottom_k, *old.bottom_k}]
     family = default_family([d.name for d in manifest.detectors], sufficiency=manifest.sufficiency is not None,
                             steering=bool(manifest.steer_alphas), bottom_k=bottom)
     control_budgets = ALL_BUDGETS if old.control_budgets == ALL_BUDGETS else manifest.control_budgets
     return manifest.model_copy(update=dict(provenance=old.provenance, tie_seed=old.tie_seed,
                                            timings=dict(old.timings), bottom_k=bottom, family=family,
-                                           control_budgets=control_budgets, random_strata=old.random_strata))
+                                           control_budgets=control_budgets, random_strata=old.random_strata,
+                                           oracle_grid=sorted({*old.oracle_grid, *manifest.oracle_grid}
+                                                              - set(manifest.budgets))))

@@ -8,9 +8,13 @@ heads full and every other head streaming (`suff`; detector `baseline`, k = 0: e
 streaming, the floor), under `--steer-alphas` an evaluation with a detector's top-k heads
 amplified (`steer`), and under `--bottom-k` an evaluation with a detector's bottom-k heads (the
 last k of its ranking) ablated (`bottom`, retrieval tasks only: the control that top-k heads
-matter more than the heads the detector ranks last). `RunPlan` enumerates them from a manifest: the harness executes
-`todo(done)`, the analysis walks `eval_keys`/`rank_keys`, and the resume and completeness
-checks compare against `missing(done)`. Nothing else spells a unit key.
+matter more than the heads the detector ranks last), and where a shipped oracle fits the run
+(`Manifest.oracle_grid`) an evaluation of a detector's top-k heads ablated at each k the oracle
+searched that is not a budget (`grid`; retrieval tasks and deterministic detectors only, the
+teacher-forced gold log-prob alone: the oracle section's finer grid of k). `RunPlan` enumerates
+them from a manifest: the harness executes `todo(done)`, the analysis walks
+`eval_keys`/`rank_keys`, and the resume and completeness checks compare against
+`missing(done)`. Nothing else spells a unit key.
 
 Control tasks have no needle to detect on: each is evaluated with the heads each detector
 found on *every* retrieval task (`sources`; the unit key's `source`), so that specificity pairs
@@ -59,6 +63,7 @@ class UnitKind(str, Enum):
     SUFF = "suff"
     STEER = "steer"
     BOTTOM = "bottom"
+    GRID = "grid"
 
     def __str__(self) -> str:
         return self.value
@@ -72,7 +77,7 @@ class UnitKind(str, Enum):
     def top_k(self) -> bool:
         """Whether a unit of this kind intervenes on a detector's top-k heads (its `index` is k);
         a `rank` unit takes one head, a `scores` unit none."""
-        return self in (UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER)
+        return self in (UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER, UnitKind.GRID)
 
     @property
     def budgeted(self) -> bool:
@@ -94,7 +99,8 @@ class UnitKind(str, Enum):
 
 
 _PHASES = {UnitKind.SCORES: "detect", UnitKind.EVAL: "evaluate", UnitKind.RANK: "rank_diagnostic",
-           UnitKind.SUFF: "sufficiency", UnitKind.STEER: "steering", UnitKind.BOTTOM: "bottom_k"}
+           UnitKind.SUFF: "sufficiency", UnitKind.STEER: "steering", UnitKind.BOTTOM: "bottom_k",
+           UnitKind.GRID: "oracle_grid"}
 
 
 def need_retrieval(kinds: Iterable[str]) -> None:
@@ -159,6 +165,10 @@ class UnitKey:
     @classmethod
     def bottom(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
         return cls(UnitKind.BOTTOM, task, detector, draw, k)
+
+    @classmethod
+    def grid(cls, task: str, detector: str, draw: int = 0, k: int = 0) -> UnitKey:
+        return cls(UnitKind.GRID, task, detector, draw, k)
 
 
 def unit_label(key: UnitKey) -> str:
@@ -236,6 +246,9 @@ class RunPlan:
         control_budgets: `ALL_BUDGETS`, or `LARGEST_BUDGET`: control tasks' ablated evaluations
             at the largest budget only.
         strata: How `random`'s draws are stratified (`Strata`); None: plain draws.
+        oracle_grid: Numbers of heads k, none of them a budget, at which each retrieval task
+            also ablates each deterministic detector's top-k heads for the gold log-prob alone
+            (`grid` units: the oracle section's shares at every k the oracle searched).
     """
 
     tasks: tuple[PlannedTask, ...]
@@ -252,6 +265,7 @@ class RunPlan:
     bottom_k: tuple[str, ...] = ()
     control_budgets: str = ALL_BUDGETS
     strata: Strata | None = None
+    oracle_grid: tuple[int, ...] = ()
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> RunPlan:
@@ -275,6 +289,7 @@ class RunPlan:
             bottom_k=tuple(getattr(manifest, "bottom_k", None) or ()),
             control_budgets=getattr(manifest, "control_budgets", None) or ALL_BUDGETS,
             strata=strata_from(getattr(manifest, "random_strata", None), n_heads),
+            oracle_grid=tuple(sorted(set(getattr(manifest, "oracle_grid", None) or ()) - set(manifest.budgets))),
         )
 
     def strata_of(self, detector: str) -> Strata | None:  # `detector`'s strata, if its draws have them
@@ -393,6 +408,13 @@ class RunPlan:
             return []
         return [UnitKey.bottom(task, detector, draw, k) for k in self.budgets]
 
+    def grid_keys(self, task: str, detector: str, draw: int = 0) -> list[UnitKey]:
+        """A retrieval task's oracle-grid evaluations of one deterministic detector draw, smallest k
+        first (none on a control task, for a stochastic detector, or without `oracle_grid`)."""
+        if not self.oracle_grid or self.task(task).kind != "retrieval" or self.detector(detector).stochastic:
+            return []
+        return [UnitKey.grid(task, detector, draw, k) for k in self.oracle_grid]
+
     def steer_keys(self, task: str, detector: str, draw: int = 0, source: str = "") -> list[UnitKey]:
         """A task's steering evaluations of one detector draw: each alpha, each budget."""
         source = self._source(task, source)
@@ -423,6 +445,9 @@ class RunPlan:
                 yield from self.bottom_keys(task, d.name, draw)
         for d in self.detectors:
             yield from self.rank_keys(task, d.name)
+        for d in self.detectors:
+            for draw in self.draws(d):
+                yield from self.grid_keys(task, d.name, draw)
         if self.sufficiency_keys(task, BASELINE):
             yield self.floor_key(task)
             for d in self.detectors:

@@ -232,12 +232,36 @@ class RankUnit(UnitRecord):
         return dict(super()._identity(key, heads, heads_from), rank=key.index, head=_heads(heads)[0])
 
 
+class GridUnit(UnitRecord):
+    """A detector's top-k heads ablated at a k of the oracle's that is not a budget
+    (`Manifest.oracle_grid`): the teacher-forced gold log-prob alone, no generation."""
+
+    kind: Literal[UnitKind.GRID] = UnitKind.GRID
+    k: int
+    heads: list[list[int]] = Field(default_factory=list)
+    """The ablated heads as `[layer, head]`, best first."""
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    """`gold_logprob` per example, aligned with the evaluation split."""
+    reused: bool = False
+    """True when another grid unit of this task ablated the identical head set and its values
+    were copied."""
+
+    @property
+    def key(self) -> UnitKey:
+        return UnitKey.grid(self.task, self.detector, self.draw, self.k)
+
+    @classmethod
+    def _identity(cls, key: UnitKey, heads: Sequence[Sequence[int]], heads_from: str | None) -> dict[str, Any]:
+        return dict(super()._identity(key, heads, heads_from), k=key.index, heads=_heads(heads))
+
+
 _RECORDS: dict[UnitKind, type[UnitRecord]] = {
     UnitKind.SCORES: ScoresUnit, UnitKind.EVAL: EvalUnit, UnitKind.RANK: RankUnit,
     UnitKind.SUFF: SufficiencyUnit, UnitKind.STEER: SteeringUnit, UnitKind.BOTTOM: BottomUnit,
+    UnitKind.GRID: GridUnit,
 }
 
-Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit,
+Unit = Annotated[ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit | GridUnit,
                  Field(discriminator="kind")]
 """Any unit record, told apart by its `kind` (one line of `results.jsonl`)."""
 

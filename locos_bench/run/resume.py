@@ -68,6 +68,7 @@ def compare(old: Manifest, new: Manifest) -> Comparison:
             differences.append(f"{name}: {a} -> {b}")
     _grown("budget", old.budgets, new.budgets, additions, kept)
     _grown("steering alpha", old.steer_alphas, new.steer_alphas, additions, kept)
+    _grown("oracle-grid k", old.oracle_grid, new.oracle_grid, additions, kept)
     if old.sufficiency != new.sufficiency:
         was, now = old.sufficiency, new.sufficiency
         if was is None:
@@ -103,7 +104,7 @@ def _grown(one: str, old: list, new: list, additions: list[str], kept: list[str]
 def merged(new: Manifest, old: Manifest) -> Manifest:
     """The manifest of a run directory that `new` resumes or extends: `new`, with what the
     directory holds beyond it (detectors, budgets, tasks, steering amplifications,
-    sufficiency) kept in the directory's order, so its records stay part of the run."""
+    sufficiency, the oracle grid) kept in the directory's order, so its records stay part of the run."""
     if not compare(old, new).kept:
         return new
     ours = {d.name: d for d in new.detectors}
@@ -114,7 +115,8 @@ def merged(new: Manifest, old: Manifest) -> Manifest:
         budgets=sorted({*old.budgets, *new.budgets}),
         steer_alphas=list(old.steer_alphas) + [a for a in new.steer_alphas if a not in old.steer_alphas],
         steer_calibration=new.steer_calibration or old.steer_calibration,
-        sufficiency=new.sufficiency or old.sufficiency, fallbacks={**old.fallbacks, **new.fallbacks}))
+        sufficiency=new.sufficiency or old.sufficiency, fallbacks={**old.fallbacks, **new.fallbacks},
+        oracle_grid=sorted({*old.oracle_grid, *new.oracle_grid})))
 
 
 def _task_differences(old: Any, new: Any) -> list[str]:

@@ -77,3 +77,29 @@ def test_a_batch_larger_than_the_budget_is_not_kept(planted):
     roomy = CleanPrefix()
     evaluate_task(planted, data.spec, data.evaluation, batch_size=2, prefix=roomy)
     assert 0 < roomy.bytes
+
+
+def test_a_chain_of_head_sets_equals_each_set_alone(case):
+    """`gold_logprobs_of_sets` runs each batch's sets sorted by their heads, each from the
+    layer where it first differs from the set before it (`SetChain`): nested sets, as a
+    detector's top 3, 5, 6, 7, run only the layers above the heads they add. Every set's gold
+    log-probs are bit for bit those of the set alone, whole forward."""
+    from locos_bench.evaluation import gold_logprobs_of_sets
+
+    model, data, means = case
+    spec = AblationSpec.parse("mean")
+    top = model.geometry.n_layers - 1
+    mid = model.geometry.n_layers // 2
+    sets = [[(mid, 0), (top, 1)], [(top, 0)], [(mid, 0)], [(mid, 0), (top, 1), (top, 0)], [(1, 1), (mid, 0)],
+            [(top, 1)]]
+    items = data.tokenized(model, "evaluation")
+    prefix = CleanPrefix()
+    chained = gold_logprobs_of_sets(model, items, sets, lambda s: HeadAblation(sets[s], spec, means).hooks(),
+                                    batch_size=2, prefix=prefix)
+    for heads, values in zip(sets, chained, strict=True):
+        assert values == gold_logprobs(model, items, hooks=HeadAblation(heads, spec, means).hooks(), batch_size=2), heads
+    n_batches = -(-len(items) // 2)
+    alone = sum(min(layer for layer, _ in heads) for heads in sets) * n_batches  # the clean prefix's skip
+    assert prefix.layers_skipped > alone  # the chain starts later: above (mid, 0) where sets share it
+    assert gold_logprobs_of_sets(model, items, sets, lambda s: HeadAblation(sets[s], spec, means).hooks(),
+                                 batch_size=2) == chained  # no clean prefix: the chain alone

@@ -274,3 +274,60 @@ def test_random_draws_are_stratified_on_the_scans_strongest_head(shipped, tmp_pa
     again = run_benchmark(RunConfig(**config, output_dir=tmp_path / "run"))
     assert again.read_manifest().random_strata == manifest.random_strata
     assert len(again.read_units()) == len(units)
+
+
+def test_the_oracle_grid_fills_every_k_the_oracle_searched_with_gold_only_units(run_dir, shipped, tmp_path, monkeypatch):
+    """Budgets 1 and 3 against an oracle searched to k = 3: k = 2 is evaluated for the gold
+    log-prob alone (grid units of each deterministic detector, none of `random`), and each
+    equals the gold log-prob of the same top 2 evaluated as a budget (`run_dir`, budgets 1-3)."""
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
+    config = {**RUN, "budgets": [1, 3], "sufficiency": False, "rank_diagnostic": 0}
+    run = run_benchmark(RunConfig(**config, output_dir=tmp_path / "run"))
+    manifest, units = run.read_manifest(), run.read_units()
+    assert manifest.oracle_grid == [2]
+    grid = {u.detector: u for u in units if u.kind == "grid"}
+    assert sorted(grid) == ["attention", "locos"] and all(u.k == 2 for u in grid.values())
+    assert all(set(u.values) == {"gold_logprob"} for u in grid.values())  # no generation
+    budget = {u.detector: u for u in run_dir.read_units() if u.kind == "eval" and u.k == 2}
+    for name, unit in grid.items():
+        assert unit.heads == budget[name].heads
+        np.testing.assert_allclose(unit.values["gold_logprob"], budget[name].values["gold_logprob"], atol=1e-4)
+    stats = analyze(manifest, units, n_resamples=200)
+    gold = next(s for s in stats.oracle_shares if s.figure == "gold" and s.mode == "necessity")
+    metric = next(s for s in stats.oracle_shares if s.figure == "metric")
+    assert (gold.budgets, gold.grid, metric.budgets, metric.grid) == ([1, 2, 3], [2], [1, 3], [])
+    data, _ = read_oracle(shipped / "planted-mean.json")
+    result = data["tasks"]["planted-kv"]["result"]
+    oracle_drop = np.asarray(result["unablated"]["gold"]) - np.asarray(result["necessity"]["chosen"]["2"]["gold"])
+    plan, done = RunPlan.from_manifest(manifest), {u.key: u for u in units}
+    base = np.asarray(done[plan.baseline_key("planted-kv")].values["gold_logprob"])
+    locos = next(r for r in gold.rows if r.detector == "locos")
+    drop = base - np.asarray(grid["locos"].values["gold_logprob"])
+    assert locos.share[2].value == pytest.approx(drop.mean() / oracle_drop.mean())
+    assert 2 not in next(r for r in gold.rows if r.detector == "random").share
+    assert 2 in gold.family["budgets"] or gold.oracle[2].low <= 0
+    page = render_markdown([stats])
+    assert "k = 2: not budgets of this run" in page and "| share k=2" in page
+    # a rerun finds every unit done; a directory without the grid (an older run) is extended
+    assert run_benchmark(RunConfig(**config, output_dir=tmp_path / "run")).read_units() == units
+    RunDir(run.path).write_manifest(manifest.model_copy(update={"oracle_grid": []}))
+    results = run.path / "results.jsonl"
+    results.write_text("".join(row for row in results.read_text().splitlines(keepends=True) if '"kind":"grid"' not in row))
+    again = run_benchmark(RunConfig(**config, output_dir=tmp_path / "run")).read_units()
+    assert sorted(u.detector for u in again if u.kind == "grid") == ["attention", "locos"]
+
+
+def test_no_grid_without_a_fitting_oracle_or_with_every_k_a_budget(shipped, tmp_path, monkeypatch):
+    from locos_bench.harness.oracle_scan import oracle_grid
+    from locos_bench.run.resume import compare
+
+    monkeypatch.setattr(oracle_files, "ORACLE_DIR", shipped)
+    config = {**RUN, "budgets": [1, 3], "sufficiency": False, "rank_diagnostic": 0}
+    manifest = run_benchmark(RunConfig(**config, output_dir=tmp_path / "run")).read_manifest()
+    assert oracle_grid(manifest) == [2]
+    assert oracle_grid(manifest.model_copy(update={"budgets": [1, 2, 3]})) == []
+    assert oracle_grid(manifest.model_copy(update={"model_info": {}})) == []  # no oracle recorded
+    assert oracle_grid(manifest.model_copy(update={"ablation": "zero"})) == []  # searched under another
+    old = manifest.model_copy(update={"oracle_grid": []})
+    assert "oracle-grid k 2" in compare(old, manifest).additions and compare(old, manifest).fits
+    assert RunPlan.from_manifest(manifest.model_copy(update={"budgets": [1, 2, 3]})).oracle_grid == ()

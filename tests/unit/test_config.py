@@ -114,12 +114,13 @@ def test_unit_kinds_are_one_type():
     assert hash(key) == hash(UnitKey.eval("t", "d", 0, 2))
     assert UnitKey(**json.loads(json.dumps(dataclasses.asdict(key)))) == key  # as a Ray job travels
     assert [k.phase for k in UnitKind] == ["detect", "evaluate", "rank_diagnostic", "sufficiency", "steering",
-                                           "bottom_k"]
-    assert {k for k in UnitKind if k.top_k} == {UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER}
-    assert {k for k in UnitKind if k.budgeted} == {UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER, UnitKind.BOTTOM}
+                                           "bottom_k", "oracle_grid"]
+    assert {k for k in UnitKind if k.top_k} == {UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER, UnitKind.GRID}
+    assert {k for k in UnitKind if k.budgeted} == {UnitKind.EVAL, UnitKind.SUFF, UnitKind.STEER, UnitKind.BOTTOM,
+                                                   UnitKind.GRID}
     ranking = ["a", "b", "c", "d", "e"]
     assert UnitKind.EVAL.heads(ranking, 2) == ["a", "b"] and UnitKind.BOTTOM.heads(ranking, 2) == ["d", "e"]
-    assert UnitKind.RANK.heads(ranking, 2) == ["b"]
+    assert UnitKind.RANK.heads(ranking, 2) == ["b"] and UnitKind.GRID.heads(ranking, 3) == ["a", "b", "c"]
     with pytest.raises(ValueError):
         UnitKey("evaluate", "t", "d")
 

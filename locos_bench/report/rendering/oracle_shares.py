@@ -28,6 +28,9 @@ GREEDY = ("every single {unit} ablated, then sets grown greedily to k = {k_max} 
           "trying the {prune} strongest single {unit}s not yet in the set")
 EXHAUSTIVE = ("every set of up to {exhaustive_to} {unit}s ablated, each fold's set at each k the best of them on "
               "its own half (gold log-prob)")
+GRID = ("k = {grid}: not budgets of this run; each deterministic detector's top k was ablated for the gold "
+        "log-prob alone (teacher-forced, no generation: the run's grid units), so that the shares cover every k "
+        "the oracle searched. `random` and the area share keep the run's budgets ({budgets}).")
 FIGURE_NAMES = {"metric": "headline metric", "gold": "gold log-prob (nats)"}
 EFFECTS = {"necessity": "drop", "sufficiency": "kept above the floor"}
 NAMED = 6
@@ -60,10 +63,13 @@ def oracle_share_tables(run: RunStats) -> list[str]:
                      f"{run.manifest.unit} on average (`random` at k = 1, exact): {fmt_ci(section.random_single)}."
                      + (f" Largest single {effect}: {', '.join(section.top)}." if section.top else ""))
         agreement = section.figure == "gold"
-        rows = [[row.detector, *[fmt_ci(row.share[k]) for k in ks], fmt_ci(row.area),
+        rows = [[row.detector, *[fmt_ci(row.share[k]) if k in row.share else "–" for k in ks], fmt_ci(row.area),
                  *([fmt_ci(row.spearman), fmt_ci(row.auroc)] if agreement else [])] for row in section.rows]
         parts.append(table(rows, ["detector", *[f"share k={k}" for k in ks], "area share",
                                   *(["Spearman", f"AUROC top {TOP}"] if agreement else [])]))
+        if section.grid:
+            parts.append(GRID.format(grid=", ".join(map(str, section.grid)),
+                                     budgets=", ".join(str(k) for k in ks if k not in section.grid)))
         parts.append(_pairs(section, run.manifest.unit))
     if run.oracle_notes:
         parts.append("Left out of this section: " + "; ".join(run.oracle_notes) + ".")

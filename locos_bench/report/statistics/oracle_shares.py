@@ -63,9 +63,11 @@ class ShareRow(BaseModel):
 
     detector: str
     share: dict[int, Estimate | None]
-    """Budget k -> its mean drop over the oracle's (None where the oracle's effect is 0)."""
+    """Budget k -> its mean drop over the oracle's (None where the oracle's effect is 0); a
+    grid k is missing where the detector has no grid units (`random`)."""
     area: Estimate | None = None
-    """The same over the area of the budgets (curve weights over log2 k)."""
+    """The same over the area of the run's budgets (curve weights over log2 k; the grid's k
+    left out, so that every detector's area covers the same k)."""
     spearman: Estimate | None = None
     """Its scores against every single head's effect (gold log-prob only: the headline ties
     most heads at 0; None for a detector with several draws)."""
@@ -108,6 +110,10 @@ class OracleShares(BaseModel):
     exhaustive_to: int = 1
     """Every set up to this size was measured, each fold's the best of them (1: greedy from k = 2)."""
     budgets: list[int]
+    """Every k with shares: the run's budgets up to `k_max`, and `grid`."""
+    grid: list[int] = Field(default_factory=list)
+    """The k of `budgets` read from the run's grid units (`Manifest.oracle_grid`: the gold
+    log-prob of every deterministic detector's top k; no headline, no `random`, no area)."""
     oracle: dict[int, Estimate]
     """Budget k -> the oracle's cross-fitted effect."""
     chosen: dict[int, list[str]]
@@ -339,7 +345,9 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: A
     search = result[mode]
     k_max = int(result["k_max"])
     budgets = [k for k in (plan.budgets_of(task) if mode == "necessity" else plan.budgets) if k <= k_max]
-    oracle_effect = {k: effect(oracle_base, search["chosen"][str(k)][figure]) for k in budgets}
+    finer = [k for k in plan.oracle_grid if k <= k_max] if (mode, figure) == ("necessity", "gold") else []
+    ks = sorted({*budgets, *finer})
+    oracle_effect = {k: effect(oracle_base, search["chosen"][str(k)][figure]) for k in ks}
     names = list(search["singles"])
     singles = np.stack([effect(oracle_base, search["singles"][h][figure]) for h in names])
     order = np.argsort(-singles.mean(1), kind="stable")
@@ -355,11 +363,15 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: A
             if all(k in units and units[k].error is None for k in budgets):
                 draws.append({k: effect(run_ref, vector(units[k], metric, n)) for k in budgets})
                 ids.append(draw)
+                graded = {key.index: done.get(key) for key in plan.grid_keys(task, det.name, draw)} if finer else {}
+                if finer and all(graded.get(k) is not None and graded[k].error is None for k in finer):
+                    draws[-1].update({k: effect(run_ref, vector(graded[k], metric, n)) for k in finer})
         if not draws:
             continue
         stratify(plan, det.name, ids, draws)
         draw_set = draw_sets(det.name, det.stochastic, ids) if len(draws) > 1 else None
-        share = {k: fieller(draw_term([d[k] for d in draws], draw_set), oracle_effect[k], level) for k in budgets}
+        share = {k: fieller(draw_term([d[k] for d in draws], draw_set), oracle_effect[k], level)
+                 for k in ks if all(k in d for d in draws)}
         area = None
         if budgets:
             areas = [sum(w * d[k] for w, k in zip(weights, budgets)) for d in draws]
@@ -372,17 +384,17 @@ def _task_figure(manifest: Any, plan: RunPlan, done: Mapping[Any, Any], entry: A
                        for layer in range(grid.shape[0]) for head in range(grid.shape[1])}
             spearman, auroc = _agreement(np.array([by_name[h] for h in names]), singles, boot, level)
         rows.append(ShareRow(detector=det.name, share=share, area=area, spearman=spearman, auroc=auroc,
-                             effects={k: draws[0][k] if len(draws) == 1 else None for k in budgets}))
+                             effects={k: draws[0][k] if len(draws) == 1 else None for k in share}))
     rows.sort(key=lambda r: (-(r.area.value if r.area is not None and np.isfinite(r.area.value) else -np.inf),
                              r.detector))
     oracle = {k: boot.estimate(v) for k, v in oracle_effect.items()}
     verdicts, family = share_family(rows, oracle, level=level, n_resamples=n_resamples,
                                     seed=family_seed(manifest.seed, f"oracle-share:{task}:{mode}:{figure}"))
     return OracleShares(task=task, figure=figure, mode=mode, ablation=str(manifest.ablation), n_examples=n,
-                        k_max=k_max, prune=result.get("prune"), budgets=budgets,
+                        k_max=k_max, prune=result.get("prune"), budgets=ks, grid=finer,
                         exhaustive_to=int(search.get("exhaustive_to", 1)),
                         oracle=oracle, verdicts=verdicts, family=family,
-                        chosen={k: [fold["path"][k - 1] for fold in search["folds"]] for k in budgets},
+                        chosen={k: [fold["path"][k - 1] for fold in search["folds"]] for k in ks},
                         random_single=boot.estimate(singles.mean(0)),
                         top=[names[i] for i in order[:TOP]] if figure == "gold" else [],
                         rows=rows)
@@ -397,9 +409,9 @@ def share_family(rows: list[ShareRow], oracle: Mapping[int, Estimate], *, level:
     oracle's mean taken as given: the denominator is common to the pair, so it scales the
     difference and cannot change its sign)."""
     ks = [k for k in sorted(oracle) if k <= SEPARATE_UP_TO and oracle[k].low > 0]
-    names = [r for r in rows if all(r.effects.get(k) is not None for k in ks)]
     comps, data, same = [], [], 0
     for k in ks:
+        names = [r for r in rows if r.effects.get(k) is not None]
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 if np.array_equal(a.effects[k], b.effects[k]):  # the same heads: nothing to separate

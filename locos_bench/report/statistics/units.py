@@ -15,9 +15,9 @@ import numpy as np
 
 from locos_bench.errors import LocosError
 from locos_bench.report.statistics.bootstrap import Draws, PerDraw, draws_seed
-from locos_bench.run import BottomUnit, EvalUnit, RankUnit, RunPlan, ScoresUnit, SteeringUnit, SufficiencyUnit
+from locos_bench.run import BottomUnit, EvalUnit, GridUnit, RankUnit, RunPlan, ScoresUnit, SteeringUnit, SufficiencyUnit
 
-Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit
+Unit = ScoresUnit | EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit | GridUnit
 
 
 def task_items(entry: Any, n: int) -> list[str] | None:
@@ -61,6 +61,8 @@ def unit_label(unit: Unit) -> str:
         return f"steer x{unit.alpha:g} k={unit.k}"
     if isinstance(unit, BottomUnit):
         return f"bottom k={unit.k}"
+    if isinstance(unit, GridUnit):
+        return f"grid k={unit.k}"
     if isinstance(unit, RankUnit):
         return f"rank r={unit.rank}"
     return "scores"
@@ -72,7 +74,7 @@ def first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def vector(unit: EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit, metric: str, n: int) -> np.ndarray:
+def vector(unit: EvalUnit | RankUnit | SufficiencyUnit | SteeringUnit | BottomUnit | GridUnit, metric: str, n: int) -> np.ndarray:
     """The unit's `[n]` per-example values of `metric`, float64; a missing metric or a length
     other than the evaluation split's is an error naming the unit."""
     vals = unit.values.get(metric)
