@@ -414,12 +414,14 @@ def oracle(get: Runs) -> str:
     if grid:
         def leaders_at(t: str, k: int) -> str:
             rows = [r for r in tables[t].rows if r.share.get(k) is not None]
-            top = max(rows, key=lambda r: r.share[k].value)
-            return f"{k}: `{top.detector}` {estimate(top.share[k], 2)}"
+            top = max(r.share[k].value for r in rows)
+            tied = sorted(r.detector for r in rows if r.share[k].value == top)  # the same heads tie exactly
+            return f"{k}: {listed(tied)} {estimate(next(r for r in rows if r.detector == tied[0]).share[k], 2)}"
 
         every = sorted(tables[tasks[0]].budgets)
         closest = (f" At every k from {every[0]} to {every[-1]} (k = {', '.join(map(str, grid))} from the run's grid "
-                   "units, gold log-prob only), the largest share of the oracle's drop is "
+                   "units, gold log-prob only), the largest point estimate of the share (a description, not a "
+                   "verdict: the pairs below are) is "
                    + "; ".join(f"{t}, k = " + ", ".join(leaders_at(t, k) for k in every) for t in tasks) + ".")
     return bullet(
         f"**Against the oracle** (`locos_bench/data/oracle/gemma3-mean.json`: the cross-fitted greedy search of the "

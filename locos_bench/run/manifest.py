@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from locos_bench.names import references
 from locos_bench.run.plan import ALL_BUDGETS, EACH_RETRIEVAL, FIRST_RETRIEVAL
@@ -203,7 +203,7 @@ class Manifest(BaseModel):
     """How `random`'s draws are stratified (`RandomStrata`); None: plain uniform draws (every
     run without a fitting oracle, and runs recorded before it)."""
 
-    oracle_grid: list[int] = Field(default_factory=list)
+    oracle_grid: list[PositiveInt] = Field(default_factory=list)
     """Numbers of heads k, none a budget, at which each retrieval task also ablates each
     deterministic detector's top-k heads for the gold log-prob alone (`GridUnit`): every k the
     shipped necessity oracle searched, where it fits the run (`harness.oracle_scan.oracle_grid`),

@@ -331,3 +331,7 @@ def test_no_grid_without_a_fitting_oracle_or_with_every_k_a_budget(shipped, tmp_
     old = manifest.model_copy(update={"oracle_grid": []})
     assert "oracle-grid k 2" in compare(old, manifest).additions and compare(old, manifest).fits
     assert RunPlan.from_manifest(manifest.model_copy(update={"budgets": [1, 2, 3]})).oracle_grid == ()
+    path = tmp_path / "run" / "manifest.json"  # a hand-edited grid of no heads: one line naming the file
+    path.write_text(path.read_text().replace('"oracle_grid": [\n    2\n  ]', '"oracle_grid": [\n    0\n  ]'))
+    with pytest.raises(LocosError, match=r"manifest.json: not a valid manifest \(.*oracle_grid.*greater than 0"):
+        RunDir(tmp_path / "run").read_manifest()
