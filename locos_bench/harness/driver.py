@@ -30,9 +30,9 @@ from locos_bench.harness.worker import RANK_METRIC, Job, Worker, run_tasks, time
 from locos_bench.names import rank_heads
 from locos_bench.run import BASELINE, RunConfig, RunDir, RunPlan, UnitKey
 from locos_bench.run.config import ResolvedConfig
+from locos_bench.run.keys import UnitKind
 from locos_bench.run.manifest import build_manifest
 from locos_bench.run.opening import Found, Opening
-from locos_bench.run.plan import UnitKind
 from locos_bench.run.records import RankUnit, UnitRecord
 from locos_bench.run.splits import RunTask, check_tasks_fit
 

@@ -32,7 +32,7 @@ from locos_bench.errors import LocosError
 from locos_bench.harness.worker import Job, Worker
 from locos_bench.run import RunConfig, UnitKey
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.plan import UnitKind
+from locos_bench.run.keys import UnitKind
 from locos_bench.run.records import UnitRecord, unit_from_json
 
 EXECUTORS = ("local", "ray")

@@ -23,7 +23,8 @@ from locos_bench.interventions import (
 )
 from locos_bench.names import Head
 from locos_bench.run.config import ResolvedConfig
-from locos_bench.run.plan import BASELINE, UnitKey, UnitKind, detector_rng, draw_params
+from locos_bench.run.keys import UnitKey, UnitKind
+from locos_bench.run.plan import BASELINE, detector_rng, draw_params
 from locos_bench.run.records import UnitRecord
 from locos_bench.run.splits import ExternalControl, RunTask, TaskData, build_run_tasks
 from locos_bench.tasks.tokenize import tokenize_example

@@ -139,7 +139,8 @@ def _fresh_scores(model: Any, parts: dict[str, Any], preset: str, seed: int) -> 
     if data.spec.kind != "retrieval":
         raise LocosError(f"task {parts['task']!r} is a {data.spec.kind} task: detectors score heads on a retrieval task")
     from locos_bench.detectors import make_detector, run_detector
-    from locos_bench.run.plan import UnitKey, detector_rng
+    from locos_bench.run.keys import UnitKey
+    from locos_bench.run.plan import detector_rng
 
     # The harness's own scoring call and seeding rule (`run.plan.detector_rng`); nothing is written.
     key = UnitKey.scores(data.spec.name, parts["detector"], 0)

@@ -15,8 +15,9 @@ match), `opening` (a run directory opened for a run: which one, what the run kee
 
 from locos_bench.presets import PRESETS
 from locos_bench.run.config import ResolvedConfig, RunConfig
+from locos_bench.run.keys import UnitKey, UnitKind
 from locos_bench.run.manifest import Manifest
-from locos_bench.run.plan import BASELINE, RunPlan, UnitKey, UnitKind
+from locos_bench.run.plan import BASELINE, RunPlan
 from locos_bench.run.records import (
     BottomUnit,
     EvalUnit,

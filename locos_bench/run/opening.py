@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from locos_bench.errors import LocosError
 from locos_bench.run.config import ResolvedConfig
+from locos_bench.run.keys import UnitKey, UnitKind
 from locos_bench.run.manifest import Manifest, resumed
-from locos_bench.run.plan import RunPlan, UnitKey, UnitKind
+from locos_bench.run.plan import RunPlan
 from locos_bench.run.records import UnitRecord
 from locos_bench.run.resume import Comparison, compare, merged, records_disagree
 from locos_bench.run.rundir import DamagedManifest, RunDir

@@ -11,8 +11,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
+from locos_bench.run.keys import UnitKey, UnitKind
 from locos_bench.run.manifest import Manifest
-from locos_bench.run.plan import BASELINE, UnitKey, UnitKind
+from locos_bench.run.plan import BASELINE
 
 
 class UnitRecord(BaseModel):

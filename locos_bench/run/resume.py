@@ -144,7 +144,8 @@ def records_disagree(manifest: Manifest, units: Sequence[UnitRecord]) -> list[st
     a detector's scores made with its parameters over the model's heads, an evaluation over
     as many examples as its split. The seed, the ablation and the reference split leave no
     trace a record can be checked against; they are the command's."""
-    from locos_bench.run.plan import RunPlan, UnitKind, draw_params, unit_label
+    from locos_bench.run.keys import UnitKind, unit_label
+    from locos_bench.run.plan import RunPlan, draw_params
 
     planned = set(RunPlan.from_manifest(manifest).units())
     detectors = {d.name: d for d in manifest.detectors}

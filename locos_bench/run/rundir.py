@@ -36,8 +36,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from locos_bench.errors import LocosError
+from locos_bench.run.keys import UnitKey, unit_label
 from locos_bench.run.manifest import Manifest
-from locos_bench.run.plan import RunPlan, UnitKey, unit_label
+from locos_bench.run.plan import RunPlan
 from locos_bench.run.records import UnitRecord, unit_from_json
 
 _UMASK = os.umask(0)
