@@ -115,17 +115,11 @@ def _chained(model: Any, ids: Any, mask: Any, hooks: Sequence[Hook], source: _Pr
     bridge = model.bridge
     if source is not None and start >= len(bridge.blocks):
         return source
-    outputs: dict[int, Any] = {}
-    handles = [block.register_forward_hook(lambda module, args, out, layer=layer: outputs.__setitem__(layer, out))
-               for layer, block in enumerate(bridge.blocks)]
-    try:
-        with _skipping(bridge, source, start) if source is not None else nullcontext(), \
-                bridge.hooks(fwd_hooks=list(hooks)):
-            logits = bridge(ids, **_forward_kwargs(mask, None, logits_to_keep))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return _Prefill([outputs[layer] for layer in range(len(bridge.blocks))], {}, logits)
+    with _block_outputs(bridge) as outputs, \
+            _skipping(bridge, source, start) if source is not None else nullcontext(), \
+            bridge.hooks(fwd_hooks=list(hooks)):
+        logits = bridge(ids, **_forward_kwargs(mask, None, logits_to_keep))
+    return _Prefill(outputs, {}, logits)
 
 
 def _prefill_bytes(model: Any, ids: Any, with_cache: bool) -> int:
@@ -147,10 +141,7 @@ def _capture(model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: boo
              logits_to_keep: Any) -> _Prefill:
     """One unablated forward that records every block's output and cache update."""
     bridge = model.bridge
-    outputs: dict[int, Any] = {}
     kv: dict[int, tuple[Any, Any]] = {}
-    handles = [block.register_forward_hook(lambda module, args, out, layer=layer: outputs.__setitem__(layer, out))
-               for layer, block in enumerate(bridge.blocks)]
     kwargs = _forward_kwargs(mask, positions, logits_to_keep)
     if with_cache:
         cache = _new_cache(model)
@@ -163,14 +154,28 @@ def _capture(model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: boo
         cache.update = recording
         kwargs.update(past_key_values=cache, return_type="logits_and_cache")
     try:
-        result = bridge(ids, **kwargs)
+        with _block_outputs(bridge) as outputs:
+            result = bridge(ids, **kwargs)
     finally:
-        for handle in handles:
-            handle.remove()
         if with_cache:
             del cache.update
     logits = result[0] if with_cache else result
-    return _Prefill([outputs[layer] for layer in range(len(bridge.blocks))], kv, logits)
+    return _Prefill(outputs, kv, logits)
+
+
+@contextmanager
+def _block_outputs(bridge: Any) -> Iterator[list[Any]]:
+    """Every block's output of the forward run inside, in layer order (filled on exit)."""
+    outputs: dict[int, Any] = {}
+    handles = [block.register_forward_hook(lambda module, args, out, layer=layer: outputs.__setitem__(layer, out))
+               for layer, block in enumerate(bridge.blocks)]
+    ordered: list[Any] = []
+    try:
+        yield ordered
+    finally:
+        for handle in handles:
+            handle.remove()
+    ordered.extend(outputs[layer] for layer in range(len(bridge.blocks)))
 
 
 def _forward_kwargs(mask: Any, positions: Any, logits_to_keep: Any) -> dict[str, Any]:
