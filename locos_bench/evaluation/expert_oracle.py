@@ -34,13 +34,14 @@ def expert_measure(model: Any, spec: Any, examples: Sequence[Any], means: Expert
         raise LocosError(f"expert sufficiency ablates every other expert, which only mean ablation can (got {mode})")
     units = every_expert(model)
 
-    def measure(sets: list[tuple[Any, ...]], idx: Sequence[int], common: tuple = ()) -> list[Outcome]:
+    def measure(sets: list[tuple[Any, ...]], idx: Sequence[int], common: tuple = (),
+                gold_only: bool = False) -> list[Outcome]:
         chosen = [examples[i] for i in idx]
         out = []
         for s in sets:
             ablated = [u for u in units if u not in set(s)] if keep else list(s)
             with expert_ablation(model, ablated, mode=mode, means=means):
-                rows = evaluate_task(model, spec, chosen, batch_size=batch_size)
+                rows = evaluate_task(model, spec, chosen, batch_size=batch_size, generate=not gold_only)
             out.append(Outcome.from_rows(rows, idx, len(examples)))
         return out
     return measure

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch
@@ -44,23 +45,29 @@ def stop_token_ids(tokenizer: Any) -> set[int]:
 
 def _greedy(
     model: Any, logits: Any, cache: Any, mask: Any, positions: Any, *, max_new_tokens: int, cut: bool,
-    until: Sequence[str] = (),
+    until: Sequence[str] = (), rebind: Callable[[list[int]], Any] | None = None,
 ) -> list[str]:
     """Greedy continuation of a prefilled batch (its last `logits` and KV `cache`); a row
     stops at EOS, at any `until` string or, with `cut`, at its first newline; the batch
-    stops when every row has."""
+    stops when every row has.
+
+    `rebind(rows)`: a context manager binding the interventions to the batch's rows `rows`
+    (their indices in the batch given), entered around each step. With it, finished rows leave
+    the batch (their cache rows dropped), so a step costs the rows still generating: on a CPU
+    the cache's copy and the unembedding grow with the rows."""
     torch = _torch()
     tok, bridge = model.tokenizer, model.bridge
     stops, pad = stop_token_ids(tok), _pad_id(tok)
     rows = logits.shape[0]
     generated: list[list[int]] = [[] for _ in range(rows)]
     done = [False] * rows
+    alive = list(range(rows))  # the batch's rows, by their index in the batch given
     for step in range(max_new_tokens):
         nxt = logits[:, -1, :].argmax(-1)
-        for row in range(rows):
+        for at, row in enumerate(alive):
             if done[row]:
                 continue
-            token = int(nxt[row])
+            token = int(nxt[at])
             if token in stops:
                 done[row] = True
                 continue
@@ -70,10 +77,17 @@ def _greedy(
                 done[row] = (cut and "\n" in text) or any(stop in text for stop in until if stop)
         if all(done) or step == max_new_tokens - 1:
             break
-        nxt = torch.where(torch.tensor(done, device=nxt.device), torch.full_like(nxt, pad), nxt)
+        if rebind is not None and any(done[row] for row in alive):
+            keep = torch.tensor([at for at, row in enumerate(alive) if not done[row]], device=nxt.device)
+            nxt, mask, positions = nxt[keep], mask[keep], positions[keep]
+            for layer in cache.layers:
+                layer.batch_select_indices(keep)
+            alive = [alive[int(at)] for at in keep]
+        finished = torch.tensor([done[row] for row in alive], device=nxt.device)
+        nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         positions = positions[:, -1:] + 1
-        with token_positions(positions):
+        with token_positions(positions), rebind(alive) if rebind is not None else nullcontext():
             logits, cache = bridge(
                 nxt[:, None], attention_mask=mask, position_ids=positions,
                 past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1,

@@ -8,10 +8,12 @@ reach past one head, so:
 * **Greedy growth**, per fold and mode: the best single head grows one head at a time up to
   `k_max`, each step trying only the `prune` heads with the strongest single-head effect not yet
   in the set (`prune=None`: every head). The greedy criterion is the gold log-prob (continuous:
-  on a half of 8 binary outcomes the headline metric ties most sets); each set's headline
-  metric is kept beside it. A candidate is measured on its fold's fit half only, which is all
-  its choice reads; a chosen set is then measured on the half it is read on (a search is
-  prefill-bound, and this halves the greedy's prefills).
+  on a half of 8 binary outcomes the headline metric ties most sets). A candidate is measured
+  on its fold's fit half only, which is all its choice reads, and on the gold log-prob alone
+  (teacher-forced, no greedy decoding: its headline metric None); a chosen set is then
+  measured whole, both figures, on the half it is read on. The halves halve the greedy's
+  prefills; the gold alone skips its decoding, which on a CPU costs about as much again (each
+  step reads the 262k-token unembedding).
 * **Two folds.** The examples split in two halves by item (`halves`). Fold 0 chooses on the
   first half and is read on the second, fold 1 the reverse, so every example is read once, by
   the set chosen without it: the oracle's effect carries no winner's curse.
@@ -49,28 +51,32 @@ DIGITS = 5
 @dataclass(frozen=True)
 class Outcome:
     """One head set's per-example values, in the examples' order (None: an example this set
-    was not measured on)."""
+    was not measured on; a metric of None beside a gold value: measured on the gold alone)."""
 
     metric: tuple[float | None, ...]
     gold: tuple[float | None, ...]
 
     @classmethod
     def from_rows(cls, rows: Sequence[dict[str, Any]], idx: Sequence[int] | None = None, n: int | None = None) -> Outcome:
-        """From `evaluate_task` rows: `score` (the headline metric) and `gold_logprob`; with
-        `idx`, the rows are those examples' of `n`, the others None."""
+        """From `evaluate_task` rows: `score` (the headline metric; None where nothing was
+        generated) and `gold_logprob`; with `idx`, the rows are those examples' of `n`, the
+        others None."""
         idx = range(len(rows)) if idx is None else idx
         metric: list[float | None] = [None] * (len(rows) if n is None else n)
         gold = list(metric)
         for i, r in zip(idx, rows, strict=True):
-            metric[i], gold[i] = round(float(r["score"]), DIGITS), round(float(r["gold_logprob"]), DIGITS)
+            metric[i] = None if r["score"] is None else round(float(r["score"]), DIGITS)
+            gold[i] = round(float(r["gold_logprob"]), DIGITS)
         return cls(tuple(metric), tuple(gold))
 
     def figure(self, name: str) -> tuple[float | None, ...]:
         return self.metric if name == "metric" else self.gold
 
-    def lacks(self, idx: Sequence[int]) -> list[int]:
-        """The examples of `idx` this outcome has no values for."""
-        return [i for i in idx if self.metric[i] is None]
+    def lacks(self, idx: Sequence[int], figure: str = "metric") -> list[int]:
+        """The examples of `idx` this outcome has no `figure` for (`metric`: nor both figures,
+        since a gold-only measurement leaves the metric None)."""
+        values = self.figure(figure)
+        return [i for i in idx if values[i] is None]
 
     def merged(self, other: Outcome) -> Outcome:
         """This outcome with `other`'s values where it has none."""
@@ -82,9 +88,11 @@ class Outcome:
 
 
 Measure = Callable[..., list[Outcome]]
-"""`measure(sets, idx, common=())` evaluates head sets in one mode on the examples `idx` (their
-indices): one `Outcome` per set, None at the other examples. `common`: heads every set holds
-(a greedy step's current set), which a measure may use to start the sets late."""
+"""`measure(sets, idx, common=(), gold_only=False)` evaluates head sets in one mode on the
+examples `idx` (their indices): one `Outcome` per set, None at the other examples. `common`:
+heads every set holds (a greedy step's current set), which a measure may use to start the sets
+late. `gold_only`: the gold log-prob alone, teacher-forced, with no greedy decoding (the
+metric None); the values equal a whole measurement's."""
 
 
 def halves(items: Sequence[str], seed: int) -> tuple[list[int], list[int]]:
@@ -199,19 +207,22 @@ are stored before the next, so a killed search loses at most one call's work."""
 
 
 def measured(store: SetStore, mode: str, sets: Sequence[tuple[Head, ...]], measure: Measure,
-             idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
-    """Each set's outcome on the examples `idx` at least, measuring only the examples the
-    store lacks, `PASS` sets a call, and storing them as they come."""
+             idx: Sequence[int], common: tuple[Head, ...] = (), *, gold_only: bool = False) -> list[Outcome]:
+    """Each set's outcome on the examples `idx` at least (`gold_only`: its gold log-prob
+    there at least), measuring only the examples the store lacks, `PASS` sets a call, and
+    storing them as they come."""
+    figure = "gold" if gold_only else "metric"
     todo: dict[tuple[int, ...], list[tuple[Head, ...]]] = {}
     for s in dict.fromkeys(sets):
         held = store.get(mode, s)
-        lacking = tuple(idx) if held is None else tuple(held.lacks(idx))
+        lacking = tuple(idx) if held is None else tuple(held.lacks(idx, figure))
         if lacking:
             todo.setdefault(lacking, []).append(s)
     for lacking, group in todo.items():
         for start in range(0, len(group), PASS):
             chunk = group[start:start + PASS]
-            for s, outcome in zip(chunk, measure(chunk, lacking, common), strict=True):
+            outcomes = measure(chunk, lacking, common, gold_only=True) if gold_only else measure(chunk, lacking, common)
+            for s, outcome in zip(chunk, outcomes, strict=True):
                 store.put(mode, s, outcome)
     return [store.get(mode, s) for s in sets]  # type: ignore[misc]
 
@@ -229,7 +240,7 @@ def grow(mode: str, base: Outcome, singles: dict[Head, Outcome], fit: Sequence[i
         current = path[-1]
         pool = [h for h in ranked if h not in current][:prune]
         candidates = [tuple(sorted((*current, h))) for h in pool]
-        outcomes = measured(store, mode, candidates, measure, fit, current)
+        outcomes = measured(store, mode, candidates, measure, fit, current, gold_only=True)
         values = [effect(mode, base, o, "gold", fit) for o in outcomes]
         path.append(candidates[values.index(max(values))])
     return path
@@ -348,11 +359,13 @@ def necessity_measure(model: Any, spec: Any, examples: Sequence[Any], means: Any
     prefix = CleanPrefix()
     under: dict[tuple, CleanPrefix] = {}  # the current set's prefill, one set at a time
 
-    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
+    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = (),
+                gold_only: bool = False) -> list[Outcome]:
         heads = HeadSetAblation([list(s) for s in sets], ablation, means)
         chosen = [examples[i] for i in idx]
         if not common:
-            results = evaluate_head_sets(model, spec, chosen, heads, batch_size=batch_size, prefix=prefix)
+            results = evaluate_head_sets(model, spec, chosen, heads, batch_size=batch_size, prefix=prefix,
+                                         generate=not gold_only, compact=True)
             return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
         starts = _start_layers(sets, common)
         key = (tuple(common), tuple(idx))
@@ -361,7 +374,7 @@ def necessity_measure(model: Any, spec: Any, examples: Sequence[Any], means: Any
             under.clear()
             under[key] = CleanPrefix(under=lambda rows: current.hooks([0] * rows))
         results = evaluate_head_sets(model, spec, chosen, heads, batch_size=batch_size, prefix=under[key],
-                                     prefill_from=starts)
+                                     prefill_from=starts, generate=not gold_only, compact=True)
         return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
     return measure
 
@@ -377,12 +390,12 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
     set of it: a prefix captured under a set would poison the others). Sets that all hold
     `common` (a greedy step's candidates) start at their added head's layer from the prefill
     with only `common` full, captured the same way: below that layer they keep what it keeps.
-    A no-op hook on the start layer tells the prefix where to start.
+    A no-op hook on the start layer tells the prefix where to start. The sets of one call share
+    each batch's decoding (`evaluate_full_sets`).
     """
     from locos_bench.evaluation.clean_prefix import CleanPrefix
-    from locos_bench.evaluation.task_eval import evaluate_task
+    from locos_bench.evaluation.task_eval import evaluate_full_sets, evaluate_task
     from locos_bench.interventions import only_full
-    from locos_bench.names import hook_z
 
     floors: dict[tuple[int, ...], CleanPrefix] = {}  # every subset of examples measured
     current: dict[tuple, CleanPrefix] = {}  # one greedy step's at a time
@@ -399,17 +412,14 @@ def sufficiency_measure(model: Any, spec: Any, examples: Sequence[Any], *, sink:
                 evaluate_task(model, spec, chosen, batch_size=batch_size, prefix=held[key])
         return held[key]
 
-    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = ()) -> list[Outcome]:
-        starts = _start_layers(sets, common)
+    def measure(sets: list[tuple[Head, ...]], idx: Sequence[int], common: tuple[Head, ...] = (),
+                gold_only: bool = False) -> list[Outcome]:
+        starts = _start_layers(sets, common)  # the empty set: the floor, from its kept prefill
         chosen = [examples[i] for i in idx]
-        prefix = kept(tuple(common), idx, chosen)
-        out = []
-        for heads, layer in zip(sets, starts, strict=True):  # the empty set: the floor, from its kept prefill
-            start = [(hook_z(layer), _unchanged)] if layer is not None else []
-            with only_full(model.bridge, list(heads), sink=sink, window=window):
-                rows = evaluate_task(model, spec, chosen, hooks=start, batch_size=batch_size, prefix=prefix)
-            out.append(Outcome.from_rows(rows, idx, len(examples)))
-        return out
+        results = evaluate_full_sets(model, spec, chosen, sets, sink=sink, window=window, batch_size=batch_size,
+                                     prefix=kept(tuple(common), idx, chosen), prefill_from=starts,
+                                     generate=not gold_only, compact=True)
+        return [Outcome.from_rows(rows, idx, len(examples)) for rows in results]
     return measure
 
 
@@ -419,11 +429,6 @@ def _start_layers(sets: Sequence[tuple[Head, ...]], common: tuple[Head, ...]) ->
     if common and not all(set(common) < set(s) for s in sets):
         raise LocosError(f"every set must hold {set_name(common)} and one head more")
     return [min((layer for layer, _ in set(s) - set(common)), default=None) for s in sets]
-
-
-def _unchanged(activation: Any, hook: Any) -> None:
-    """A hook that changes nothing: it marks the layer a prefill must start at."""
-    return None
 
 
 __all__ = ["necessity_measure", "sufficiency_measure", "FIGURES", "MODES", "Measure", "Outcome", "SetStore", "effect", "grow", "halves", "measured", "search"]

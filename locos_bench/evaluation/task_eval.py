@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
@@ -44,43 +44,66 @@ def answers_and_logprobs(
     items = [_tokenized(model, ex) for ex in examples]
     answers, scores = _answers_and_logprobs(
         model, items, max_new_tokens=max_new_tokens, batch_size=batch_size, prefix=prefix,
-        prefill_hooks=lambda s, rows: hooks, decode_hooks=lambda rows: hooks)
+        prefill_hooks=lambda s, rows: hooks, decode_hooks=lambda row_sets: hooks)
     return answers[0], scores[0]
 
 
 def _answers_and_logprobs(
     model: Any, items: Sequence[TokenizedExample], *, max_new_tokens: int, batch_size: int,
     n_sets: int = 1, prefill_hooks: Callable[[int, int], Sequence[Hook]],
-    decode_hooks: Callable[[int], Sequence[Hook]], prefix: CleanPrefix | None = None,
-) -> tuple[list[list[str]], list[list[float]]]:
-    """`answers_and_logprobs` under `n_sets` head sets: per set, the answers and gold
-    log-probs of every item.
+    decode_hooks: Callable[[list[int]], Sequence[Hook]], prefix: CleanPrefix | None = None,
+    prefill_context: Callable[[int], Any] | None = None, decode_context: Callable[[list[int]], Any] | None = None,
+    generate: bool = True, compact: bool = False,
+) -> tuple[list[list[str | None]], list[list[float]]]:
+    """`answers_and_logprobs` under `n_sets` head sets: per set, the answers (None without
+    `generate`: the gold log-probs alone, no greedy decoding) and gold log-probs of every item.
 
     Each batch of `batch_size` items is prefilled once per set (`prefill_hooks(set, rows)`,
     starting late with `prefix`); the sets' logits and caches are then stacked, so the gold
-    pass and every greedy step run all `n_sets x batch` rows at once (`decode_hooks(rows)`,
-    row `s * batch + j` ablating set `s`). On a CPU a decoding step costs about the same for
-    4 rows as for 16 (it reads every weight once), so the steps are shared."""
+    pass and every greedy step run all `n_sets x batch` rows at once (`decode_hooks(row_sets)`,
+    `row_sets[r]` the set row r ablates: row `s * batch + j` ablates set `s`). On a CPU a
+    decoding step costs about the same for 4 rows as for 16 (it reads every weight once), so
+    the steps are shared.
+
+    `prefill_context(s)` and `decode_context(row_sets)`: context managers around set s's
+    prefill and around the stacked rows' passes, for interventions that are not hooks
+    (streaming heads, `interventions.only_full_rows`). `compact`: a row that has finished
+    leaves the greedy batch (its cache rows dropped, the hooks bound again to the rows left),
+    so one long answer does not carry every finished row to the last step; each row's tokens
+    are those of the whole batch but for the last bits of a smaller batch's sums."""
     import copy
+    from contextlib import contextmanager, nullcontext
 
     torch = _torch()
     tok = model.tokenizer
     bridge = model.bridge
     device = getattr(model, "device", "cpu")
     pad = _pad_id(tok)
-    answers = [[""] * len(items) for _ in range(n_sets)]
+    answers: list[list[str | None]] = [[None if not generate else ""] * len(items) for _ in range(n_sets)]
     scores = [[0.0] * len(items) for _ in range(n_sets)]
     order = sorted(range(len(items)), key=lambda i: items[i].prompt_len)
     for batch in _batches(order, max(1, batch_size)):
         with torch.inference_mode():
             prompts = [items[i].input_ids[: items[i].prompt_len] for i in batch]
             ids, mask, positions = _left_padded(prompts, pad, device)
-            parts = [_forward(model, ids, mask, positions, prefill_hooks(s, len(batch)), prefix, with_cache=True)
-                     for s in range(n_sets)]
+            parts = []
+            for s in range(n_sets):
+                with prefill_context(s) if prefill_context else nullcontext():
+                    parts.append(_forward(model, ids, mask, positions, prefill_hooks(s, len(batch)), prefix,
+                                          with_cache=True))
         logits, cache = _stacked(parts)
         mask, positions = mask.repeat(n_sets, 1), positions.repeat(n_sets, 1)
         rows = [items[i] for _ in range(n_sets) for i in batch]
-        with torch.inference_mode(), bridge.hooks(fwd_hooks=list(decode_hooks(len(rows)))):
+        row_sets = [s for s in range(n_sets) for _ in batch]
+
+        @contextmanager
+        def decoding(alive: list[int], row_sets: list[int] = row_sets) -> Iterator[None]:
+            sets = [row_sets[r] for r in alive]
+            with decode_context(sets) if decode_context else nullcontext(), \
+                    bridge.hooks(fwd_hooks=list(decode_hooks(sets))):
+                yield
+
+        with torch.inference_mode(), decoding(list(range(len(rows)))):
             firsts = token_logprobs(logits[:, -1, :], [item.answer_ids[0] for item in rows])  # [R]
             # Gold answer tokens after the first, teacher-forced on a copy of the cache.
             longest = max(len(item.answer_ids) for item in rows)
@@ -96,14 +119,17 @@ def _answers_and_logprobs(
                 with token_positions(gold_pos):
                     gold_logits = bridge(
                         gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
-                        past_key_values=copy.deepcopy(cache), logits_to_keep=0,
+                        past_key_values=copy.deepcopy(cache) if generate else cache, logits_to_keep=0,
                     )
                 for row, item in enumerate(rows):
                     targets = item.answer_ids[1:]
                     if targets:
                         per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
-            # Greedy generation from the prompts' caches.
-            texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=True)
+        texts: list[str | None] = [None] * len(rows)
+        if generate:  # greedy generation from the prompts' caches
+            with torch.inference_mode(), nullcontext() if compact else decoding(list(range(len(rows)))):
+                texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=True,
+                                rebind=decoding if compact else None)
         for row, text in enumerate(texts):
             s, i = divmod(row, len(batch))
             answers[s][batch[i]] = text
@@ -133,9 +159,11 @@ def evaluate_task(
     batch_size: int = 4,
     max_new_tokens: int | None = None,
     prefix: CleanPrefix | None = None,
+    generate: bool = True,
 ) -> list[dict[str, Any]]:
     """Generate answers and score every example on all of the task's metrics (`prefix`: see
-    `answers_and_logprobs`).
+    `answers_and_logprobs`; without `generate`, the gold log-prob alone: no greedy decoding,
+    every other metric and `score` None).
 
     Returns:
         One dict per example: `index`, `generation` (the answer, cut at the first newline),
@@ -143,11 +171,10 @@ def evaluate_task(
         and `gold_logprob`, and `score` (the task's headline metric, `spec.metrics[0]`).
     """
     tokenized = _tokenize_all(model, examples)
-    predictions, logprobs = answers_and_logprobs(
-        model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, hooks=hooks,
-        batch_size=batch_size, prefix=prefix,
-    )
-    return _metric_rows(spec, examples, tokenized, predictions, logprobs)
+    predictions, logprobs = _answers_and_logprobs(
+        model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, batch_size=batch_size,
+        prefix=prefix, prefill_hooks=lambda s, rows: hooks, decode_hooks=lambda row_sets: hooks, generate=generate)
+    return _metric_rows(spec, examples, tokenized, predictions[0], logprobs[0])
 
 
 def evaluate_head_sets(
@@ -160,6 +187,8 @@ def evaluate_head_sets(
     max_new_tokens: int | None = None,
     prefix: CleanPrefix | None = None,
     prefill_from: Sequence[int] | None = None,
+    generate: bool = True,
+    compact: bool = False,
 ) -> list[list[dict[str, Any]]]:
     """`evaluate_task` for every head set of `ablation` (a `HeadSetAblation`), sharing the
     decoding: each batch of `batch_size` examples is prefilled under each head set (late,
@@ -168,7 +197,8 @@ def evaluate_head_sets(
 
     `prefill_from[s]`: set s's prefill starts at that layer from `prefix`, a prefix captured
     under a set that ablates, below that layer, exactly what set s does (`CleanPrefix(under=)`);
-    its hooks below the layer are the prefix's and are left out.
+    its hooks below the layer are the prefix's and are left out. `generate`: as `evaluate_task`;
+    `compact`: finished rows leave the greedy batch (`_answers_and_logprobs`).
 
     Returns:
         One `evaluate_task` result per head set, in `ablation.head_sets` order.
@@ -187,9 +217,57 @@ def evaluate_head_sets(
     predictions, logprobs = _answers_and_logprobs(
         model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, batch_size=batch_size,
         n_sets=n_sets, prefix=prefix, prefill_hooks=prefill_hooks,
-        decode_hooks=lambda rows: ablation.hooks([r * n_sets // rows for r in range(rows)]),
+        decode_hooks=ablation.hooks, generate=generate, compact=compact,
     )
     return [_metric_rows(spec, examples, tokenized, predictions[s], logprobs[s]) for s in range(n_sets)]
+
+
+def evaluate_full_sets(
+    model: Any,
+    spec: TaskSpec,
+    examples: Sequence[Example],
+    full_sets: Sequence[Sequence[Sequence[int]]],
+    *,
+    sink: int,
+    window: int,
+    batch_size: int = 4,
+    prefix: CleanPrefix | None = None,
+    prefill_from: Sequence[int | None] | None = None,
+    generate: bool = True,
+    compact: bool = False,
+) -> list[list[dict[str, Any]]]:
+    """`evaluate_task` with only each set's heads full and every other head streaming
+    (`interventions.only_full`, a sufficiency evaluation), for every set of `full_sets`,
+    sharing the decoding as `evaluate_head_sets` does (`only_full_rows`): on a CPU a decoding
+    step reads the whole unembedding however few its rows. Each row's values equal
+    `evaluate_task` under `only_full` of that set alone (tested).
+
+    `prefill_from[s]`: set s's prefill starts at that layer from `prefix`, a prefix captured
+    with everything below that layer as set s has it (None: from the prefix's own start).
+    `generate` and `compact`: as `evaluate_head_sets`.
+
+    Returns:
+        One `evaluate_task` result per set, in order.
+    """
+    from locos_bench.interventions import only_full, only_full_rows
+    from locos_bench.names import hook_z
+
+    tokenized = _tokenize_all(model, examples)
+    starts = list(prefill_from) if prefill_from is not None else [None] * len(full_sets)
+    predictions, logprobs = _answers_and_logprobs(
+        model, tokenized, max_new_tokens=spec.max_new_tokens, batch_size=batch_size, n_sets=len(full_sets),
+        prefix=prefix, generate=generate, compact=compact,
+        prefill_hooks=lambda s, rows: [(hook_z(starts[s]), _unchanged)] if starts[s] is not None else [],
+        decode_hooks=lambda row_sets: [],
+        prefill_context=lambda s: only_full(model.bridge, list(full_sets[s]), sink=sink, window=window),
+        decode_context=lambda row_sets: only_full_rows(model.bridge, [list(full_sets[s]) for s in row_sets],
+                                                       sink=sink, window=window))
+    return [_metric_rows(spec, examples, tokenized, predictions[s], logprobs[s]) for s in range(len(full_sets))]
+
+
+def _unchanged(activation: Any, hook: Any) -> None:
+    """A hook that changes nothing: it marks the layer a prefill must start at."""
+    return None
 
 
 def _tokenize_all(model: Any, examples: Sequence[Example]) -> list[TokenizedExample]:
@@ -197,7 +275,9 @@ def _tokenize_all(model: Any, examples: Sequence[Example]) -> list[TokenizedExam
 
 
 def _metric_rows(spec: TaskSpec, examples: Sequence[Example], tokenized: Sequence[TokenizedExample],
-                 predictions: Sequence[str], logprobs: Sequence[float]) -> list[dict[str, Any]]:
+                 predictions: Sequence[str | None], logprobs: Sequence[float]) -> list[dict[str, Any]]:
+    """Each example's row; a prediction of None (nothing generated) scores None on every
+    metric but the gold log-prob."""
     names = list(dict.fromkeys([*spec.metrics, "rouge_l", "gold_logprob"]))
     rows = []
     for ex, item, pred, lp in zip(examples, tokenized, predictions, logprobs):
@@ -209,7 +289,7 @@ def _metric_rows(spec: TaskSpec, examples: Sequence[Example], tokenized: Sequenc
         }
         for name in names:
             fn = METRICS.get(name)
-            row[name] = lp if name == "gold_logprob" else float(fn(pred, ex.answers))
+            row[name] = lp if name == "gold_logprob" else None if pred is None else float(fn(pred, ex.answers))
         row["score"] = row[spec.metrics[0]] if spec.metrics else row["rouge_l"]
         rows.append(row)
     return rows

@@ -19,10 +19,10 @@ from locos_bench.interventions.batched_heads import knockout_hooks, patch_z_hook
 from locos_bench.interventions.experts import ExpertMeans, expert_ablation, expert_means
 from locos_bench.interventions.means import HeadMeans, check_positionwise_reference, reference_means
 from locos_bench.interventions.positions import token_positions
-from locos_bench.interventions.streaming import only_full, streaming
+from locos_bench.interventions.streaming import only_full, only_full_rows, streaming
 
 __all__ = [
     "DEFAULT_SINK", "SINK_RULES", "AblationSpec", "ExpertMeans", "HeadAblation", "HeadMeans", "HeadSetAblation",
-    "check_positionwise_reference", "expert_ablation", "expert_means", "knockout_hooks", "only_full", "patch_z_hooks", "reference_means",
+    "check_positionwise_reference", "expert_ablation", "expert_means", "knockout_hooks", "only_full", "only_full_rows", "patch_z_hooks", "reference_means",
     "streaming", "token_positions",
 ]

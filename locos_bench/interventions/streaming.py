@@ -42,6 +42,16 @@ def streaming(bridge: Any, heads: Mapping[int, Any], *, sink: int, window: int) 
             model whose attention cannot take the lean path (the streaming mask exists only
             there; running it full instead would be silent).
     """
+    with _plugged(bridge, heads, sink=sink, window=window,
+                  attend=lambda layer, chosen: _Streaming(chosen, sink, window)) as unaffected:
+        yield unaffected
+
+
+@contextmanager
+def _plugged(bridge: Any, heads: Mapping[int, Any], *, sink: int, window: int,
+             attend: Any) -> Iterator[list[int]]:
+    """`streaming`'s checks, then `attend(layer, heads)` plugged into each layer with a
+    streaming head that its sliding window leaves affected."""
     if not isinstance(sink, int) or sink < 0:
         raise LocosError(f"streaming heads: sink must be an integer >= 0, got {sink!r}")
     if not isinstance(window, int) or window < 1:
@@ -65,7 +75,7 @@ def streaming(bridge: Any, heads: Mapping[int, Any], *, sink: int, window: int) 
             unaffected.append(layer)
             continue
         if chosen:
-            plugged[layer] = attn, _Streaming(chosen, sink, window)
+            plugged[layer] = attn, attend(layer, chosen)
     for attn, attend in plugged.values():
         plug(attn, attend)
     try:
@@ -98,6 +108,37 @@ def only_full(bridge: Any, full: Iterable[Sequence[int]], *, sink: int, window: 
         yield unaffected
 
 
+@contextmanager
+def only_full_rows(bridge: Any, full_by_row: Sequence[Iterable[Sequence[int]]], *, sink: int,
+                   window: int) -> Iterator[list[int]]:
+    """`only_full` with heads full per batch row: row r keeps the heads of `full_by_row[r]`
+    full, every other head streaming (the rows of a shared decoding, each its own set). Each
+    row's values equal `only_full` of its heads alone. A batch of another size is refused.
+
+    Raises:
+        LocosError: as `only_full`, or no rows.
+    """
+    import torch
+
+    if not full_by_row:
+        raise LocosError("only_full_rows: no rows")
+    blocks = list(bridge.blocks)
+    counts = [int(b.attn.original_component.config.num_attention_heads) for b in blocks]
+    rows = len(full_by_row)
+    full = {layer: torch.zeros(rows, n, dtype=torch.bool) for layer, n in enumerate(counts)}
+    for row, heads in enumerate(full_by_row):
+        for item in heads:
+            layer, head = (int(x) for x in item)
+            if not (0 <= layer < len(blocks) and 0 <= head < counts[layer]):
+                raise LocosError(f"full heads: {head_name((layer, head))} is not a head of this model "
+                                 f"({len(blocks)} layers x {counts[0]} heads)")
+            full[layer][row, head] = True
+    streams = {layer: [h for h in range(n) if not bool(full[layer][:, h].all())] for layer, n in enumerate(counts)}
+    with _plugged(bridge, streams, sink=sink, window=window,
+                  attend=lambda layer, chosen: _RowStreaming(chosen, sink, window, full[layer])) as unaffected:
+        yield unaffected
+
+
 @dataclass(frozen=True)
 class _Streaming:
     """The masked attention of one layer's streaming heads (a `lean_attention.Attend`)."""
@@ -111,6 +152,36 @@ class _Streaming:
                  groups: int, cache: dict[str, Any]) -> Any:
         first = _first_slot(attn, cache, k.shape[-2])
         return _streaming_sdpa(q, k, v, mask, causal, scale, groups, (self.heads, self.sink, self.window), first)
+
+
+@dataclass(frozen=True)
+class _RowStreaming:
+    """`_Streaming` with a full head per row: `full[row, head]` attends in full, the other
+    heads of `heads` stream."""
+
+    heads: frozenset[int]
+    sink: int
+    window: int
+    full: Any  # [rows, H] bool
+    what = "streaming heads by row"
+
+    def __call__(self, attn: Any, q: Any, k: Any, v: Any, *, mask: Any, causal: bool, scale: float,
+                 groups: int, cache: dict[str, Any]) -> Any:
+        import torch
+        from torch.nn.functional import scaled_dot_product_attention
+
+        if q.shape[0] != self.full.shape[0]:
+            raise LocosError(f"streaming heads by row: bound to {self.full.shape[0]} rows ran on a batch of {q.shape[0]}")
+        first = _first_slot(attn, cache, k.shape[-2])
+        out = _streaming_sdpa(q, k, v, mask, causal, scale, groups, (self.heads, self.sink, self.window), first)
+        some = [h for h in sorted(self.heads) if bool(self.full[:, h].any())]  # full in some rows only
+        if some:
+            kv_of = torch.tensor(some, device=q.device) // groups
+            whole = scaled_dot_product_attention(q[:, some], k[:, kv_of], v[:, kv_of], attn_mask=mask,
+                                                 is_causal=causal, scale=scale)
+            keep = self.full[:, some].to(q.device)[:, :, None, None]
+            out[:, some] = torch.where(keep, whole, out[:, some])
+        return out
 
 
 def _first_slot(attn: Any, kwargs: dict[str, Any], kv_len: int) -> int:

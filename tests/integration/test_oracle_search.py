@@ -167,19 +167,23 @@ def test_sufficiency_started_late_from_the_floor_equals_a_whole_forward(setting)
 
 
 def test_candidates_are_measured_on_their_fit_half_and_chosen_sets_on_every_example(setting):
-    """A greedy candidate is measured on the examples its choice reads (its fold's fit half)
-    and a chosen set on the half it is read on too: the search chooses the sets, and reads
-    the values, of a search that measures every set on every example (a tolerance on the
-    log-prob: other batches of examples), with fewer example evaluations (few fewer on 12
-    heads, where the two folds try mostly the same candidates; on 72, most are tried once)."""
+    """A greedy candidate is measured on the examples its choice reads (its fold's fit half),
+    on the gold log-prob alone (no decoding: its metric None), and a chosen set whole on the
+    half it is read on too: the search chooses the sets, and reads the values, of a search
+    that measures every set whole on every example (a tolerance on the log-prob: other batches
+    of examples), with fewer example evaluations (few fewer on 12 heads, where the two folds
+    try mostly the same candidates; on 72, most are tried once) and fewer decoded."""
     model, _, _, _, _, measures, items, base = setting
-    counted = {"half": 0, "whole": 0}
+    counted = {"half": 0, "whole": 0, "decoded": 0}
 
     def counting(measure, key, whole):
-        def wrapped(sets, idx, common=()):
+        def wrapped(sets, idx, common=(), gold_only=False):
             idx = range(len(items)) if whole else idx
             counted[key] += len(sets) * len(idx)
-            return measure(sets, idx, common)
+            if whole:  # every set whole: both figures
+                return measure(sets, idx, common)
+            counted["decoded"] += 0 if gold_only else len(sets) * len(idx)
+            return measure(sets, idx, common, gold_only=gold_only)
         return wrapped
 
     store, whole_store = osr.SetStore(None, {}), osr.SetStore(None, {})
@@ -199,7 +203,38 @@ def test_candidates_are_measured_on_their_fit_half_and_chosen_sets_on_every_exam
         partial = [name for name, o in store.sets[mode].items() if None in o.gold]
         chosen = {name for fold in half[mode]["folds"] for name in fold["path"]}
         assert all("+" in name and name not in chosen for name in partial)  # candidates not chosen: a fit half
-    assert counted["half"] < counted["whole"], counted  # 504 < 564 example evaluations here
+        for name, outcome in store.sets[mode].items():
+            if name in chosen:  # whole on the half each fold reads it on
+                reads = [i for fold in half[mode]["folds"] if name in fold["path"] for i in fold["read"]]
+                assert reads and all(outcome.metric[i] is not None for i in reads)
+            elif "+" in name:  # a candidate never chosen: its gold alone
+                assert set(outcome.metric) == {None} and any(g is not None for g in outcome.gold), name
+    assert counted["half"] < counted["whole"], counted  # 525 < 564 example evaluations here
+    # Decoded: the singles, the floor and the chosen sets (348 of the 525 on 12 heads).
+    assert counted["decoded"] < counted["half"], counted
+
+
+def test_a_gold_only_measurement_is_the_whole_ones_gold_without_decoding(setting, monkeypatch):
+    """`gold_only` gives each set the gold log-probs a whole measurement gives it, bit for bit
+    (one path: the same prefill and teacher-forced pass), and no metric, in both modes and
+    from a greedy step's current set; no greedy decoding runs."""
+    from locos_bench.evaluation import task_eval
+
+    _, _, _, _, _, measures, _, _ = setting
+    common = ((1, 2),)
+    sets = [tuple(sorted((*common, h))) for h in ((0, 0), (2, 3), (1, 0))]
+    idx = [0, 3, 4, 7]
+    greedy = task_eval._greedy
+    for mode, measure in measures.items():
+        for start in ((), common):
+            chosen = sets if start else [((1, 0),), ((2, 3),)]
+            monkeypatch.setattr(task_eval, "_greedy", greedy)
+            whole = measure(chosen, idx, start)
+            monkeypatch.setattr(task_eval, "_greedy", lambda *a, **k: pytest.fail("decoded"))
+            gold = measure(chosen, idx, start, gold_only=True)
+            for w, g in zip(whole, gold, strict=True):
+                assert g.gold == w.gold and set(g.metric) == {None}, mode
+                assert g.lacks(idx, "gold") == [] and g.lacks(idx) == idx
 
 
 def test_sets_holding_the_current_set_start_at_their_added_head_from_its_prefill(setting):

@@ -106,3 +106,40 @@ def test_head_sets_in_one_batch_equal_one_at_a_time_on_gemma3(gemma3):
                             hooks=HeadAblation(s, spec, means).hooks() if s else [], batch_size=4) for s in sets]
     fast = evaluate_head_sets(gemma3, data.spec, data.evaluation, HeadSetAblation(sets, spec, means), batch_size=4)
     _assert_same(simple, fast)
+
+
+@pytest.mark.slow
+def test_finished_rows_leave_the_batch_and_kept_sets_share_it_on_gemma3(gemma3):
+    """`compact`: a finished row leaves the greedy batch, and the rows left generate what the
+    whole batch generates; `evaluate_full_sets`: several sets kept full, every other head
+    streaming, share each batch's decoding and give each set's `evaluate_task` under
+    `only_full` alone. On Gemma 3 (sliding-window layers, one KV head) with answers of
+    different lengths, so rows finish at different steps."""
+    from locos_bench.evaluation import evaluate_full_sets
+    from locos_bench.interventions import only_full
+
+    _, data = _task(gemma3, "kv-retrieval", 4)
+    means = reference_means(gemma3, [t.input_ids for t in data.tokenized(gemma3, "reference")][:2])
+    spec = AblationSpec.parse("mean")
+    sets = [[(11, 2)], [(5, 1), (9, 3)], []]
+    rows_per_step = []
+    hook = gemma3.bridge.blocks[0].register_forward_hook(
+        lambda m, i, o: rows_per_step.append(i[0].shape[0]) if i[0].shape[1] == 1 else None)
+    try:
+        whole = evaluate_head_sets(gemma3, data.spec, data.evaluation, HeadSetAblation(sets, spec, means), batch_size=4)
+        steps_whole, rows_per_step[:] = list(rows_per_step), []
+        compact = evaluate_head_sets(gemma3, data.spec, data.evaluation, HeadSetAblation(sets, spec, means),
+                                     batch_size=4, compact=True)
+        steps_compact = list(rows_per_step)
+    finally:
+        hook.remove()
+    _assert_same(whole, compact)
+    assert len(steps_compact) == len(steps_whole) and sum(steps_compact) < sum(steps_whole), (steps_whole, steps_compact)
+    kept = evaluate_full_sets(gemma3, data.spec, data.evaluation, sets, sink=4, window=16, batch_size=4, compact=True)
+    alone = []
+    for s in sets:
+        with only_full(gemma3.bridge, s, sink=4, window=16):
+            alone.append(evaluate_task(gemma3, data.spec, data.evaluation, batch_size=4))
+    _assert_same(alone, kept)
+    assert [r["generation"] for r in alone[0]] != [r["generation"] for r in alone[2]] or \
+        [r["gold_logprob"] for r in alone[0]] != [r["gold_logprob"] for r in alone[2]]  # the sets differ

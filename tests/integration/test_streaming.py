@@ -203,3 +203,30 @@ def test_cached_generation_past_a_sliding_window(gemma_tiny):
             uncached.append(int(bridge(ids, logits_to_keep=1)[0, -1].argmax()))
             ids = torch.cat([ids, torch.tensor([[uncached[-1]]])], 1)
     assert cached == uncached
+
+
+def test_full_heads_by_row_equal_each_rows_heads_alone(model):
+    """`only_full_rows`: each batch row keeps its own heads full (the rows of a shared
+    decoding), and equals `only_full` of those heads alone, in a forward and a cached step; a
+    batch of another size, no rows or a head out of range are refused."""
+    from locos_bench.interventions import only_full, only_full_rows
+
+    ids = _ids(model, 40, seed=5)
+    full = [[], [(1, 0)], [(2, 3), (1, 0)], [(1, 0), (1, 1), (2, 2)]]
+    batch = ids.repeat(len(full), 1)
+    with torch.inference_mode():
+        with only_full_rows(model.bridge, full, sink=2, window=6):
+            together = model.bridge(batch)
+        for row, heads in enumerate(full):
+            with only_full(model.bridge, heads, sink=2, window=6):
+                alone = model.bridge(ids)
+            assert _close(together[row], alone[0]), row
+        assert not _close(together[0], together[1])  # the rows' heads matter: the test can fail
+        with only_full_rows(model.bridge, full[:2], sink=2, window=6):
+            with pytest.raises(LocosError, match="bound to 2 rows ran on a batch of 4"):
+                model.bridge(batch)
+    with pytest.raises(LocosError, match="no rows"), only_full_rows(model.bridge, [], sink=2, window=6):
+        pass
+    with pytest.raises(LocosError, match="L7H0 is not a head of this model"):
+        with only_full_rows(model.bridge, [[(7, 0)]], sink=2, window=6):
+            pass
