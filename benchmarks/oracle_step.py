@@ -1,10 +1,12 @@
-"""One greedy step of the oracle search (issue #48), measured two ways in one process: the
-candidates (the current set plus each of `--candidates` heads) on every evaluation example from
-the clean prefill (how the search measured them before), and on one fold's fit half from the
-current set's own prefill (`evaluation.oracle_search`: what a step's choice reads, each
-candidate starting at its added head's layer). Prints both wall times, their ratio, and the
-largest gold log-prob difference between the two on the fit half (another batching of
-examples: last bits only).
+"""One greedy step of the oracle search (issue #48), measured three ways in one process: the
+candidates (the current set plus each of `--candidates` heads) whole (headline and gold) on
+every evaluation example from the clean prefill (how the search first measured them); whole on
+one fold's fit half from the current set's own prefill (each candidate starting at its added
+head's layer: what a step's choice reads); and there on the gold log-prob alone, with no
+decoding (`gold_only`, what `evaluation.oracle_search` runs now). Prints the wall times, the
+ratios to the first, and the largest gold log-prob difference on the fit half (another
+batching of examples: last bits only; the gold alone equals the whole measurement's there).
+`--mode sufficiency`: the same step of the sufficiency search (every other head streaming).
 
     python benchmarks/oracle_step.py                       # gemma3, kv-retrieval, L7H1+L11H2
     python benchmarks/oracle_step.py --current L4H1+L7H1+L11H2 --add L10H1,L7H0,L9H1,L9H2,L10H0,L3H3,L8H3,L9H3
@@ -32,6 +34,7 @@ def main() -> int:
                         "known here: the first heads of each layer outside the current set, spread over the layers)")
     parser.add_argument("--add", default=None, help="the heads tried, by name (L10H1,L7H0,...), in place of "
                         "--candidates")
+    parser.add_argument("--mode", default="necessity", choices=("necessity", "sufficiency"))
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
 
@@ -62,23 +65,35 @@ def main() -> int:
     fit, _ = osr.halves([ex.item for ex in examples], 0)
     every = range(len(examples))
 
-    warm = osr.necessity_measure(model, data.spec, examples, means, ablation, batch_size=config.batch_size)
-    warm(candidates[:1], every)  # untimed: first-call costs (tokenizing, allocating) out of both ways
-    times: dict[str, list[float]] = {"before": [], "now": []}
+    def fresh() -> osr.Measure:
+        if args.mode == "necessity":
+            return osr.necessity_measure(model, data.spec, examples, means, ablation, batch_size=config.batch_size)
+        return osr.sufficiency_measure(model, data.spec, examples, sink=config.kv_sink, window=config.kv_window,
+                                       batch_size=config.batch_size)
+
+    fresh()(candidates[:1], every)  # untimed: first-call costs (tokenizing, allocating) out of every way
+    ways = {"before": lambda m: m(candidates, every), "half": lambda m: m(candidates, fit, current),
+            "now": lambda m: m(candidates, fit, current, gold_only=True)}
+    times: dict[str, list[float]] = {way: [] for way in ways}
     outcomes = {}
     for _ in range(args.repeats):
-        for way in ("before", "now"):
-            measure = osr.necessity_measure(model, data.spec, examples, means, ablation, batch_size=config.batch_size)
+        for way, run in ways.items():
+            measure = fresh()
             start = time.perf_counter()
-            outcomes[way] = measure(candidates, every) if way == "before" else measure(candidates, fit, current)
+            outcomes[way] = run(measure)
             times[way].append(time.perf_counter() - start)
     worst = max(abs(a.gold[i] - b.gold[i]) for a, b in zip(outcomes["before"], outcomes["now"], strict=True) for i in fit)
-    before, now = statistics.median(times["before"]), statistics.median(times["now"])
-    print(f"{args.model} {args.task}: {len(candidates)} candidates of {args.current} "
+    same = all(a.gold == b.gold for a, b in zip(outcomes["half"], outcomes["now"], strict=True))
+    seconds = {way: statistics.median(t) for way, t in times.items()}
+    print(f"{args.model} {args.task} {args.mode}: {len(candidates)} candidates of {args.current} "
           f"(added heads in layers {sorted({min(set(c) - set(current))[0] for c in candidates})} of {len(layers)})")
-    print(f"  every example ({len(examples)}) from the clean prefill: {before:.1f} s")
-    print(f"  the fit half ({len(fit)}) from the current set's prefill: {now:.1f} s")
-    print(f"  ratio now / before: {now / before:.2f}; largest gold log-prob difference on the fit half: {worst:.1e}")
+    print(f"  before: every example ({len(examples)}) whole, from the clean prefill: {seconds['before']:.1f} s")
+    print(f"  half: the fit half ({len(fit)}) whole, from the current set's prefill: {seconds['half']:.1f} s "
+          f"(ratio {seconds['half'] / seconds['before']:.2f})")
+    print(f"  now: the fit half, the gold log-prob alone: {seconds['now']:.1f} s "
+          f"(ratio {seconds['now'] / seconds['before']:.2f}; now / half {seconds['now'] / seconds['half']:.2f})")
+    print(f"  largest gold log-prob difference on the fit half, now against before: {worst:.1e}; "
+          f"now's gold identical to half's: {same}")
     print(f"  median of {args.repeats}; {_cpu()}; torch threads {torch.get_num_threads()}")
     return 0
 

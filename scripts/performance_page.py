@@ -123,11 +123,13 @@ def cpu_of(body: str) -> str:
     """The CPU kind a table names, in the page's words (performance.md's *CPU kinds*)."""
     if "AVX2 only" in body:
         return "AMD EPYC, AVX2"
+    if "AVX-512 (no BF16, no AMX)" in body:
+        return "Xeon, AVX-512"
     if "AMX" in body:
         return "Xeon, AMX"
     if re.search(r"AVX-512(/BF16| and AVX512_BF16| with BF16)", body):
         return "AMD EPYC, AVX-512/BF16"
-    raise PageError("a RESULTS.md table names no CPU kind (AVX2 only, AVX-512/BF16 or AMX)")
+    raise PageError("a RESULTS.md table names no CPU kind (AVX2 only, AVX-512/BF16, AVX-512 (no BF16, no AMX) or AMX)")
 
 
 def table_rows(body: str) -> list[list[str]]:

@@ -118,7 +118,7 @@ def test_finished_rows_leave_the_batch_and_kept_sets_share_it_on_gemma3(gemma3):
     from locos_bench.evaluation import evaluate_full_sets
     from locos_bench.interventions import only_full
 
-    _, data = _task(gemma3, "kv-retrieval", 4)
+    _, data = _task(gemma3, "kv-retrieval", 4, context_lengths=[128], max_new_tokens=8)  # a cheaper test
     means = reference_means(gemma3, [t.input_ids for t in data.tokenized(gemma3, "reference")][:2])
     spec = AblationSpec.parse("mean")
     sets = [[(11, 2)], [(5, 1), (9, 3)], []]
@@ -135,11 +135,12 @@ def test_finished_rows_leave_the_batch_and_kept_sets_share_it_on_gemma3(gemma3):
         hook.remove()
     _assert_same(whole, compact)
     assert len(steps_compact) == len(steps_whole) and sum(steps_compact) < sum(steps_whole), (steps_whole, steps_compact)
-    kept = evaluate_full_sets(gemma3, data.spec, data.evaluation, sets, sink=4, window=16, batch_size=4, compact=True)
+    kept = evaluate_full_sets(gemma3, data.spec, data.evaluation, sets[::2], sink=4, window=16, batch_size=4,
+                              compact=True)
     alone = []
-    for s in sets:
+    for s in sets[::2]:
         with only_full(gemma3.bridge, s, sink=4, window=16):
             alone.append(evaluate_task(gemma3, data.spec, data.evaluation, batch_size=4))
     _assert_same(alone, kept)
-    assert [r["generation"] for r in alone[0]] != [r["generation"] for r in alone[2]] or \
-        [r["gold_logprob"] for r in alone[0]] != [r["gold_logprob"] for r in alone[2]]  # the sets differ
+    assert [r["generation"] for r in alone[0]] != [r["generation"] for r in alone[1]] or \
+        [r["gold_logprob"] for r in alone[0]] != [r["gold_logprob"] for r in alone[1]]  # the sets differ
