@@ -16,8 +16,8 @@ from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _t
 from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward, block_layer
 from locos_bench.evaluation.generation import _greedy
 from locos_bench.evaluation.logprobs import token_logprobs
-from locos_bench.interventions import token_positions
-from locos_bench.names import Hook
+from locos_bench.interventions import only_full, only_full_rows, token_positions
+from locos_bench.names import Hook, hook_z
 from locos_bench.tasks import Example, TaskSpec
 from locos_bench.tasks.metrics import METRICS
 from locos_bench.tasks.tokenize import TokenizedExample, tokenize_examples
@@ -249,9 +249,6 @@ def evaluate_full_sets(
     Returns:
         One `evaluate_task` result per set, in order.
     """
-    from locos_bench.interventions import only_full, only_full_rows
-    from locos_bench.names import hook_z
-
     tokenized = _tokenize_all(model, examples)
     starts = list(prefill_from) if prefill_from is not None else [None] * len(full_sets)
     predictions, logprobs = _answers_and_logprobs(
