@@ -73,8 +73,8 @@ class Outcome:
         return self.metric if name == "metric" else self.gold
 
     def lacks(self, idx: Sequence[int], figure: str = "metric") -> list[int]:
-        """The examples of `idx` this outcome has no `figure` for (`metric`: nor both figures,
-        since a gold-only measurement leaves the metric None)."""
+        """The examples of `idx` this outcome has no `figure` for (by default the metric,
+        which only a whole measurement gives: an example with it has both figures)."""
         values = self.figure(figure)
         return [i for i in idx if values[i] is None]
 

@@ -94,14 +94,10 @@ def only_full(bridge: Any, full: Iterable[Sequence[int]], *, sink: int, window: 
     Raises:
         LocosError: a head in `full` out of range, or what `streaming` refuses.
     """
-    blocks = list(bridge.blocks)
-    counts = [int(b.attn.original_component.config.num_attention_heads) for b in blocks]
+    counts = _head_counts(bridge)
     keep: dict[int, set[int]] = {}
     for item in full:
-        layer, head = (int(x) for x in item)
-        if not (0 <= layer < len(blocks) and 0 <= head < counts[layer]):
-            raise LocosError(f"full heads: {head_name((layer, head))} is not a head of this model "
-                             f"({len(blocks)} layers x {counts[0]} heads)")
+        layer, head = _full_head(item, counts)
         keep.setdefault(layer, set()).add(head)
     heads = {layer: [h for h in range(n) if h not in keep.get(layer, ())] for layer, n in enumerate(counts)}
     with streaming(bridge, heads, sink=sink, window=window) as unaffected:
@@ -122,21 +118,30 @@ def only_full_rows(bridge: Any, full_by_row: Sequence[Iterable[Sequence[int]]], 
 
     if not full_by_row:
         raise LocosError("only_full_rows: no rows")
-    blocks = list(bridge.blocks)
-    counts = [int(b.attn.original_component.config.num_attention_heads) for b in blocks]
-    rows = len(full_by_row)
-    full = {layer: torch.zeros(rows, n, dtype=torch.bool) for layer, n in enumerate(counts)}
+    counts = _head_counts(bridge)
+    full = {layer: torch.zeros(len(full_by_row), n, dtype=torch.bool) for layer, n in enumerate(counts)}
     for row, heads in enumerate(full_by_row):
         for item in heads:
-            layer, head = (int(x) for x in item)
-            if not (0 <= layer < len(blocks) and 0 <= head < counts[layer]):
-                raise LocosError(f"full heads: {head_name((layer, head))} is not a head of this model "
-                                 f"({len(blocks)} layers x {counts[0]} heads)")
+            layer, head = _full_head(item, counts)
             full[layer][row, head] = True
     streams = {layer: [h for h in range(n) if not bool(full[layer][:, h].all())] for layer, n in enumerate(counts)}
     with _plugged(bridge, streams, sink=sink, window=window,
                   attend=lambda layer, chosen: _RowStreaming(chosen, sink, window, full[layer])) as unaffected:
         yield unaffected
+
+
+def _head_counts(bridge: Any) -> list[int]:
+    """Each layer's query heads."""
+    return [int(b.attn.original_component.config.num_attention_heads) for b in bridge.blocks]
+
+
+def _full_head(item: Sequence[int], counts: Sequence[int]) -> tuple[int, int]:
+    """`(layer, head)` of a full head, or one clear error where the model has no such head."""
+    layer, head = (int(x) for x in item)
+    if not (0 <= layer < len(counts) and 0 <= head < counts[layer]):
+        raise LocosError(f"full heads: {head_name((layer, head))} is not a head of this model "
+                         f"({len(counts)} layers x {counts[0]} heads)")
+    return layer, head
 
 
 @dataclass(frozen=True)
