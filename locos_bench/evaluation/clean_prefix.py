@@ -50,8 +50,7 @@ class CleanPrefix:
             logits_to_keep: Any) -> _Prefill | None:
         """The batch's clean prefill (under `under`'s hooks, if given), computed now if new and room
         is left."""
-        keep = logits_to_keep.tolist() if hasattr(logits_to_keep, "tolist") else logits_to_keep
-        key = (with_cache, str(keep), tuple(ids.shape), ids.cpu().numpy().tobytes(), mask.cpu().numpy().tobytes())
+        key = _batch_key(ids, mask, with_cache=with_cache, logits_to_keep=logits_to_keep)
         if key not in self._batches:
             size = _prefill_bytes(model, ids, with_cache)
             if self.bytes + size > self.max_bytes:
@@ -62,6 +61,54 @@ class CleanPrefix:
             self.bytes += size
             self._batches[key] = clean
         return self._batches[key]
+
+
+def _batch_key(ids: Any, mask: Any, *, with_cache: bool, logits_to_keep: Any) -> tuple:
+    """What identifies one batch's prefill: its tokens, mask, cache and kept logits."""
+    keep = logits_to_keep.tolist() if hasattr(logits_to_keep, "tolist") else logits_to_keep
+    return (with_cache, str(keep), tuple(ids.shape), ids.cpu().numpy().tobytes(), mask.cpu().numpy().tobytes())
+
+
+class PrefillChain:
+    """Each batch's last prefill under a chain of head sets, KV cache included, so that the next
+    set's prefill starts where its heads first differ from that set's: below that layer both
+    ablate the same heads with the same hooks, so its block outputs and keys/values are the last
+    set's, bit for bit (`SetChain` does this for teacher-forced runs). A detector's top 1, 2, 4
+    and 8 share their strongest heads, so each runs only the layers above those it adds.
+
+    One chain serves one ablation: `bind(token)` names what the hooks' replacement values
+    depend on (`HeadSetAblation.token`), and a set ablated another way is refused. Only the
+    last set of each batch is kept (block outputs and keys/values: a clean prefill's memory per
+    batch), and a batch is kept only while `max_bytes` holds it (others run as without a chain).
+
+    Attributes:
+        layers_skipped: Prefill layer computations replayed from the chain (a figure for
+            `benchmarks/`).
+    """
+
+    def __init__(self, max_bytes: int = 2 * 1024 ** 3) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.layers_skipped = 0
+        self._token: Any = None
+        self._last: dict[tuple, tuple[frozenset, _Prefill]] = {}
+
+    def bind(self, token: Any) -> None:
+        """Refuse a set ablated otherwise than the sets already in the chain."""
+        if self._token is not None and self._token != token:
+            raise LocosError(f"a prefill chain of ablation {self._token[0]} cannot take sets ablated by {token[0]}")
+        self._token = token
+
+    def last(self, key: tuple) -> tuple[frozenset, _Prefill] | None:
+        return self._last.get(key)
+
+    def keep(self, key: tuple, heads: frozenset, prefill: _Prefill, size: int) -> None:
+        """Make `prefill` (of `size` bytes) the batch's last, if the budget holds it."""
+        if key not in self._last:
+            if self.bytes + size > self.max_bytes:
+                return
+            self.bytes += size
+        self._last[key] = heads, prefill
 
 
 @dataclass
@@ -145,13 +192,7 @@ def _capture(model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: boo
     kwargs = _forward_kwargs(mask, positions, logits_to_keep)
     if with_cache:
         cache = _new_cache(model)
-        update = cache.update
-
-        def recording(keys: Any, values: Any, layer_idx: int, *args: Any, **kw: Any) -> Any:
-            kv[layer_idx] = (keys, values)
-            return update(keys, values, layer_idx, *args, **kw)
-
-        cache.update = recording
+        kv = _recording(cache)
         kwargs.update(past_key_values=cache, return_type="logits_and_cache")
     try:
         with _block_outputs(bridge) as outputs:
@@ -161,6 +202,19 @@ def _capture(model: Any, ids: Any, mask: Any, positions: Any, *, with_cache: boo
             del cache.update
     logits = result[0] if with_cache else result
     return _Prefill(outputs, kv, logits)
+
+
+def _recording(cache: Any) -> dict[int, tuple[Any, Any]]:
+    """The keys and values each layer hands `cache` from now on (until `del cache.update`)."""
+    kv: dict[int, tuple[Any, Any]] = {}
+    update = cache.update
+
+    def recording(keys: Any, values: Any, layer_idx: int, *args: Any, **kw: Any) -> Any:
+        kv[layer_idx] = (keys, values)
+        return update(keys, values, layer_idx, *args, **kw)
+
+    cache.update = recording
+    return kv
 
 
 @contextmanager
@@ -203,45 +257,72 @@ def _first_hooked_layer(hooks: Sequence[Hook], n_layers: int) -> int:
 
 
 def _forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Hook],
-             prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any = 1) -> Any:
+             prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any = 1,
+             chain: tuple[PrefillChain, frozenset] | None = None) -> Any:
     """The bridge's forward of a batch with `hooks` active (`(logits, KV cache)` when
     `with_cache`), starting at the lowest hooked layer when `prefix` holds (or can take) the
     batch's clean run. Without `positions` (a right-padded batch) the model numbers each row
-    from 0, and so do the hooks."""
+    from 0, and so do the hooks. `chain`: a `PrefillChain` and the heads `hooks` ablate; the
+    forward starts where those first differ from the chain's last set on this batch, if that
+    is later, and becomes the chain's last set."""
     with token_positions(positions if positions is not None else positions_from_mask(mask)):
         return _hooked_forward(model, ids, mask, positions, hooks, prefix, with_cache=with_cache,
-                               logits_to_keep=logits_to_keep)
+                               logits_to_keep=logits_to_keep, chain=chain)
 
 
 def _hooked_forward(model: Any, ids: Any, mask: Any, positions: Any, hooks: Sequence[Hook],
-                    prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any) -> Any:
+                    prefix: CleanPrefix | None, *, with_cache: bool, logits_to_keep: Any,
+                    chain: tuple[PrefillChain, frozenset] | None) -> Any:
     bridge = model.bridge
     n_layers = len(bridge.blocks)
     start = _first_hooked_layer(hooks, n_layers) if prefix is not None else 0
-    clean = None
+    source = None
     if start > 0:
-        clean = prefix.get(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
+        source = prefix.get(model, ids, mask, positions, with_cache=with_cache, logits_to_keep=logits_to_keep)
+    if source is None:
+        start = 0
+    if chain is not None:
+        key = _batch_key(ids, mask, with_cache=with_cache, logits_to_keep=logits_to_keep)
+        last = chain[0].last(key)
+        differ = min((layer for layer, _ in chain[1] ^ last[0]), default=n_layers) if last else 0
+        if differ > start:
+            chain[0].layers_skipped += differ - start
+            start, source = differ, last[1]
+    if prefix is not None:
+        prefix.layers_skipped += start
+        prefix.layers_run += n_layers - start
     kwargs = _forward_kwargs(mask, positions, logits_to_keep)
     if with_cache:
         kwargs["return_type"] = "logits_and_cache"
-    if clean is None:
-        if prefix is not None:
-            prefix.layers_run += n_layers
+    if source is None and chain is None:
         with bridge.hooks(fwd_hooks=list(hooks)):
             return bridge(ids, **kwargs)
-    prefix.layers_skipped += start
-    prefix.layers_run += n_layers - start
     cache = _new_cache(model) if with_cache else None
-    if start == n_layers:  # nothing ablated: the clean run is the answer
+    if source is not None and start == n_layers:  # nothing ablated differently: the source is the answer
+        if chain is not None:
+            chain[0].keep(key, chain[1], source, _prefill_bytes(model, ids, with_cache))
         if cache is None:
-            return clean.logits
+            return source.logits
         for layer in range(n_layers):
-            cache.update(*clean.kv[layer], layer)
-        return clean.logits, cache
+            cache.update(*source.kv[layer], layer)
+        return source.logits, cache
     if cache is not None:
         kwargs["past_key_values"] = cache
-    with _skipping(bridge, clean, start), bridge.hooks(fwd_hooks=list(hooks)):
-        return bridge(ids, **kwargs)
+    if chain is None:
+        with _skipping(bridge, source, start), bridge.hooks(fwd_hooks=list(hooks)):
+            return bridge(ids, **kwargs)
+    kv = _recording(cache) if cache is not None else {}
+    try:
+        with _block_outputs(bridge) as outputs, \
+                _skipping(bridge, source, start) if source is not None else nullcontext(), \
+                bridge.hooks(fwd_hooks=list(hooks)):
+            result = bridge(ids, **kwargs)
+    finally:
+        if cache is not None:
+            del cache.update
+    chain[0].keep(key, chain[1], _Prefill(outputs, kv, result[0] if with_cache else result),
+                  _prefill_bytes(model, ids, with_cache))
+    return result
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch
-from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward, block_layer
+from locos_bench.evaluation.clean_prefix import CleanPrefix, PrefillChain, _forward, block_layer
 from locos_bench.evaluation.generation import _greedy
 from locos_bench.evaluation.logprobs import token_logprobs
 from locos_bench.interventions import only_full, only_full_rows, token_positions
@@ -53,7 +53,7 @@ def _answers_and_logprobs(
     n_sets: int = 1, prefill_hooks: Callable[[int, int], Sequence[Hook]],
     decode_hooks: Callable[[list[int]], Sequence[Hook]], prefix: CleanPrefix | None = None,
     prefill_context: Callable[[int], Any] | None = None, decode_context: Callable[[list[int]], Any] | None = None,
-    generate: bool = True, compact: bool = False,
+    generate: bool = True, compact: bool = False, chain: tuple[PrefillChain, Sequence[frozenset]] | None = None,
 ) -> tuple[list[list[str | None]], list[list[float]]]:
     """`answers_and_logprobs` under `n_sets` head sets: per set, the answers (None without
     `generate`: the gold log-probs alone, no greedy decoding) and gold log-probs of every item.
@@ -70,7 +70,9 @@ def _answers_and_logprobs(
     (streaming heads, `interventions.only_full_rows`). `compact`: a row that has finished
     leaves the greedy batch (its cache rows dropped, the hooks bound again to the rows left),
     so one long answer does not carry every finished row to the last step; each row's tokens
-    are those of the whole batch but for the last bits of a smaller batch's sums."""
+    are those of the whole batch but for the last bits of a smaller batch's sums. `chain`: a
+    `PrefillChain` and the heads each set ablates; each set's prefill starts where its heads
+    first differ from the set prefilled before it on the batch (bit for bit the same values)."""
     import copy
     from contextlib import contextmanager, nullcontext
 
@@ -90,7 +92,7 @@ def _answers_and_logprobs(
             for s in range(n_sets):
                 with prefill_context(s) if prefill_context else nullcontext():
                     parts.append(_forward(model, ids, mask, positions, prefill_hooks(s, len(batch)), prefix,
-                                          with_cache=True))
+                                          with_cache=True, chain=(chain[0], chain[1][s]) if chain else None))
         logits, cache = _stacked(parts)
         mask, positions = mask.repeat(n_sets, 1), positions.repeat(n_sets, 1)
         rows = [items[i] for _ in range(n_sets) for i in batch]
@@ -189,6 +191,7 @@ def evaluate_head_sets(
     prefill_from: Sequence[int] | None = None,
     generate: bool = True,
     compact: bool = False,
+    chain: PrefillChain | None = None,
 ) -> list[list[dict[str, Any]]]:
     """`evaluate_task` for every head set of `ablation` (a `HeadSetAblation`), sharing the
     decoding: each batch of `batch_size` examples is prefilled under each head set (late,
@@ -198,13 +201,20 @@ def evaluate_head_sets(
     `prefill_from[s]`: set s's prefill starts at that layer from `prefix`, a prefix captured
     under a set that ablates, below that layer, exactly what set s does (`CleanPrefix(under=)`);
     its hooks below the layer are the prefix's and are left out. `generate`: as `evaluate_task`;
-    `compact`: finished rows leave the greedy batch (`_answers_and_logprobs`).
+    `compact`: finished rows leave the greedy batch (`_answers_and_logprobs`). `chain`: a
+    `PrefillChain` kept over calls of one ablation (a run's evaluations of one task): each set's
+    prefill starts above the heads it shares with the set prefilled before it, in this call or
+    the last; not with `prefill_from`.
 
     Returns:
         One `evaluate_task` result per head set, in `ablation.head_sets` order.
     """
     tokenized = _tokenize_all(model, examples)
     n_sets = len(ablation.head_sets)
+    if chain is not None:
+        if prefill_from is not None:
+            raise LocosError("a prefill chain cannot start sets from another set's prefix (prefill_from)")
+        chain.bind(ablation.token)
 
     def prefill_hooks(s: int, rows: int) -> Sequence[Hook]:
         hooks = ablation.hooks([s] * rows)
@@ -218,6 +228,7 @@ def evaluate_head_sets(
         model, tokenized, max_new_tokens=max_new_tokens or spec.max_new_tokens, batch_size=batch_size,
         n_sets=n_sets, prefix=prefix, prefill_hooks=prefill_hooks,
         decode_hooks=ablation.hooks, generate=generate, compact=compact,
+        chain=(chain, [frozenset(heads) for heads in ablation.head_sets]) if chain is not None else None,
     )
     return [_metric_rows(spec, examples, tokenized, predictions[s], logprobs[s]) for s in range(n_sets)]
 

@@ -76,6 +76,7 @@ class Worker:
         self.timings: dict[str, float] = {}
         self._means: dict[str, Any] = {}  # HeadMeans, or ExpertMeans on an expert run
         self._prefixes: dict[str, Any] = {}
+        self._chain: tuple[tuple, Any] | None = None  # the last shared group's `PrefillChain`
         self._passes: Any = None  # `shared_passes.PassMemo` of the detect phase
         self._passes_task: str | None = None
 
@@ -107,6 +108,17 @@ class Worker:
         if data.spec.name not in self._prefixes:
             self._prefixes[data.spec.name] = CleanPrefix(max_bytes=self._budget(2 * 1024 ** 3, 0.1))
         return self._prefixes[data.spec.name]
+
+    def _chain_of(self, group: tuple) -> Any:
+        """The `evaluation.PrefillChain` of one group of shared evaluations (a task, a kind, a
+        scale, an example set: one ablation), over the chunks it is handed in. Only the last
+        group's is kept: the planner hands a group's jobs in a row."""
+        from locos_bench.evaluation import PrefillChain
+
+        if self._chain is None or self._chain[0] != group:
+            self._chain = None  # the old chain's memory first
+            self._chain = group, PrefillChain(max_bytes=self._budget(2 * 1024 ** 3, 0.1))
+        return self._chain[1]
 
     def _budget(self, cpu_bytes: int, gpu_share: float) -> int:
         """What a store kept for reuse may hold: `cpu_bytes` on a CPU, `gpu_share` of the
@@ -179,17 +191,19 @@ class Worker:
         for task, ns in chains.items():
             for n, unit in zip(ns, self._grid_units(self.tasks[task], [jobs[n] for n in ns])):
                 out[n] = unit
-        for (task, *_), ns in groups.items():
+        for group, ns in groups.items():
             for start in range(0, len(ns), self.config.eval_head_sets):
                 chunk = ns[start:start + self.config.eval_head_sets]
-                for n, unit in zip(chunk, self._eval_units(self.tasks[task], [jobs[n] for n in chunk])):
+                units = self._eval_units(self.tasks[group[0]], [jobs[n] for n in chunk], self._chain_of(group))
+                for n, unit in zip(chunk, units):
                     out[n] = unit
         return [out[n] for n in range(len(jobs))]
 
-    def _eval_units(self, data: TaskData, jobs: Sequence[Job]) -> list[UnitRecord]:
+    def _eval_units(self, data: TaskData, jobs: Sequence[Job], chain: Any) -> list[UnitRecord]:
         """Several evaluations of one task and kind in shared batches, all ablations (top-k or
         bottom-k) or all steering at one alpha (their heads scaled, `scale:ALPHA`); seconds are
-        split evenly."""
+        split evenly. Each set's prefill starts above the heads it shares with the set before it
+        (`chain`, the group's; bit for bit the same values)."""
         from locos_bench.evaluation import evaluate_head_sets
 
         self._detection_over()
@@ -202,8 +216,8 @@ class Worker:
             key = jobs[0].key  # a steering unit may evaluate its draw's calibration examples
             examples = data.calibration_draw(key.draw) if key.split == "calibration" else data.evaluation
             with self._batches_shown(jobs):
-                results = evaluate_head_sets(self.model, data.spec, examples, ablation,
-                                             batch_size=self.config.batch_size, prefix=self._prefix(data))
+                results = evaluate_head_sets(self.model, data.spec, examples, ablation, batch_size=self.config.batch_size,
+                                             prefix=self._prefix(data), chain=chain)
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
 

@@ -206,6 +206,12 @@ class HeadSetAblation:
         self.head_sets = [[(int(layer), int(head)) for layer, head in heads] for heads in head_sets]
         self._one = HeadAblation([], spec, means)  # the replacement values
 
+    @property
+    def token(self) -> tuple[str, int]:
+        """What the replacement values depend on (the spec, and which reference means object):
+        two ablations with one token ablate a head alike (`evaluation.PrefillChain`)."""
+        return str(self._one.spec), id(self._one.means)
+
     def hooks(self, rows: Sequence[int]) -> list[tuple[str, Any]]:
         """Hooks for a batch whose row r ablates `head_sets[rows[r]]` (no hook on clean layers)."""
         for r in rows:

@@ -103,3 +103,49 @@ def test_a_chain_of_head_sets_equals_each_set_alone(case):
     assert prefix.layers_skipped > alone  # the chain starts later: above (mid, 0) where sets share it
     assert gold_logprobs_of_sets(model, items, sets, lambda s: HeadAblation(sets[s], spec, means).hooks(),
                                  batch_size=2) == chained  # no clean prefix: the chain alone
+
+
+def test_a_prefill_chain_over_calls_equals_each_call_alone(case):
+    """A run's evaluations of one task share a `PrefillChain` over its chunks of head sets: a
+    set's prefill (KV cache included) starts where its heads first differ from the set before
+    it, in its call or the last. Every answer and value is bit for bit that of the calls
+    without it, with and without a clean prefix, and with finished rows leaving the batch."""
+    from locos_bench.evaluation import PrefillChain
+
+    model, data, means = case
+    spec = AblationSpec.parse("mean")
+    top = model.geometry.n_layers - 1
+    mid = model.geometry.n_layers // 2
+    chunks = [[[(mid, 0)], [(mid, 0), (top, 1)]], [[(mid, 0), (top, 1)], [(mid, 0), (top, 1), (top, 0)], [(1, 1)]]]
+    for prefix in (CleanPrefix(), None) if model.geometry.n_layers <= 6 else (CleanPrefix(),):  # gemma3: the run's
+        chain = PrefillChain()
+        for sets in chunks:
+            ablation = HeadSetAblation(sets, spec, means)
+            alone = evaluate_head_sets(model, data.spec, data.evaluation, ablation, batch_size=2, prefix=prefix)
+            chained = evaluate_head_sets(model, data.spec, data.evaluation, ablation, batch_size=2, prefix=prefix,
+                                         chain=chain, compact=True)
+            assert chained == alone, sets
+        n_batches = -(-len(data.evaluation) // 2)
+        # Layers replayed from the chain beyond the clean prefix's start (mid for every set
+        # holding (mid, 0), 1 for [(1, 1)], else 0): the set adding (top, 1) from top, the
+        # repeated set not at all, the set adding (top, 0) from top, [(1, 1)] from layer 1.
+        n = model.geometry.n_layers
+        beyond = (top - mid) + (n - mid) + (top - mid) if prefix is not None else top + n + top + 1
+        assert chain.layers_skipped == beyond * n_batches, prefix
+
+
+def test_a_prefill_chain_refuses_another_ablation_and_prefill_from(planted):
+    from locos_bench.errors import LocosError
+    from locos_bench.evaluation import PrefillChain
+
+    _, data = _task(planted, "planted-kv", 2)
+    means = reference_means(planted, [t.input_ids for t in data.tokenized(planted, "reference")])
+    chain = PrefillChain()
+    evaluate_head_sets(planted, data.spec, data.evaluation, HeadSetAblation([[(1, 0)]], AblationSpec.parse("mean"), means),
+                       chain=chain)
+    with pytest.raises(LocosError, match="cannot take sets ablated by zero"):
+        evaluate_head_sets(planted, data.spec, data.evaluation,
+                           HeadSetAblation([[(1, 0)]], AblationSpec.parse("zero"), None), chain=chain)
+    with pytest.raises(LocosError, match="prefill_from"):
+        evaluate_head_sets(planted, data.spec, data.evaluation, HeadSetAblation([[(1, 0)]], AblationSpec.parse("mean"), means),
+                           chain=chain, prefix=CleanPrefix(), prefill_from=[1])
