@@ -216,6 +216,17 @@ def oracle_step_figures(body: str) -> list[tuple[str, str]]:
              f"{match.group(1)} ({rows['now'][3]} s against {rows['before'][3]} s; gold agrees to {match.group(2)})")]
 
 
+def prefill_chain_figures(body: str) -> list[tuple[str, str]]:
+    match = re.search(r"^- chained / alone: ([0-9.]+); layer-passes ([0-9.]+); values and answers identical: (\w+)",
+                      body, re.M)
+    rows = {row[0]: row for row in table_rows(body) if len(row) == 3}
+    if not (match and {"alone", "chained"} <= set(rows)):
+        raise PageError("RESULTS.md's prefill-chain table lacks its 'alone' / 'chained' rows or 'chained / alone' line")
+    return [("a run's evaluations of one task, chained prefills over alone",
+             f"{match.group(1)} ({rows['chained'][2]} s against {rows['alone'][2]} s; layer-passes {match.group(2)})"),
+            ("values and answers identical", match.group(3).lower())]
+
+
 FIGURES: list[tuple[str, str, str, Callable[[str], list[tuple[str, str]]]]] = [
     ("Benchmark results", "LOCOS, patching and evaluation against a forward", "gemma3", ratio_figures),
     ("Streaming heads", "Streaming heads", "gemma3, one forward", streaming_figures),
@@ -224,6 +235,8 @@ FIGURES: list[tuple[str, str, str, Callable[[str], list[tuple[str, str]]]]] = [
      sharing_figures),
     ("One greedy step of the oracle search", "The oracle search's greedy step", "gemma3, kv-retrieval, 8 candidates",
      oracle_step_figures),
+    ("The prefill chain", "The prefill chain in a run's evaluations", "gemma3, the default run's kv-retrieval units",
+     prefill_chain_figures),
 ]
 """Each RESULTS.md table by the start of its title: the page's heading, what it ran on, the figures shown."""
 
