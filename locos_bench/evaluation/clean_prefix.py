@@ -1,6 +1,8 @@
 """Clean prefixes: the unablated prefill of each batch, kept so that an ablated evaluation of
 the same batch starts at its lowest ablated layer (the layers below compute exactly what the
-clean run computed), and the one hooked forward everything else runs through.
+clean run computed); chains of head sets (`SetChain` teacher-forced, `PrefillChain` with the
+KV cache), where each set starts above the heads it shares with the set run before it; and the
+one hooked forward everything else runs through.
 
 Every forward is the bridge's own (`bridge(tokens, ...)`), so every TransformerLens hook
 name works and hooks behave exactly as in detection.

@@ -3,7 +3,8 @@
 * `evaluate_task`: one head set (or none).
 * `evaluate_head_sets`: several head sets at once, each batch row with its own ablation (one
   prompt under many ablations per forward pass); each set's prefill runs alone from its
-  lowest ablated layer, then all sets' rows decode together.
+  lowest ablated layer (or, with a `PrefillChain`, from where it first differs from the set
+  before it), then all sets' rows decode together.
 """
 
 from __future__ import annotations
