@@ -43,9 +43,36 @@ def stop_token_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
+DRAFT_LEAD = 1e-2
+"""A token read off a teacher-forced pass is taken as the greedy's only where its logit leads
+the runner-up by more than this: the pass and a decoding step compute the same logits in
+another order of float32 sums (about 1e-5 apart on Gemma 3), so no such argmax can differ."""
+
+
+def _drafted(tokenizer: Any, draft: Sequence[int], top: Sequence[tuple[int, float]], *, max_new_tokens: int,
+            stops: set[int], cut: bool = True) -> list[int] | None:
+    """The tokens `_greedy` generates for one row, read off a teacher-forced pass of `draft`:
+    `top[j]` is the argmax after `draft[:j]` and its lead over the runner-up (j = 0 .. len(draft)).
+    None where the greedy would leave the draft before it stops, or an argmax leads by
+    `DRAFT_LEAD` or less: then only decoding can tell."""
+    generated: list[int] = []
+    for j, (token, lead) in enumerate(top):
+        if lead <= DRAFT_LEAD:
+            return None
+        if token in stops:
+            return generated
+        generated.append(token)
+        if (cut and "\n" in tokenizer.decode(generated)) or j == max_new_tokens - 1:
+            return generated
+        if j >= len(draft) or token != draft[j]:
+            return None
+    return None
+
+
 def _greedy(
     model: Any, logits: Any, cache: Any, mask: Any, positions: Any, *, max_new_tokens: int, cut: bool,
     until: Sequence[str] = (), rebind: Callable[[list[int]], Any] | None = None,
+    finished: dict[int, list[int]] | None = None,
 ) -> list[str]:
     """Greedy continuation of a prefilled batch (its last `logits` and KV `cache`); a row
     stops at EOS, at any `until` string or, with `cut`, at its first newline; the batch
@@ -54,13 +81,17 @@ def _greedy(
     `rebind(rows)`: a context manager binding the interventions to the batch's rows `rows`
     (their indices in the batch given), entered around each step. With it, finished rows leave
     the batch (their cache rows dropped), so a step costs the rows still generating: on a CPU
-    the cache's copy and the unembedding grow with the rows."""
+    the cache's copy and the unembedding grow with the rows.
+
+    `finished`: rows already generated (row -> its tokens, as `_drafted` reads them): done from
+    the start, they never decode (with `rebind`, they leave the batch before its first step)."""
     torch = _torch()
     tok, bridge = model.tokenizer, model.bridge
     stops, pad = stop_token_ids(tok), _pad_id(tok)
     rows = logits.shape[0]
-    generated: list[list[int]] = [[] for _ in range(rows)]
-    done = [False] * rows
+    finished = finished or {}
+    generated: list[list[int]] = [list(finished.get(row, [])) for row in range(rows)]
+    done = [row in finished for row in range(rows)]
     alive = list(range(rows))  # the batch's rows, by their index in the batch given
     for step in range(max_new_tokens):
         nxt = logits[:, -1, :].argmax(-1)

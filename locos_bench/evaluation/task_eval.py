@@ -15,7 +15,7 @@ from typing import Any
 from locos_bench.errors import LocosError
 from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _tokenized, _torch
 from locos_bench.evaluation.clean_prefix import CleanPrefix, PrefillChain, _forward, block_layer
-from locos_bench.evaluation.generation import _greedy
+from locos_bench.evaluation.generation import _drafted, _greedy, stop_token_ids
 from locos_bench.evaluation.logprobs import token_logprobs
 from locos_bench.interventions import only_full, only_full_rows, token_positions
 from locos_bench.names import Hook, hook_z
@@ -71,7 +71,10 @@ def _answers_and_logprobs(
     (streaming heads, `interventions.only_full_rows`). `compact`: a row that has finished
     leaves the greedy batch (its cache rows dropped, the hooks bound again to the rows left),
     so one long answer does not carry every finished row to the last step; each row's tokens
-    are those of the whole batch but for the last bits of a smaller batch's sums. `chain`: a
+    are those of the whole batch but for the last bits of a smaller batch's sums. With it the
+    gold pass feeds the whole answer, and a row the pass shows generating its gold answer (or a
+    prefix of it) and then stopping, every argmax clear by `generation.DRAFT_LEAD`, is read off
+    the pass and never decodes (its gold log-prob moves in the last bits: a longer pass). `chain`: a
     `PrefillChain` and the heads each set ablates; each set's prefill starts where its heads
     first differ from the set prefilled before it on the batch (bit for bit the same values)."""
     import copy
@@ -108,17 +111,20 @@ def _answers_and_logprobs(
 
         with torch.inference_mode(), decoding(list(range(len(rows)))):
             firsts = token_logprobs(logits[:, -1, :], [item.answer_ids[0] for item in rows])  # [R]
-            # Gold answer tokens after the first, teacher-forced on a copy of the cache.
-            longest = max(len(item.answer_ids) for item in rows)
+            # Gold answer tokens after the first, teacher-forced on a copy of the cache (drafting:
+            # the last one too, for the logits after the whole answer).
+            draft = generate and compact
+            fed = max(len(item.answer_ids) for item in rows) - (0 if draft else 1)
             per_token = [[float(firsts[row])] for row in range(len(rows))]
-            if longest > 1:
-                gold = torch.full((len(rows), longest - 1), pad, dtype=torch.long)
+            gold_logits = None
+            if fed > 0:
+                gold = torch.full((len(rows), fed), pad, dtype=torch.long)
                 for row, item in enumerate(rows):
-                    a = item.answer_ids[:-1]
+                    a = item.answer_ids if draft else item.answer_ids[:-1]
                     gold[row, : len(a)] = torch.tensor(a)
                 gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
                 # Answer token j sits at prompt length + j, in the model and in the hooks alike.
-                gold_pos = positions[:, -1:] + torch.arange(1, longest, device=device)[None, :]
+                gold_pos = positions[:, -1:] + torch.arange(1, fed + 1, device=device)[None, :]
                 with token_positions(gold_pos):
                     gold_logits = bridge(
                         gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
@@ -128,16 +134,37 @@ def _answers_and_logprobs(
                     targets = item.answer_ids[1:]
                     if targets:
                         per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
+            finished = _gold_drafts(model, rows, logits, gold_logits, max_new_tokens) if draft else None
         texts: list[str | None] = [None] * len(rows)
         if generate:  # greedy generation from the prompts' caches
             with torch.inference_mode(), nullcontext() if compact else decoding(list(range(len(rows)))):
                 texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=True,
-                                rebind=decoding if compact else None)
+                                rebind=decoding if compact else None, finished=finished)
         for row, text in enumerate(texts):
             s, i = divmod(row, len(batch))
             answers[s][batch[i]] = text
             scores[s][batch[i]] = float(sum(per_token[row]) / len(per_token[row]))
     return answers, scores
+
+
+def _gold_drafts(model: Any, rows: Sequence[TokenizedExample], logits: Any, gold_logits: Any,
+                 max_new_tokens: int) -> dict[int, list[int]]:
+    """The rows whose greedy answer the gold pass already shows (row -> its tokens): those that
+    would generate their gold answer and then stop (`generation._drafted`), read off the
+    prompt's last logits and those of the gold pass, which fed the whole answer."""
+    torch = _torch()
+    tops = [torch.topk(part.float(), 2, dim=-1) for part in (logits[:, -1:, :], gold_logits)]
+    values, indices = (torch.cat([top[n] for top in tops], dim=1) for n in (0, 1))  # [R, 1 + fed, 2]
+    tokens, leads = indices[..., 0].tolist(), (values[..., 0] - values[..., 1]).tolist()
+    stops = stop_token_ids(model.tokenizer)
+    finished = {}
+    for row, item in enumerate(rows):
+        steps = len(item.answer_ids) + 1
+        got = _drafted(model.tokenizer, item.answer_ids, list(zip(tokens[row][:steps], leads[row][:steps])),
+                       max_new_tokens=max_new_tokens, stops=stops)
+        if got is not None:
+            finished[row] = got
+    return finished
 
 
 def _stacked(parts: list[tuple[Any, Any]]) -> tuple[Any, Any]:

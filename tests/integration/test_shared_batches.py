@@ -134,7 +134,13 @@ def test_finished_rows_leave_the_batch_and_kept_sets_share_it_on_gemma3(gemma3):
     finally:
         hook.remove()
     _assert_same(whole, compact)
-    assert len(steps_compact) == len(steps_whole) and sum(steps_compact) < sum(steps_whole), (steps_whole, steps_compact)
+    assert sum(steps_compact) < sum(steps_whole), (steps_whole, steps_compact)
+    # A row whose greedy answer the gold pass shows (the gold answer or a prefix of it, then a
+    # stop) is read off it and never decodes (here a digit-per-token answer: text prefix is token prefix).
+    generations = [(r["generation"], ex.answers[0]) for rows in whole for r, ex in zip(rows, data.evaluation)]
+    drafted = sum(gold.startswith(g) for g, gold in generations)
+    assert drafted > sum(g == "" for g, _ in generations)  # some rows generated a digit or more from the gold pass
+    assert steps_compact[0] == len(generations) - drafted, (generations, steps_whole, steps_compact)
     kept = evaluate_full_sets(gemma3, data.spec, data.evaluation, sets, sink=4, window=16, batch_size=4, compact=True)
     alone = []
     for s in sets:
@@ -143,3 +149,31 @@ def test_finished_rows_leave_the_batch_and_kept_sets_share_it_on_gemma3(gemma3):
     _assert_same(alone, kept)
     assert [r["generation"] for r in alone[0]] != [r["generation"] for r in alone[1]] or \
         [r["gold_logprob"] for r in alone[0]] != [r["gold_logprob"] for r in alone[1]]  # the sets differ
+
+
+def test_a_row_is_read_off_the_gold_pass_only_where_the_greedy_would_follow_it(gemma3):
+    """`_drafted`: the tokens the greedy would generate, read off a teacher-forced pass of a
+    draft (the gold answer), or None wherever only decoding can tell."""
+    from locos_bench.evaluation.generation import DRAFT_LEAD, _drafted, newline_token_ids, stop_token_ids
+
+    tok = gemma3.tokenizer
+    draft = tok.encode(" 7402", add_special_tokens=False)
+    stops, newline = stop_token_ids(tok), min(newline_token_ids(tok))
+    eos, other = min(stops), tok.encode("9", add_special_tokens=False)[-1]
+
+    def read(tops, max_new_tokens=16):
+        leads = [lead for _, lead in tops] if tops and isinstance(tops[0], tuple) else None
+        top = tops if leads else [(t, 5.0) for t in tops]
+        return _drafted(tok, draft, top, max_new_tokens=max_new_tokens, stops=stops)
+
+    assert read([*draft, eos]) == draft  # the draft, then a stop token
+    assert read([*draft, newline]) == [*draft, newline]  # a newline ends a row too (its text is cut there)
+    assert read([eos]) == []  # a stop at once: nothing generated
+    assert read(draft[:3], max_new_tokens=3) == draft[:3]  # the budget ends the row inside the draft
+    assert read([*draft[:2], other]) is None  # the greedy leaves the draft: only decoding knows what follows
+    assert read([*draft, other]) is None  # the draft ends, the row goes on
+    close = [(t, 5.0) for t in [*draft, eos]]
+    close[1] = (draft[1], DRAFT_LEAD)
+    assert read(close) is None  # an argmax too close to call
+    close[1] = (draft[1], 2 * DRAFT_LEAD)
+    assert read(close) == draft
