@@ -56,7 +56,7 @@ def _drafted(tokenizer: Any, draft: Sequence[int], top: Sequence[tuple[int, floa
     None where the greedy would leave the draft before it stops, or an argmax leads by
     `DRAFT_LEAD` or less: then only decoding can tell."""
     generated: list[int] = []
-    for j, (token, lead) in enumerate(top):
+    for j, (token, lead) in enumerate(top[:max_new_tokens]):  # no budget: only decoding tells
         if lead <= DRAFT_LEAD:
             return None
         if token in stops:

@@ -170,6 +170,7 @@ def test_a_row_is_read_off_the_gold_pass_only_where_the_greedy_would_follow_it(g
     assert read([*draft, newline]) == [*draft, newline]  # a newline ends a row too (its text is cut there)
     assert read([eos]) == []  # a stop at once: nothing generated
     assert read(draft[:3], max_new_tokens=3) == draft[:3]  # the budget ends the row inside the draft
+    assert read([*draft, eos], max_new_tokens=0) is None  # no budget: left to the greedy (which generates nothing)
     assert read([*draft[:2], other]) is None  # the greedy leaves the draft: only decoding knows what follows
     assert read([*draft, other]) is None  # the draft ends, the row goes on
     close = [(t, 5.0) for t in [*draft, eos]]
