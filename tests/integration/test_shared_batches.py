@@ -178,3 +178,39 @@ def test_a_row_is_read_off_the_gold_pass_only_where_the_greedy_would_follow_it(g
     assert read(close) is None  # an argmax too close to call
     close[1] = (draft[1], 2 * DRAFT_LEAD)
     assert read(close) == draft
+
+
+def test_a_teacher_forced_pass_and_decoding_steps_agree_far_within_the_draft_lead(gemma3):
+    """`DRAFT_LEAD` rests on this: the logits after each answer token, computed by one
+    teacher-forced pass over the whole answer and by a decoding step per token on a copy of
+    the same cache, differ by far less than the lead a drafted argmax needs (Gemma 3,
+    sliding-window layers, a left-padded batch of four)."""
+    import copy
+
+    from locos_bench.evaluation._batching import _left_padded, _pad_id
+    from locos_bench.evaluation.generation import DRAFT_LEAD
+    from locos_bench.evaluation.task_eval import _tokenize_all
+    from locos_bench.interventions import token_positions
+
+    _, data = _task(gemma3, "kv-retrieval", 4, context_lengths=[128], max_new_tokens=8)
+    items = _tokenize_all(gemma3, data.evaluation)
+    n = min(len(item.answer_ids) for item in items)
+    answer = torch.tensor([item.answer_ids[:n] for item in items])
+    bridge, pad = gemma3.bridge, _pad_id(gemma3.tokenizer)
+    ids, mask, positions = _left_padded([item.input_ids[: item.prompt_len] for item in items], pad, "cpu")
+    with torch.inference_mode():
+        with token_positions(positions):
+            _, cache = bridge(ids, attention_mask=mask, position_ids=positions, return_type="logits_and_cache",
+                              logits_to_keep=1)
+        pos = positions[:, -1:] + torch.arange(1, answer.shape[1] + 1)[None, :]
+        with token_positions(pos):
+            forced = bridge(answer, attention_mask=torch.cat([mask, torch.ones_like(answer)], dim=1), position_ids=pos,
+                            past_key_values=copy.deepcopy(cache), logits_to_keep=0)
+        worst = 0.0
+        for j in range(answer.shape[1]):
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            with token_positions(pos[:, j:j + 1]):
+                step, cache = bridge(answer[:, j:j + 1], attention_mask=mask, position_ids=pos[:, j:j + 1],
+                                     past_key_values=cache, return_type="logits_and_cache", logits_to_keep=1)
+            worst = max(worst, float((step[:, -1] - forced[:, j]).abs().max()))
+    assert 0.0 <= worst < DRAFT_LEAD / 10, worst
