@@ -51,8 +51,8 @@ tenth of this), so no such argmax can differ."""
 
 
 def _drafted(tokenizer: Any, draft: Sequence[int], top: Sequence[tuple[int, float]], *, max_new_tokens: int,
-            stops: set[int], cut: bool = True) -> list[int] | None:
-    """The tokens `_greedy` generates for one row, read off a teacher-forced pass of `draft`:
+            stops: set[int]) -> list[int] | None:
+    """The tokens `_greedy` generates for one row (with `cut`), read off a teacher-forced pass of `draft`:
     `top[j]` is the argmax after `draft[:j]` and its lead over the runner-up (j = 0 .. len(draft)).
     None where the greedy would leave the draft before it stops, or an argmax leads by
     `DRAFT_LEAD` or less: then only decoding can tell."""
@@ -63,7 +63,7 @@ def _drafted(tokenizer: Any, draft: Sequence[int], top: Sequence[tuple[int, floa
         if token in stops:
             return generated
         generated.append(token)
-        if (cut and "\n" in tokenizer.decode(generated)) or j == max_new_tokens - 1:
+        if "\n" in tokenizer.decode(generated) or j == max_new_tokens - 1:
             return generated
         if j >= len(draft) or token != draft[j]:
             return None

@@ -161,9 +161,8 @@ def test_a_row_is_read_off_the_gold_pass_only_where_the_greedy_would_follow_it(g
     stops, newline = stop_token_ids(tok), min(newline_token_ids(tok))
     eos, other = min(stops), tok.encode("9", add_special_tokens=False)[-1]
 
-    def read(tops, max_new_tokens=16):
-        leads = [lead for _, lead in tops] if tops and isinstance(tops[0], tuple) else None
-        top = tops if leads else [(t, 5.0) for t in tops]
+    def read(tokens, max_new_tokens=16, leads=None):
+        top = list(zip(tokens, leads or [5.0] * len(tokens)))
         return _drafted(tok, draft, top, max_new_tokens=max_new_tokens, stops=stops)
 
     assert read([*draft, eos]) == draft  # the draft, then a stop token
@@ -173,11 +172,11 @@ def test_a_row_is_read_off_the_gold_pass_only_where_the_greedy_would_follow_it(g
     assert read([*draft, eos], max_new_tokens=0) is None  # no budget: left to the greedy (which generates nothing)
     assert read([*draft[:2], other]) is None  # the greedy leaves the draft: only decoding knows what follows
     assert read([*draft, other]) is None  # the draft ends, the row goes on
-    close = [(t, 5.0) for t in [*draft, eos]]
-    close[1] = (draft[1], DRAFT_LEAD)
-    assert read(close) is None  # an argmax too close to call
-    close[1] = (draft[1], 2 * DRAFT_LEAD)
-    assert read(close) == draft
+    leads = [5.0] * (len(draft) + 1)
+    leads[1] = DRAFT_LEAD
+    assert read([*draft, eos], leads=leads) is None  # an argmax too close to call
+    leads[1] = 2 * DRAFT_LEAD
+    assert read([*draft, eos], leads=leads) == draft
 
 
 def test_a_teacher_forced_pass_and_decoding_steps_agree_far_within_the_draft_lead(gemma3):
