@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
+from locos_bench._compat.transformers import with_room
 from locos_bench.evaluation._batching import _batches, _left_padded, _pad_id, _prompt_ids, _torch
 from locos_bench.interventions import token_positions
 from locos_bench.names import Hook
@@ -94,6 +95,7 @@ def _greedy(
     generated: list[list[int]] = [list(finished.get(row, [])) for row in range(rows)]
     done = [row in finished for row in range(rows)]
     alive = list(range(rows))  # the batch's rows, by their index in the batch given
+    with_room(cache, max_new_tokens)
     for step in range(max_new_tokens):
         nxt = logits[:, -1, :].argmax(-1)
         for at, row in enumerate(alive):
@@ -114,6 +116,7 @@ def _greedy(
             nxt, mask, positions = nxt[keep], mask[keep], positions[keep]
             for layer in cache.layers:
                 layer.batch_select_indices(keep)
+            with_room(cache, max_new_tokens - step)
             alive = [alive[int(at)] for at in keep]
         finished = torch.tensor([done[row] for row in alive], device=nxt.device)
         nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
