@@ -14,7 +14,7 @@ are `locos_bench.interventions`; every forward here binds its token positions
 from locos_bench.evaluation._batching import batch_progress
 from locos_bench.evaluation.clean_prefix import CleanPrefix, PrefillChain
 from locos_bench.evaluation.generation import generate_answers, generate_from_ids, stop_token_ids
-from locos_bench.evaluation.logprobs import continuation_logprobs, gold_logprobs, gold_logprobs_of_sets, token_logprobs
+from locos_bench.evaluation.logprobs import continuation_logprobs, gold_logprobs, token_logprobs
 from locos_bench.evaluation.task_eval import answers_and_logprobs, evaluate_full_sets, evaluate_head_sets, evaluate_task
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "generate_answers",
     "generate_from_ids",
     "gold_logprobs",
-    "gold_logprobs_of_sets",
     "stop_token_ids",
     "token_logprobs",
 ]

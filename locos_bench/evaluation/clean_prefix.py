@@ -1,8 +1,8 @@
 """Clean prefixes: the unablated prefill of each batch, kept so that an ablated evaluation of
 the same batch starts at its lowest ablated layer (the layers below compute exactly what the
-clean run computed); chains of head sets (`SetChain` teacher-forced, `PrefillChain` with the
-KV cache), where each set starts above the heads it shares with the set run before it; and the
-one hooked forward everything else runs through.
+clean run computed); a chain of head sets (`PrefillChain`), where each set's prefill starts
+above the heads it shares with the set run before it; and the one hooked forward everything
+else runs through.
 
 Every forward is the bridge's own (`bridge(tokens, ...)`), so every TransformerLens hook
 name works and hooks behave exactly as in detection.
@@ -75,8 +75,9 @@ class PrefillChain:
     """Each batch's last prefill under a chain of head sets, KV cache included, so that the next
     set's prefill starts where its heads first differ from that set's: below that layer both
     ablate the same heads with the same hooks, so its block outputs and keys/values are the last
-    set's, bit for bit (`SetChain` does this for teacher-forced runs). A detector's top 1, 2, 4
-    and 8 share their strongest heads, so each runs only the layers above those it adds.
+    set's, bit for bit. A detector's top 1, 2, 4 and 8 share their strongest heads, so each
+    runs only the layers above those it adds (and a run's oracle grid, its top 3, 5, 6 and 7,
+    joins the chain sorted between them: `UnitKind.chain`).
 
     One chain serves one ablation: `bind(token)` names what the hooks' replacement values
     depend on (`HeadSetAblation.token`), and a set ablated another way is refused. Only the
@@ -121,54 +122,6 @@ class _Prefill:
     """The keys and values each layer handed its KV cache (empty without a cache)."""
     logits: Any
     """The clean run's kept logits."""
-
-
-class SetChain:
-    """One batch's forwards under a chain of head sets (teacher-forced: no cache), each starting
-    late: below the lowest layer where a set's heads differ from the previous set's, both
-    ablate the same heads, so the previous run's block outputs are this one's, bit for bit
-    (as `CleanPrefix` reuses the unablated run's below the lowest ablated layer, which it
-    does here too where that is later). Only the previous run is kept."""
-
-    def __init__(self, model: Any, ids: Any, mask: Any, logits_to_keep: Any, prefix: CleanPrefix | None) -> None:
-        self.model, self.ids, self.mask, self.keep, self.prefix = model, ids, mask, logits_to_keep, prefix
-        self.n_layers = len(model.bridge.blocks)
-        self._last: tuple[frozenset, _Prefill] | None = None
-
-    def run(self, heads: Sequence[tuple[int, int]], hooks: Sequence[Hook]) -> Any:
-        """The kept logits with `heads` ablated by `hooks` (their layers must be the heads')."""
-        heads = frozenset((int(layer), int(head)) for layer, head in heads)
-        start, source = min((layer for layer, _ in heads), default=self.n_layers), None
-        if start > 0 and self.prefix is not None:
-            source = self.prefix.get(self.model, self.ids, self.mask, None, with_cache=False,
-                                     logits_to_keep=self.keep)
-        if self._last is not None:
-            differ = min((layer for layer, _ in heads ^ self._last[0]), default=self.n_layers)
-            if differ > start or source is None:
-                start, source = differ, self._last[1]
-        if source is None:
-            start = 0
-        late = [hook for hook in hooks if block_layer(hook[0]) >= start]
-        with token_positions(positions_from_mask(self.mask)):
-            self._last = heads, _chained(self.model, self.ids, self.mask, late, source, start, self.keep)
-        if self.prefix is not None:
-            self.prefix.layers_skipped += start
-            self.prefix.layers_run += self.n_layers - start
-        return self._last[1].logits
-
-
-def _chained(model: Any, ids: Any, mask: Any, hooks: Sequence[Hook], source: _Prefill | None, start: int,
-             logits_to_keep: Any) -> _Prefill:
-    """A forward with `hooks`, blocks below `start` replaying `source`'s outputs, recording
-    every block's output for the next set of the chain."""
-    bridge = model.bridge
-    if source is not None and start >= len(bridge.blocks):
-        return source
-    with _block_outputs(bridge) as outputs, \
-            _skipping(bridge, source, start) if source is not None else nullcontext(), \
-            bridge.hooks(fwd_hooks=list(hooks)):
-        logits = bridge(ids, **_forward_kwargs(mask, None, logits_to_keep))
-    return _Prefill(outputs, {}, logits)
 
 
 def _prefill_bytes(model: Any, ids: Any, with_cache: bool) -> int:

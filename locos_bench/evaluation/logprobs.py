@@ -6,12 +6,12 @@ tensor), never to the whole `[T, vocab]` grid (Gemma 3's vocabulary has 262k ent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from locos_bench.errors import LocosError
 from locos_bench.evaluation._batching import _batches, _pad_id, _tokenized, _torch
-from locos_bench.evaluation.clean_prefix import CleanPrefix, SetChain, _forward
+from locos_bench.evaluation.clean_prefix import CleanPrefix, _forward
 from locos_bench.names import Hook
 from locos_bench.tasks import Example
 from locos_bench.tasks.tokenize import TokenizedExample
@@ -84,37 +84,6 @@ def continuation_logprobs(
             logits = _forward(model, ids, mask, None, hooks, prefix, with_cache=False, logits_to_keep=keep)
             _score(logits, batch, sequences, keep, out)
     return out
-
-
-def gold_logprobs_of_sets(
-    model: Any,
-    tokenized_examples: Sequence[TokenizedExample | Example],
-    head_sets: Sequence[Sequence[tuple[int, int]]],
-    hooks_of: Callable[[int], Sequence[Hook]],
-    *,
-    batch_size: int = 4,
-    prefix: CleanPrefix | None = None,
-) -> list[list[float]]:
-    """`gold_logprobs` under each head set (`hooks_of(s)` ablates set s), the sets of each batch
-    run as a chain: set s starts where its heads first differ from the set run before it
-    (`SetChain`), or from the clean prefill (`prefix`) where that is later. Sorted by their
-    heads, nested sets (a detector's top 3, 5, 6, 7) run only the layers above the heads they
-    add. Each result equals `gold_logprobs` with that set's hooks alone (tested).
-
-    Returns:
-        Per head set, in input order, one float per example.
-    """
-    torch = _torch()
-    items = [_tokenized(model, ex) for ex in tokenized_examples]
-    sequences = [(it.input_ids, len(it.answer_ids)) for it in items]
-    order = sorted(range(len(head_sets)), key=lambda s: sorted(head_sets[s]))
-    out = [[([], [])] * len(sequences) for _ in head_sets]
-    with torch.inference_mode():
-        for batch, ids, mask, keep in _right_padded(model, sequences, batch_size):
-            chain = SetChain(model, ids, mask, keep, prefix)
-            for s in order:
-                _score(chain.run(head_sets[s], hooks_of(s)), batch, sequences, keep, out[s])
-    return [[float(torch.tensor(lp).mean()) for lp, _ in scored] for scored in out]
 
 
 def _right_padded(model: Any, sequences: Sequence[tuple[Sequence[int], int]], batch_size: int) -> Iterator[tuple]:

@@ -54,10 +54,14 @@ def _answers_and_logprobs(
     n_sets: int = 1, prefill_hooks: Callable[[int, int], Sequence[Hook]],
     decode_hooks: Callable[[list[int]], Sequence[Hook]], prefix: CleanPrefix | None = None,
     prefill_context: Callable[[int], Any] | None = None, decode_context: Callable[[list[int]], Any] | None = None,
-    generate: bool = True, compact: bool = False, chain: tuple[PrefillChain, Sequence[frozenset]] | None = None,
+    generate: bool | Sequence[bool] = True, compact: bool = False,
+    chain: tuple[PrefillChain, Sequence[frozenset]] | None = None,
 ) -> tuple[list[list[str | None]], list[list[float]]]:
     """`answers_and_logprobs` under `n_sets` head sets: per set, the answers (None without
     `generate`: the gold log-probs alone, no greedy decoding) and gold log-probs of every item.
+    `generate` may name each set: the sets prefilled in order (one chain), then the decoding
+    sets' rows go on together and the others' have their own gold pass, so a decoding set's
+    rows are batched as they would be without them.
 
     Each batch of `batch_size` items is prefilled once per set (`prefill_hooks(set, rows)`,
     starting late with `prefix`); the sets' logits and caches are then stacked, so the gold
@@ -85,65 +89,72 @@ def _answers_and_logprobs(
     bridge = model.bridge
     device = getattr(model, "device", "cpu")
     pad = _pad_id(tok)
-    answers: list[list[str | None]] = [[None if not generate else ""] * len(items) for _ in range(n_sets)]
+    decodes = [generate] * n_sets if isinstance(generate, bool) else list(generate)
+    if len(decodes) != n_sets:
+        raise LocosError(f"generate names {len(decodes)} head sets for {n_sets}")
+    answers: list[list[str | None]] = [[None if not decodes[s] else ""] * len(items) for s in range(n_sets)]
     scores = [[0.0] * len(items) for _ in range(n_sets)]
     order = sorted(range(len(items)), key=lambda i: items[i].prompt_len)
     for batch in _batches(order, max(1, batch_size)):
         with torch.inference_mode():
             prompts = [items[i].input_ids[: items[i].prompt_len] for i in batch]
-            ids, mask, positions = _left_padded(prompts, pad, device)
+            ids, batch_mask, batch_positions = _left_padded(prompts, pad, device)
             parts = []
             for s in range(n_sets):
                 with prefill_context(s) if prefill_context else nullcontext():
-                    parts.append(_forward(model, ids, mask, positions, prefill_hooks(s, len(batch)), prefix,
+                    parts.append(_forward(model, ids, batch_mask, batch_positions, prefill_hooks(s, len(batch)), prefix,
                                           with_cache=True, chain=(chain[0], chain[1][s]) if chain else None))
-        logits, cache = _stacked(parts)
-        mask, positions = mask.repeat(n_sets, 1), positions.repeat(n_sets, 1)
-        rows = [items[i] for _ in range(n_sets) for i in batch]
-        row_sets = [s for s in range(n_sets) for _ in batch]
+        for sets, generating in (([s for s in range(n_sets) if decodes[s]], True),
+                                 ([s for s in range(n_sets) if not decodes[s]], False)):
+            if not sets:
+                continue
+            logits, cache = _stacked([parts[s] for s in sets])
+            mask, positions = batch_mask.repeat(len(sets), 1), batch_positions.repeat(len(sets), 1)
+            rows = [items[i] for _ in sets for i in batch]
+            row_sets = [s for s in sets for _ in batch]
 
-        @contextmanager
-        def decoding(alive: list[int], row_sets: list[int] = row_sets) -> Iterator[None]:
-            sets = [row_sets[r] for r in alive]
-            with decode_context(sets) if decode_context else nullcontext(), \
-                    bridge.hooks(fwd_hooks=list(decode_hooks(sets))):
-                yield
+            @contextmanager
+            def decoding(alive: list[int], row_sets: list[int] = row_sets) -> Iterator[None]:
+                sets = [row_sets[r] for r in alive]
+                with decode_context(sets) if decode_context else nullcontext(), \
+                        bridge.hooks(fwd_hooks=list(decode_hooks(sets))):
+                    yield
 
-        with torch.inference_mode(), decoding(list(range(len(rows)))):
-            firsts = token_logprobs(logits[:, -1, :], [item.answer_ids[0] for item in rows])  # [R]
-            # Gold answer tokens after the first, teacher-forced on a copy of the cache (drafting:
-            # the last one too, for the logits after the whole answer).
-            draft = generate and compact
-            fed = max(len(item.answer_ids) for item in rows) - (0 if draft else 1)
-            per_token = [[float(firsts[row])] for row in range(len(rows))]
-            gold_logits = None
-            if fed > 0:
-                gold = torch.full((len(rows), fed), pad, dtype=torch.long)
-                for row, item in enumerate(rows):
-                    a = item.answer_ids if draft else item.answer_ids[:-1]
-                    gold[row, : len(a)] = torch.tensor(a)
-                gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
-                # Answer token j sits at prompt length + j, in the model and in the hooks alike.
-                gold_pos = positions[:, -1:] + torch.arange(1, fed + 1, device=device)[None, :]
-                with token_positions(gold_pos):
-                    gold_logits = bridge(
-                        gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
-                        past_key_values=copy.deepcopy(cache) if generate else cache, logits_to_keep=0,
-                    )
-                for row, item in enumerate(rows):
-                    targets = item.answer_ids[1:]
-                    if targets:
-                        per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
-            finished = _gold_drafts(model, rows, logits, gold_logits, max_new_tokens) if draft else None
-        texts: list[str | None] = [None] * len(rows)
-        if generate:  # greedy generation from the prompts' caches
-            with torch.inference_mode(), nullcontext() if compact else decoding(list(range(len(rows)))):
-                texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=True,
-                                rebind=decoding if compact else None, finished=finished)
-        for row, text in enumerate(texts):
-            s, i = divmod(row, len(batch))
-            answers[s][batch[i]] = text
-            scores[s][batch[i]] = float(sum(per_token[row]) / len(per_token[row]))
+            with torch.inference_mode(), decoding(list(range(len(rows)))):
+                firsts = token_logprobs(logits[:, -1, :], [item.answer_ids[0] for item in rows])  # [R]
+                # Gold answer tokens after the first, teacher-forced on a copy of the cache (drafting:
+                # the last one too, for the logits after the whole answer).
+                draft = generating and compact
+                fed = max(len(item.answer_ids) for item in rows) - (0 if draft else 1)
+                per_token = [[float(firsts[row])] for row in range(len(rows))]
+                gold_logits = None
+                if fed > 0:
+                    gold = torch.full((len(rows), fed), pad, dtype=torch.long)
+                    for row, item in enumerate(rows):
+                        a = item.answer_ids if draft else item.answer_ids[:-1]
+                        gold[row, : len(a)] = torch.tensor(a)
+                    gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
+                    # Answer token j sits at prompt length + j, in the model and in the hooks alike.
+                    gold_pos = positions[:, -1:] + torch.arange(1, fed + 1, device=device)[None, :]
+                    with token_positions(gold_pos):
+                        gold_logits = bridge(
+                            gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
+                            past_key_values=copy.deepcopy(cache) if generating else cache, logits_to_keep=0,
+                        )
+                    for row, item in enumerate(rows):
+                        targets = item.answer_ids[1:]
+                        if targets:
+                            per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
+                finished = _gold_drafts(model, rows, logits, gold_logits, max_new_tokens) if draft else None
+            texts: list[str | None] = [None] * len(rows)
+            if generating:  # greedy generation from the prompts' caches
+                with torch.inference_mode(), nullcontext() if compact else decoding(list(range(len(rows)))):
+                    texts = _greedy(model, logits, cache, mask, positions, max_new_tokens=max_new_tokens, cut=True,
+                                    rebind=decoding if compact else None, finished=finished)
+            for row, text in enumerate(texts):
+                s, i = row_sets[row], row % len(batch)
+                answers[s][batch[i]] = text
+                scores[s][batch[i]] = float(sum(per_token[row]) / len(per_token[row]))
     return answers, scores
 
 
@@ -217,7 +228,7 @@ def evaluate_head_sets(
     max_new_tokens: int | None = None,
     prefix: CleanPrefix | None = None,
     prefill_from: Sequence[int] | None = None,
-    generate: bool = True,
+    generate: bool | Sequence[bool] = True,
     compact: bool = False,
     chain: PrefillChain | None = None,
 ) -> list[list[dict[str, Any]]]:
@@ -228,8 +239,9 @@ def evaluate_head_sets(
 
     `prefill_from[s]`: set s's prefill starts at that layer from `prefix`, a prefix captured
     under a set that ablates, below that layer, exactly what set s does (`CleanPrefix(under=)`);
-    its hooks below the layer are the prefix's and are left out. `generate`: as `evaluate_task`;
-    `compact`: finished rows leave the greedy batch (`_answers_and_logprobs`). `chain`: a
+    its hooks below the layer are the prefix's and are left out. `generate`: as `evaluate_task`,
+    or per set (a set without it takes the gold log-prob alone, its rows apart from those that
+    decode, `_answers_and_logprobs`); `compact`: finished rows leave the greedy batch (`_answers_and_logprobs`). `chain`: a
     `PrefillChain` kept over calls of one ablation (a run's evaluations of one task): each set's
     prefill starts above the heads it shares with the set prefilled before it, in this call or
     the last; not with `prefill_from`.

@@ -155,7 +155,7 @@ class Run:
             executor.start(self.config)
             todo = opened.todo
             self._announce(todo)
-            for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind, k.task)):
+            for (kind, task), group in itertools.groupby(todo, key=lambda k: (k.kind.chain, k.task)):
                 keys = [k for k in group if not self.plan.blocked(k, self.done)]
                 label = phase_label(kind, task)
                 with self.progress.phase(label, len(keys)) as advance:
@@ -206,7 +206,8 @@ class Run:
     def _run_group(self, executor: Any, jobs: list[Job], advance: Any) -> None:
         """Dispatch the group's distinct head sets; copy the evaluation of a repeated one (a
         rank unit's gold log-prob also from an evaluation that ablated its one head, or from
-        the shipped oracle's single-head scan)."""
+        the shipped oracle's single-head scan). A group with grid units is dispatched sorted
+        by heads: one prefill chain through the evaluations and the grid alike."""
         fresh, seen = [], set()
         scanned = {job.key for job in jobs if self._from_scan(job)}
         advance(len(scanned))
@@ -216,6 +217,8 @@ class Run:
             if job.key.kind == UnitKind.SCORES or (self._copy_from(job) is None and jk not in seen):
                 fresh.append(job)
                 seen.add(jk)
+        if any(job.key.kind == UnitKind.GRID for job in fresh):  # one chain: see `UnitKind.chain`
+            fresh.sort(key=lambda job: sorted(tuple(int(x) for x in h) for h in job.heads))
         by_key = {job.key: job for job in fresh}
         for unit in executor.run(fresh):  # saved as they come, so a killed driver loses none
             self._keep(by_key[unit.key], unit)

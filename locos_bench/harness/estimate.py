@@ -255,8 +255,8 @@ def count_work(plan: RunPlan, config: Any, model: Any, tasks: dict[str, Any], *,
             work.add(kind.phase, sets * n_batches, sets * prompts, shared * n_batches * steps, shared * n_batches)
         ranks = sum(1 for k in keys if k.kind == UnitKind.RANK) * rank_share
         work.add(UnitKind.RANK.phase, ranks * n_batches, ranks * sum(t.n_tokens for t in evaluation))
-        grid = sum(1 for k in keys if k.kind == UnitKind.GRID) * eval_share  # teacher-forced, as a rank unit
-        work.add(UnitKind.GRID.phase, grid * n_batches, grid * sum(t.n_tokens for t in evaluation))
+        grid = sum(1 for k in keys if k.kind == UnitKind.GRID) * eval_share  # prefilled in the chain, no decoding
+        work.add(UnitKind.GRID.phase, grid * n_batches, grid * prompts)
         suff = sum(1 for k in keys if k.kind == UnitKind.SUFF)
         work.add(UnitKind.SUFF.phase, suff * n_batches, suff * prompts, suff * n_batches * steps, suff * n_batches)
     return work

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from locos_bench.errors import LocosError
-from locos_bench.harness.worker import Job, Worker
+from locos_bench.harness.worker import Job, Worker, job_chunks
 from locos_bench.run import RunConfig, UnitKey
 from locos_bench.run.config import ResolvedConfig
 from locos_bench.run.keys import UnitKind
@@ -107,9 +107,8 @@ class LocalExecutor:
 
     def run(self, jobs: Sequence[Job]) -> Iterator[UnitRecord]:
         # A chunk at a time, so the driver records units as they finish (a kill loses one chunk).
-        size = max(1, self.worker.config.eval_head_sets)
-        for start in range(0, len(jobs), size):
-            yield from self.worker.run_many(jobs[start:start + size])
+        for chunk in job_chunks(jobs, max(1, self.worker.config.eval_head_sets)):
+            yield from self.worker.run_many([jobs[n] for n in chunk])
 
     def timings(self) -> dict[str, float]:
         """Seconds per phase spent by the workers (taken once: the count restarts)."""

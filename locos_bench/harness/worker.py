@@ -166,7 +166,7 @@ class Worker:
                 return UnitRecord.for_key(key, job.heads, job.heads_from, values=values,
                                           seconds=time.perf_counter() - start)
             with self._experts_ablated(job, means):
-                if key.kind in (UnitKind.EVAL, UnitKind.BOTTOM):
+                if key.kind in (UnitKind.EVAL, UnitKind.BOTTOM, UnitKind.GRID):
                     return self._eval_unit(data, job, means)
                 return self._gold_unit(data, job, means)
 
@@ -174,29 +174,24 @@ class Worker:
         """Compute `jobs`, in order; evaluations of one task share batches (several head sets
         per forward pass, `evaluate_head_sets`; on a control task, the head sets of every
         retrieval task alike), which any executor gets by handing a worker several jobs at
-        once. Each unit equals what `run` computes for its job alone."""
+        once (`job_chunks`); a grid unit is prefilled in their chain, in the order given, and
+        takes the gold log-prob alone. Each unit equals what `run` computes for its job alone,
+        to float rounding (a batch of other rows)."""
         out: dict[int, UnitRecord] = {}
         groups: dict[tuple, list[int]] = {}
-        chains: dict[str, list[int]] = {}
         for n, job in enumerate(jobs):
             external = isinstance(self.tasks[job.key.task], ExternalControl)
             shared = self.config.eval_head_sets > 1 and self.config.unit == "head"
-            if job.key.kind in _SHARED and shared and not external:
+            if job.key.kind.chain in _SHARED and shared and not external:
                 examples = (job.key.split, job.key.draw if job.key.split else 0)  # one batch, one example set
-                groups.setdefault((job.key.task, job.key.kind, job.key.alpha, examples), []).append(n)
-            elif job.key.kind == UnitKind.GRID and self.config.unit == "head":
-                chains.setdefault(job.key.task, []).append(n)
+                groups.setdefault((job.key.task, job.key.kind.chain, job.key.alpha, examples), []).append(n)
             else:
                 out[n] = self.run(job)
-        for task, ns in chains.items():
-            for n, unit in zip(ns, self._grid_units(self.tasks[task], [jobs[n] for n in ns])):
-                out[n] = unit
         for group, ns in groups.items():
-            for start in range(0, len(ns), self.config.eval_head_sets):
-                chunk = ns[start:start + self.config.eval_head_sets]
-                units = self._eval_units(self.tasks[group[0]], [jobs[n] for n in chunk], self._chain_of(group))
-                for n, unit in zip(chunk, units):
-                    out[n] = unit
+            for chunk in job_chunks([jobs[n] for n in ns], self.config.eval_head_sets):
+                units = self._eval_units(self.tasks[group[0]], [jobs[ns[i]] for i in chunk], self._chain_of(group))
+                for i, unit in zip(chunk, units):
+                    out[ns[i]] = unit
         return [out[n] for n in range(len(jobs))]
 
     def _eval_units(self, data: TaskData, jobs: Sequence[Job], chain: Any) -> list[UnitRecord]:
@@ -207,7 +202,7 @@ class Worker:
         from locos_bench.evaluation import evaluate_head_sets
 
         self._detection_over()
-        kind = jobs[0].key.kind
+        kind = jobs[0].key.kind.chain
         spec = self._spec(jobs[0].key)
         means = None if kind == UnitKind.STEER else self._reference(data)
         with self._timed(kind.phase):
@@ -217,29 +212,16 @@ class Worker:
             examples = data.calibration_draw(key.draw) if key.split == "calibration" else data.evaluation
             with self._batches_shown(jobs):
                 results = evaluate_head_sets(self.model, data.spec, examples, ablation, batch_size=self.config.batch_size,
-                                             prefix=self._prefix(data), chain=chain)
+                                             prefix=self._prefix(data), chain=chain,
+                                             generate=[job.key.kind != UnitKind.GRID for job in jobs])
             seconds = (time.perf_counter() - start) / len(jobs)
         return [self._eval_record(data, job, rows, seconds) for job, rows in zip(jobs, results)]
 
-    def _grid_units(self, data: TaskData, jobs: Sequence[Job]) -> list[UnitRecord]:
-        """Grid units of one task: each set's teacher-forced gold log-prob, the sets run as a
-        chain (`evaluation.gold_logprobs_of_sets`: each starts above the heads it shares with
-        the set before it); seconds are split evenly."""
-        from locos_bench.evaluation import gold_logprobs_of_sets
-
-        self._detection_over()
-        means = self._reference(data)
-        with self._timed(UnitKind.GRID.phase):
-            start = time.perf_counter()
-            with self._batches_shown(jobs):
-                values = gold_logprobs_of_sets(self.model, data.tokenized(self.model, "evaluation"),
-                                               [job.heads for job in jobs], lambda s: self._hooks(jobs[s], means),
-                                               batch_size=self.config.batch_size, prefix=self._clean_prefix(data))
-            seconds = (time.perf_counter() - start) / len(jobs)
-        return [UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: v}, seconds=seconds)
-                for job, v in zip(jobs, values, strict=True)]
-
     def _eval_record(self, data: TaskData, job: Job, rows: list[dict[str, Any]], seconds: float) -> UnitRecord:
+        """An evaluation's record; a grid unit's holds the gold log-prob alone (nothing generated)."""
+        if job.key.kind == UnitKind.GRID:
+            return UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: [float(r[RANK_METRIC]) for r in rows]},
+                                      seconds=seconds)
         return UnitRecord.for_key(job.key, job.heads, job.heads_from, seconds=seconds,
                                   values={m: [float(r[m]) for r in rows] for m in data.entry.metrics},
                                   generations=[r["generation"] for r in rows])
@@ -353,18 +335,19 @@ class Worker:
         return self._prefix(data) if self.config.unit == "head" else None
 
     def _eval_unit(self, data: TaskData, job: Job, means: Any) -> UnitRecord:
-        """The evaluation split with the job's heads ablated (the simple path: one head set)."""
+        """The evaluation split with the job's heads ablated (the simple path: one head set; a
+        grid unit's gold log-prob alone)."""
         from locos_bench.evaluation import evaluate_task
 
         start = time.perf_counter()
         with self._batches_shown([job]):
             rows = evaluate_task(self.model, data.spec, data.evaluation, hooks=self._hooks(job, means),
-                                 batch_size=self.config.batch_size, prefix=self._clean_prefix(data))
+                                 batch_size=self.config.batch_size, prefix=self._clean_prefix(data),
+                                 generate=job.key.kind != UnitKind.GRID)
         return self._eval_record(data, job, rows, time.perf_counter() - start)
 
     def _gold_unit(self, data: TaskData, job: Job, means: Any) -> UnitRecord:
-        """A rank unit's one head, or a grid unit's top k, ablated: the teacher-forced gold
-        log-prob only (no generation)."""
+        """A rank unit's one head ablated: the teacher-forced gold log-prob only (no generation)."""
         from locos_bench.evaluation import gold_logprobs
 
         start = time.perf_counter()
@@ -374,6 +357,23 @@ class Worker:
                                    prefix=self._clean_prefix(data))
         return UnitRecord.for_key(job.key, job.heads, values={RANK_METRIC: values},
                                   seconds=time.perf_counter() - start)
+
+
+def job_chunks(jobs: Sequence[Job], size: int) -> list[list[int]]:
+    """The jobs' indices in runs of at most `size` that decode (`eval_head_sets`: sets whose
+    decoding steps are shared), in order; a grid unit, which only prefills, rides with the run
+    it falls in, so its place in the chain is kept. At most `4 * size` jobs a run: a killed
+    run loses one."""
+    out: list[list[int]] = []
+    decoding = 0
+    for n, job in enumerate(jobs):
+        decodes = job.key.kind != UnitKind.GRID
+        if not out or (decodes and decoding == size) or len(out[-1]) == 4 * size:
+            out.append([])
+            decoding = 0
+        out[-1].append(n)
+        decoding += decodes
+    return out
 
 
 def run_tasks(config: ResolvedConfig, model: Any) -> dict[str, RunTask]:

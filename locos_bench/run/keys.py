@@ -33,6 +33,15 @@ class UnitKind(str, Enum):
         return _PHASES[self]
 
     @property
+    def chain(self) -> UnitKind:
+        """The kind whose evaluations a unit of this kind joins: its progress bar and, where
+        evaluations share batches, its prefill chain. A grid unit (the gold log-prob alone)
+        joins the evaluations of its task: the same ablation on the same examples, so sorted
+        by heads with them each set runs only the layers above those it shares with the set
+        before it (a detector's top 3 between top-k sets of its own and of other detectors)."""
+        return UnitKind.EVAL if self is UnitKind.GRID else self
+
+    @property
     def top_k(self) -> bool:
         """Whether a unit of this kind intervenes on a detector's top-k heads (its `index` is k);
         a `rank` unit takes one head, a `scores` unit none."""

@@ -319,14 +319,14 @@ class RunPlan:
             for d in self.detectors:
                 for draw in self.draws(d):
                     yield from self.eval_keys(task, d.name, draw, source)
+        for d in self.detectors:  # right after the evaluations: their prefills are one chain (`UnitKind.chain`)
+            for draw in self.draws(d):
+                yield from self.grid_keys(task, d.name, draw)
         for d in self.detectors:
             for draw in self.draws(d):
                 yield from self.bottom_keys(task, d.name, draw)
         for d in self.detectors:
             yield from self.rank_keys(task, d.name)
-        for d in self.detectors:
-            for draw in self.draws(d):
-                yield from self.grid_keys(task, d.name, draw)
         if self.sufficiency_keys(task, BASELINE):
             yield self.floor_key(task)
             for d in self.detectors:

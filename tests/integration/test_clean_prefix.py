@@ -79,30 +79,41 @@ def test_a_batch_larger_than_the_budget_is_not_kept(planted):
     assert 0 < roomy.bytes
 
 
-def test_a_chain_of_head_sets_equals_each_set_alone(case):
-    """`gold_logprobs_of_sets` runs each batch's sets sorted by their heads, each from the
-    layer where it first differs from the set before it (`SetChain`): nested sets, as a
-    detector's top 3, 5, 6, 7, run only the layers above the heads they add. Every set's gold
-    log-probs are bit for bit those of the set alone, whole forward."""
-    from locos_bench.evaluation import gold_logprobs_of_sets
+def test_gold_only_sets_in_the_chain_leave_the_decoding_sets_as_they_were(case):
+    """A run's oracle grid (a detector's top 3, 5, 6, 7: the gold log-prob alone) is prefilled
+    in its evaluations' chain, in sorted order between them (`generate` per set): each grid
+    set runs only the layers above the heads it shares with the set before it. The decoding
+    sets' answers and values are bit for bit those of the call without the grid sets (their
+    rows batched as before), and each grid set's gold log-probs those of `evaluate_task`
+    without generation, to float rounding (its gold pass batches other rows)."""
+    from locos_bench.errors import LocosError
+    from locos_bench.evaluation import PrefillChain
 
     model, data, means = case
     spec = AblationSpec.parse("mean")
     top = model.geometry.n_layers - 1
     mid = model.geometry.n_layers // 2
-    sets = [[(mid, 0), (top, 1)], [(top, 0)], [(mid, 0)], [(mid, 0), (top, 1), (top, 0)], [(1, 1), (mid, 0)],
-            [(top, 1)]]
-    items = data.tokenized(model, "evaluation")
-    prefix = CleanPrefix()
-    chained = gold_logprobs_of_sets(model, items, sets, lambda s: HeadAblation(sets[s], spec, means).hooks(),
-                                    batch_size=2, prefix=prefix)
-    for heads, values in zip(sets, chained, strict=True):
-        assert values == gold_logprobs(model, items, hooks=HeadAblation(heads, spec, means).hooks(), batch_size=2), heads
-    n_batches = -(-len(items) // 2)
-    alone = sum(min(layer for layer, _ in heads) for heads in sets) * n_batches  # the clean prefix's skip
-    assert prefix.layers_skipped > alone  # the chain starts later: above (mid, 0) where sets share it
-    assert gold_logprobs_of_sets(model, items, sets, lambda s: HeadAblation(sets[s], spec, means).hooks(),
-                                 batch_size=2) == chained  # no clean prefix: the chain alone
+    sets = [[(1, 1), (mid, 0)], [(mid, 0)], [(mid, 0), (top, 1)], [(mid, 0), (top, 1), (top, 0)], [(top, 1)]]
+    decodes = [True, True, False, True, False]
+    chain, prefix = PrefillChain(), CleanPrefix()
+    mixed = evaluate_head_sets(model, data.spec, data.evaluation, HeadSetAblation(sets, spec, means), batch_size=2,
+                               prefix=prefix, chain=chain, generate=decodes)
+    evaluated = [heads for heads, d in zip(sets, decodes) if d]
+    alone = evaluate_head_sets(model, data.spec, data.evaluation, HeadSetAblation(evaluated, spec, means),
+                               batch_size=2, prefix=CleanPrefix())
+    assert [rows for rows, d in zip(mixed, decodes) if d] == alone
+    for heads, rows, d in zip(sets, mixed, decodes):
+        if d:
+            continue
+        assert all(r["generation"] is None and r["score"] is None for r in rows)
+        gold = evaluate_task(model, data.spec, data.evaluation, hooks=HeadAblation(heads, spec, means).hooks(),
+                             batch_size=2, generate=False)
+        assert [r["gold_logprob"] for r in rows] == pytest.approx([r["gold_logprob"] for r in gold], abs=1e-5), heads
+    n_batches = -(-len(data.evaluation) // 2)
+    # Beyond the clean prefix's start: (mid, 0) + (top, 1) from top, then + (top, 0) from top.
+    assert chain.layers_skipped == 2 * (top - mid) * n_batches
+    with pytest.raises(LocosError, match="generate names 2 head sets for 5"):
+        evaluate_head_sets(model, data.spec, data.evaluation, HeadSetAblation(sets, spec, means), generate=[True, False])
 
 
 def test_a_prefill_chain_over_calls_equals_each_call_alone(case):
