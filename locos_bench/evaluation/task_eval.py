@@ -81,14 +81,12 @@ def _answers_and_logprobs(
     the pass and never decodes (its gold log-prob moves in the last bits: a longer pass). `chain`: a
     `PrefillChain` and the heads each set ablates; each set's prefill starts where its heads
     first differ from the set prefilled before it on the batch (bit for bit the same values)."""
-    import copy
     from contextlib import contextmanager, nullcontext
 
     torch = _torch()
-    tok = model.tokenizer
     bridge = model.bridge
     device = getattr(model, "device", "cpu")
-    pad = _pad_id(tok)
+    pad = _pad_id(model.tokenizer)
     decodes = [generate] * n_sets if isinstance(generate, bool) else list(generate)
     if len(decodes) != n_sets:
         raise LocosError(f"generate names {len(decodes)} head sets for {n_sets}")
@@ -120,31 +118,10 @@ def _answers_and_logprobs(
                         bridge.hooks(fwd_hooks=list(decode_hooks(sets))):
                     yield
 
+            draft = generating and compact
             with torch.inference_mode(), decoding(list(range(len(rows)))):
-                firsts = token_logprobs(logits[:, -1, :], [item.answer_ids[0] for item in rows])  # [R]
-                # Gold answer tokens after the first, teacher-forced on a copy of the cache (drafting:
-                # the last one too, for the logits after the whole answer).
-                draft = generating and compact
-                fed = max(len(item.answer_ids) for item in rows) - (0 if draft else 1)
-                per_token = [[float(firsts[row])] for row in range(len(rows))]
-                gold_logits = None
-                if fed > 0:
-                    gold = torch.full((len(rows), fed), pad, dtype=torch.long)
-                    for row, item in enumerate(rows):
-                        a = item.answer_ids if draft else item.answer_ids[:-1]
-                        gold[row, : len(a)] = torch.tensor(a)
-                    gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
-                    # Answer token j sits at prompt length + j, in the model and in the hooks alike.
-                    gold_pos = positions[:, -1:] + torch.arange(1, fed + 1, device=device)[None, :]
-                    with token_positions(gold_pos):
-                        gold_logits = bridge(
-                            gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
-                            past_key_values=copy.deepcopy(cache) if generating else cache, logits_to_keep=0,
-                        )
-                    for row, item in enumerate(rows):
-                        targets = item.answer_ids[1:]
-                        if targets:
-                            per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
+                per_token, gold_logits = _gold_pass(model, rows, logits, cache, mask, positions,
+                                                    keep_cache=generating, draft=draft)
                 finished = _gold_drafts(model, rows, logits, gold_logits, max_new_tokens) if draft else None
             texts: list[str | None] = [None] * len(rows)
             if generating:  # greedy generation from the prompts' caches
@@ -156,6 +133,39 @@ def _answers_and_logprobs(
                 answers[s][batch[i]] = text
                 scores[s][batch[i]] = float(sum(per_token[row]) / len(per_token[row]))
     return answers, scores
+
+
+def _gold_pass(model: Any, rows: Sequence[TokenizedExample], logits: Any, cache: Any, mask: Any, positions: Any,
+               *, keep_cache: bool, draft: bool) -> tuple[list[list[float]], Any]:
+    """Each row's gold log-prob per answer token: the first from the prompt's last `logits`, the
+    rest teacher-forced on `cache` (a copy of it with `keep_cache`, which greedy decoding goes on
+    from; with `draft`, the last answer token too, for the logits after the whole answer).
+    Returns them and the pass's logits (None for one-token answers without `draft`)."""
+    import copy
+
+    torch = _torch()
+    device = getattr(model, "device", "cpu")
+    pad = _pad_id(model.tokenizer)
+    firsts = token_logprobs(logits[:, -1, :], [item.answer_ids[0] for item in rows])  # [R]
+    per_token = [[float(firsts[row])] for row in range(len(rows))]
+    fed = max(len(item.answer_ids) for item in rows) - (0 if draft else 1)
+    if fed <= 0:
+        return per_token, None
+    gold = torch.full((len(rows), fed), pad, dtype=torch.long)
+    for row, item in enumerate(rows):
+        a = item.answer_ids if draft else item.answer_ids[:-1]
+        gold[row, : len(a)] = torch.tensor(a)
+    gold_mask = torch.cat([mask, torch.ones_like(gold)], dim=1).to(device)
+    # Answer token j sits at prompt length + j, in the model and in the hooks alike.
+    gold_pos = positions[:, -1:] + torch.arange(1, fed + 1, device=device)[None, :]
+    with token_positions(gold_pos):
+        gold_logits = model.bridge(gold.to(device), attention_mask=gold_mask, position_ids=gold_pos,
+                                   past_key_values=copy.deepcopy(cache) if keep_cache else cache, logits_to_keep=0)
+    for row, item in enumerate(rows):
+        targets = item.answer_ids[1:]
+        if targets:
+            per_token[row] += token_logprobs(gold_logits[row, : len(targets)], targets).tolist()
+    return per_token, gold_logits
 
 
 def _gold_drafts(model: Any, rows: Sequence[TokenizedExample], logits: Any, gold_logits: Any,

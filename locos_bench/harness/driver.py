@@ -218,7 +218,7 @@ class Run:
                 fresh.append(job)
                 seen.add(jk)
         if any(job.key.kind == UnitKind.GRID for job in fresh):  # one chain: see `UnitKind.chain`
-            fresh.sort(key=lambda job: sorted(tuple(int(x) for x in h) for h in job.heads))
+            fresh.sort(key=lambda job: _heads_key(job.heads))
         by_key = {job.key: job for job in fresh}
         for unit in executor.run(fresh):  # saved as they come, so a killed driver loses none
             self._keep(by_key[unit.key], unit)
@@ -268,8 +268,12 @@ class Run:
 def _job_key(key: UnitKey, heads: Sequence[Sequence[int]]) -> tuple:
     """What makes two evaluations identical: kind, task, amplification, the examples (a
     calibration steering unit's are its draw's) and the set of heads."""
-    return (key.kind, key.task, key.alpha, key.split, key.draw if key.split else 0,
-            tuple(sorted(tuple(int(x) for x in h) for h in heads)))
+    return (key.kind, key.task, key.alpha, key.split, key.draw if key.split else 0, _heads_key(heads))
+
+
+def _heads_key(heads: Sequence[Sequence[int]]) -> tuple:
+    """A head set as its sorted `(layer, head)` tuples: its identity, and its place in a chain."""
+    return tuple(sorted(tuple(int(x) for x in h) for h in heads))
 
 
 def _unit_heads(unit: UnitRecord) -> list[list[int]]:
